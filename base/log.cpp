@@ -1,0 +1,33 @@
+#include "base/log.h"
+
+#include <memory>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "base/env.h"
+#include "base/error.h"
+
+namespace xs {
+
+void init_logging(const std::string& tag) {
+  auto logger = std::make_shared<spdlog::logger>(
+      tag, std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  logger->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v");
+  spdlog::level::level_enum level = spdlog::level::info;
+  if (auto text = env_string(kLogLevelEnv)) {
+    level = spdlog::level::from_str(*text);
+    // from_str maps anything unknown to "off"; only accept that when it was asked for.
+    if (level == spdlog::level::off && *text != "off") {
+      throw InvalidArgument(fmt::format(
+          "{}='{}': expected one of trace, debug, info, warn, error, critical, off",
+          kLogLevelEnv, *text));
+    }
+  }
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(std::move(logger));
+}
+
+}  // namespace xs
