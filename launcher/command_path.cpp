@@ -1,0 +1,69 @@
+#include "launcher/command_path.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "base/env.h"
+
+namespace xs {
+namespace {
+
+enum class FileCheck { kExecutable, kMissing, kDirectory, kNotExecutable };
+
+FileCheck check_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return FileCheck::kMissing;
+  if (S_ISDIR(st.st_mode)) return FileCheck::kDirectory;
+  if (!S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) return FileCheck::kNotExecutable;
+  return FileCheck::kExecutable;
+}
+
+[[noreturn]] void reject(const std::string& name, FileCheck check) {
+  switch (check) {
+    case FileCheck::kMissing:
+      throw CommandNotFound(fmt::format("command not found: {}", name));
+    case FileCheck::kDirectory:
+      throw CommandNotFound(fmt::format("command is a directory: {}", name));
+    case FileCheck::kNotExecutable:
+      throw CommandNotFound(fmt::format("command is not executable: {}", name));
+    case FileCheck::kExecutable:
+      break;
+  }
+  throw CommandNotFound(fmt::format("command cannot be run: {}", name));
+}
+
+}  // namespace
+
+std::string resolve_command(const std::string& name) {
+  if (name.empty()) throw CommandNotFound("command not found: '' (empty command name)");
+  if (name.find('/') != std::string::npos) {
+    const FileCheck check = check_file(name);
+    if (check != FileCheck::kExecutable) reject(name, check);
+    return name;
+  }
+  const std::string path = env_string("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  // A shell reports "permission denied" when the only match is not executable, so remember
+  // the best failure seen rather than always saying "not found".
+  std::optional<FileCheck> worst_match;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t colon = std::min(path.find(':', start), path.size());
+    // An empty PATH entry means the current directory.
+    const std::string_view dir =
+        colon > start ? std::string_view(path).substr(start, colon - start) : ".";
+    const std::string candidate = fmt::format("{}/{}", dir, name);
+    const FileCheck check = check_file(candidate);
+    if (check == FileCheck::kExecutable) return candidate;
+    if (check != FileCheck::kMissing && !worst_match) worst_match = check;
+    start = colon + 1;
+  }
+  reject(name, worst_match.value_or(FileCheck::kMissing));
+}
+
+}  // namespace xs

@@ -1,0 +1,357 @@
+#include "launcher/detail/attempt.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace xs::detail {
+namespace {
+
+// After the last replica is reaped, wait this long for its pipes to reach EOF: only a
+// grandchild that kept them open can delay EOF, and it must not hold the job hostage.
+constexpr auto kDrainAfterExit = std::chrono::milliseconds(500);
+// 64 KiB per read: one pipe's default capacity, so one read usually empties it.
+constexpr size_t kReadBytes = 64 * 1024;
+
+int open_pidfd(pid_t pid) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) throw IoError(errno_message(fmt::format("pidfd_open({})", pid), errno));
+  return fd;
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// The CPUs this process may run on, in order; ordinal k is pinned to cpus[k % size].
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) {
+    throw IoError(errno_message("sched_getaffinity", errno));
+  }
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+// The group reaches the replica's own children too; the pid alone covers a replica that left
+// its group (setsid in the program). Once, not twice: a handler may count signals.
+void signal_replica(pid_t pid, int signo) {
+  if (::kill(-pid, signo) != 0 && errno == ESRCH) ::kill(pid, signo);
+}
+
+}  // namespace
+
+std::string format_ordinals(const std::vector<int>& ordinals) {
+  std::string text;
+  for (size_t i = 0; i < ordinals.size();) {
+    size_t j = i;
+    while (j + 1 < ordinals.size() && ordinals[j + 1] == ordinals[j] + 1) ++j;
+    if (!text.empty()) text += ", ";
+    text += j == i ? fmt::format("{}", ordinals[i])
+                   : fmt::format("{}-{}", ordinals[i], ordinals[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+Attempt::Attempt(const JobContext& job, int attempt)
+    : job_(job), attempt_(attempt), replicas_(static_cast<size_t>(job.nprocs)) {
+  for (int k = 0; k < job.nprocs; ++k) replicas_[static_cast<size_t>(k)].ordinal = k;
+}
+
+Attempt::~Attempt() {
+  for (Replica& r : replicas_) {
+    if (r.pid > 0 && !r.reaped) {
+      signal_replica(r.pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    close_fd(r.pidfd);
+    close_fd(r.pipe_fds[0]);
+    close_fd(r.pipe_fds[1]);
+  }
+}
+
+AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
+  started_ = Clock::now();
+  start(extra_env);
+  while (!done()) {
+    poll_once();
+    check_deadlines();
+  }
+  for (Replica& r : replicas_) {  // pipes a grandchild kept open: flush what we have
+    for (int stream = 0; stream < 2; ++stream) {
+      if (r.pipe_fds[stream] < 0) continue;
+      job_.mux->on_eof(r.ordinal, static_cast<ReplicaStream>(stream));
+      close_fd(r.pipe_fds[stream]);
+    }
+  }
+  return result();
+}
+
+void Attempt::start(const std::vector<EnvVar>& extra_env) {
+  const std::vector<int> cpus = job_.options->bind_cores ? allowed_cpus() : std::vector<int>();
+  // Buffered stdio would be copied into every child and written N + 1 times.
+  std::fflush(nullptr);
+  for (Replica& r : replicas_) start_one(r, extra_env, cpus);
+}
+
+void Attempt::start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
+                        const std::vector<int>& cpus) {
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(errno_message("pipe for replica stdout", errno));
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    throw IoError(errno_message("pipe for replica stderr", errno));
+  }
+  replica.pipe_fds[0] = out[0];
+  replica.pipe_fds[1] = err[0];
+  ChildSetup setup;
+  setup.ordinal = replica.ordinal;
+  setup.parent_pid = ::getpid();
+  setup.stdout_fd = out[1];
+  setup.stderr_fd = err[1];
+  setup.close_fds = {job_.signals->read_fd(), job_.signals->write_fd()};
+  for (const Replica& other : replicas_) {
+    for (int fd : {other.pidfd, other.pipe_fds[0], other.pipe_fds[1]}) {
+      if (fd >= 0) setup.close_fds.push_back(fd);
+    }
+  }
+  if (!cpus.empty()) setup.cpu = cpus[static_cast<size_t>(replica.ordinal) % cpus.size()];
+  setup.env = replica_env(job_.job_id, replica.ordinal, job_.nprocs, attempt_, extra_env);
+  try {
+    replica.pid = fork_replica(setup, *job_.body);
+  } catch (...) {
+    ::close(out[1]);
+    ::close(err[1]);
+    throw;
+  }
+  ::close(out[1]);  // the child holds the write ends now; EOF comes when it (and its kids) exit
+  ::close(err[1]);
+  replica.pidfd = open_pidfd(replica.pid);
+}
+
+void Attempt::poll_once() {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Replica*, int>> owners;  // stream 0/1, or 2 for the pidfd
+  fds.push_back({job_.signals->read_fd(), POLLIN, 0});
+  owners.emplace_back(nullptr, 0);
+  for (Replica& r : replicas_) {
+    for (int stream = 0; stream < 2; ++stream) {
+      if (r.pipe_fds[stream] < 0) continue;
+      fds.push_back({r.pipe_fds[stream], POLLIN, 0});
+      owners.emplace_back(&r, stream);
+    }
+    if (!r.reaped) {
+      fds.push_back({r.pidfd, POLLIN, 0});
+      owners.emplace_back(&r, 2);
+    }
+  }
+  const int ready = ::poll(fds.data(), fds.size(), timeout_ms_until_next_deadline());
+  if (ready < 0 && errno != EINTR) throw IoError(errno_message("poll", errno));
+  if (ready <= 0) return;
+  if (fds[0].revents != 0) handle_signals();
+  // Output before exits: the root cause's last lines are then already in its tail.
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0 && owners[i].second < 2) read_pipe(*owners[i].first, owners[i].second);
+  }
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents != 0 && owners[i].second == 2) reap(*owners[i].first);
+  }
+}
+
+int Attempt::timeout_ms_until_next_deadline() const {
+  std::optional<Clock::time_point> next = kill_deadline_;
+  if (drain_deadline_ && (!next || *drain_deadline_ < *next)) next = drain_deadline_;
+  if (reason_ == StopReason::kNone && job_.deadline != Clock::time_point::max() &&
+      (!next || job_.deadline < *next)) {
+    next = job_.deadline;
+  }
+  if (!next) return -1;  // only replica events can end the wait; --timeout bounds the job
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
+}
+
+void Attempt::handle_signals() {
+  for (int signo : job_.signals->drain()) {
+    if (reason_ == StopReason::kNone) {
+      reason_ = StopReason::kSignal;
+      stop_signal_ = signo;
+      job_.mux->message(fmt::format(
+          "received {}; forwarding it to {} replica(s), SIGKILL after {} ms (again: kill now)",
+          signal_name(signo), running(), job_.options->grace.count()));
+      stop_all(signo);
+    } else {
+      job_.mux->message(fmt::format("received {} again; killing {} replica(s) now",
+                                    signal_name(signo), running()));
+      kill_all();
+    }
+  }
+}
+
+void Attempt::reap(Replica& replica) {
+  int status = 0;
+  const pid_t pid = ::waitpid(replica.pid, &status, WNOHANG);
+  if (pid != replica.pid) return;  // not yet (pidfd readiness and waitpid agree; EINTR retries)
+  replica.reaped = true;
+  replica.status = status;
+  close_fd(replica.pidfd);
+  if (reason_ == StopReason::kNone && is_failure(status)) {
+    reason_ = StopReason::kFailure;
+    root_ = replica.ordinal;
+    const int others = running();
+    if (others > 0) {
+      job_.mux->message(fmt::format(
+          "ordinal {} {}; stopping the other {} replica(s) (SIGTERM, SIGKILL after {} ms)",
+          replica.ordinal, describe_status(status), others, job_.options->grace.count()));
+    }
+    stop_all(SIGTERM);
+  }
+  if (running() == 0) drain_deadline_ = Clock::now() + kDrainAfterExit;
+}
+
+void Attempt::read_pipe(Replica& replica, int stream) {
+  char buffer[kReadBytes];
+  const ssize_t n = ::read(replica.pipe_fds[stream], buffer, sizeof buffer);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  const auto which = static_cast<ReplicaStream>(stream);
+  if (n > 0) {
+    job_.mux->on_bytes(replica.ordinal, which, std::string_view(buffer, static_cast<size_t>(n)));
+    return;
+  }
+  job_.mux->on_eof(replica.ordinal, which);  // EOF, or an error that ends the stream
+  close_fd(replica.pipe_fds[stream]);
+}
+
+void Attempt::check_deadlines() {
+  const auto now = Clock::now();
+  if (reason_ == StopReason::kNone && now >= job_.deadline) {
+    reason_ = StopReason::kTimeout;
+    job_.mux->message(fmt::format("job timeout expired; stopping {} replica(s)", running()));
+    stop_all(SIGTERM);
+  }
+  if (kill_deadline_ && now >= *kill_deadline_) kill_all();
+}
+
+void Attempt::stop_all(int signo) {
+  for (Replica& r : replicas_) {
+    if (r.reaped) continue;
+    signal_replica(r.pid, signo);
+    r.signalled = true;
+  }
+  if (!kill_deadline_) kill_deadline_ = Clock::now() + job_.options->grace;
+}
+
+void Attempt::kill_all() {
+  for (Replica& r : replicas_) {
+    if (r.reaped) continue;
+    signal_replica(r.pid, SIGKILL);
+    r.signalled = true;
+    r.killed = true;
+  }
+  kill_deadline_.reset();
+}
+
+int Attempt::running() const {
+  int n = 0;
+  for (const Replica& r : replicas_) n += r.reaped ? 0 : 1;
+  return n;
+}
+
+bool Attempt::done() const {
+  if (running() > 0) return false;
+  if (drain_deadline_ && Clock::now() >= *drain_deadline_) return true;
+  for (const Replica& r : replicas_) {
+    if (r.pipe_fds[0] >= 0 || r.pipe_fds[1] >= 0) return false;
+  }
+  return true;
+}
+
+AttemptResult Attempt::result() const {
+  AttemptResult result;
+  switch (reason_) {
+    case StopReason::kNone:
+      return result;
+    case StopReason::kFailure:
+      result.outcome = JobOutcome::kFailed;
+      result.failed_ordinal = root_;
+      result.exit_code = exit_code_for_status(replicas_[static_cast<size_t>(*root_)].status);
+      break;
+    case StopReason::kTimeout:
+      result.outcome = JobOutcome::kTimedOut;
+      result.exit_code = kExitTimeout;
+      break;
+    case StopReason::kSignal:
+      result.outcome = JobOutcome::kInterrupted;
+      result.exit_code = 128 + stop_signal_;
+      break;
+  }
+  result.summary = report();
+  return result;
+}
+
+std::string Attempt::report() const {
+  std::vector<int> stopped, killed, completed, also_failed;
+  for (const Replica& r : replicas_) {
+    if (root_ && r.ordinal == *root_) continue;
+    if (r.signalled) {
+      stopped.push_back(r.ordinal);
+      if (r.killed) killed.push_back(r.ordinal);
+    } else if (is_failure(r.status)) {
+      also_failed.push_back(r.ordinal);
+    } else {
+      completed.push_back(r.ordinal);
+    }
+  }
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  std::string text;
+  if (reason_ == StopReason::kFailure) {
+    const Replica& root = replicas_[static_cast<size_t>(*root_)];
+    text += fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
+                        job_.job_id, attempt_, elapsed_s, root.ordinal, describe_status(root.status));
+    const auto& tail = job_.mux->tail(root.ordinal);
+    text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), root.ordinal);
+    for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", root.ordinal, line);
+  } else if (reason_ == StopReason::kTimeout) {
+    text += fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
+                        job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s, kExitTimeout);
+  } else {
+    text += fmt::format("xla-spawn: job {} interrupted by {} after {:.2f} s\n", job_.job_id,
+                        signal_name(stop_signal_), elapsed_s);
+  }
+  if (!stopped.empty()) {
+    text += fmt::format("xla-spawn: stopped by xla-spawn (not failures): ordinal(s) {}{}\n",
+                        format_ordinals(stopped),
+                        killed.empty() ? "" : fmt::format("; SIGKILL needed for {}",
+                                                          format_ordinals(killed)));
+  }
+  if (!also_failed.empty()) {
+    text += fmt::format("xla-spawn: also failed on their own: ordinal(s) {}\n",
+                        format_ordinals(also_failed));
+  }
+  if (!completed.empty()) {
+    text += fmt::format("xla-spawn: completed: ordinal(s) {}\n", format_ordinals(completed));
+  }
+  return text;
+}
+
+}  // namespace xs::detail

@@ -1,0 +1,94 @@
+#pragma once
+// One attempt of a job: fork every replica, run the poll() loop (output pipes, pidfds of
+// the replicas, the signal pipe, deadlines) until all are reaped, and say how it ended.
+// Private to the supervisor; --max-restarts runs several attempts of one job.
+//
+//   detail::Attempt attempt(context, /*attempt=*/0);
+//   detail::AttemptResult r = attempt.run(extra_env);
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/signal_pipe.h"
+#include "launcher/supervisor.h"
+
+namespace xs::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// What every attempt of a job shares.
+struct JobContext {
+  int nprocs = 0;
+  std::string job_id;
+  const ReplicaBody* body = nullptr;
+  const SupervisorOptions* options = nullptr;
+  OutputMux* mux = nullptr;
+  SignalPipe* signals = nullptr;
+  Clock::time_point deadline = Clock::time_point::max();  // --timeout, whole job
+};
+
+struct AttemptResult {
+  JobOutcome outcome = JobOutcome::kSucceeded;
+  int exit_code = 0;
+  std::optional<int> failed_ordinal;
+  std::string summary;  // empty on success
+};
+
+class Attempt {
+ public:
+  Attempt(const JobContext& job, int attempt);
+  // On the exception path: SIGKILL and reap whatever still runs; always closes the fds.
+  ~Attempt();
+  Attempt(const Attempt&) = delete;
+  Attempt& operator=(const Attempt&) = delete;
+
+  AttemptResult run(const std::vector<EnvVar>& extra_env);
+
+ private:
+  enum class StopReason { kNone, kFailure, kTimeout, kSignal };
+  struct Replica {
+    int ordinal = 0;
+    pid_t pid = -1;
+    int pidfd = -1;
+    int pipe_fds[2] = {-1, -1};  // read ends of stdout, stderr; -1 after EOF
+    bool reaped = false;
+    int status = 0;          // waitpid() status once reaped
+    bool signalled = false;  // we sent it a stop signal while it ran
+    bool killed = false;     // ...and SIGKILL
+  };
+
+  void start(const std::vector<EnvVar>& extra_env);
+  void start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
+                 const std::vector<int>& cpus);
+  void poll_once();
+  void handle_signals();
+  void reap(Replica& replica);
+  void read_pipe(Replica& replica, int stream);
+  void check_deadlines();
+  void stop_all(int signo);
+  void kill_all();
+  bool done() const;
+  int running() const;
+  AttemptResult result() const;
+  std::string report() const;
+  int timeout_ms_until_next_deadline() const;
+
+  const JobContext& job_;
+  const int attempt_;
+  std::vector<Replica> replicas_;
+  StopReason reason_ = StopReason::kNone;
+  std::optional<int> root_;   // ordinal of the root cause
+  int stop_signal_ = 0;       // the signal received (kSignal)
+  std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
+  std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
+  Clock::time_point started_;
+};
+
+// "0-3, 5, 7" for {0, 1, 2, 3, 5, 7}.
+std::string format_ordinals(const std::vector<int>& ordinals);
+
+}  // namespace xs::detail

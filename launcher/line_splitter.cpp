@@ -1,0 +1,39 @@
+#include "launcher/line_splitter.h"
+
+#include "base/check.h"
+
+namespace xs {
+
+LineSplitter::LineSplitter(size_t max_line_bytes) : max_line_bytes_(max_line_bytes) {
+  XS_CHECK_ARG(max_line_bytes > 0, "LineSplitter: max_line_bytes must be positive, got {}",
+               max_line_bytes);
+}
+
+void LineSplitter::feed(std::string_view bytes, std::vector<std::string>& lines) {
+  while (!bytes.empty()) {
+    const size_t newline = bytes.find('\n');
+    const size_t room = max_line_bytes_ - partial_.size();
+    if (newline != std::string_view::npos && newline <= room) {
+      partial_.append(bytes.substr(0, newline));
+      lines.push_back(std::move(partial_));
+      partial_.clear();
+      bytes.remove_prefix(newline + 1);
+    } else if (bytes.size() < room) {
+      partial_.append(bytes);
+      return;
+    } else {  // the cap is reached before a newline: emit a piece
+      partial_.append(bytes.substr(0, room));
+      lines.push_back(std::move(partial_));
+      partial_.clear();
+      bytes.remove_prefix(room);
+    }
+  }
+}
+
+void LineSplitter::finish(std::vector<std::string>& lines) {
+  if (partial_.empty()) return;
+  lines.push_back(std::move(partial_));
+  partial_.clear();
+}
+
+}  // namespace xs

@@ -1,0 +1,65 @@
+// xla-spawn: runs N replicas of a command and supervises them. See options.h for the
+// command line, supervisor.h for the behaviour and exit_report.h for the exit codes.
+//
+//   xla-spawn -n 8 -- ./train --epochs 3
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "launcher/command_path.h"
+#include "launcher/options.h"
+#include "launcher/output_mux.h"
+#include "launcher/supervisor.h"
+
+namespace {
+
+int run(int argc, const char* const* argv) {
+  const xs::CommandLine cl = xs::parse_command_line(argc, argv);
+  if (cl.help) {
+    xs::write_all(1, xs::usage_text());
+    return 0;
+  }
+  const std::string path = xs::resolve_command(cl.command[0]);
+  std::vector<char*> child_argv;
+  for (const std::string& arg : cl.command) child_argv.push_back(const_cast<char*>(arg.c_str()));
+  child_argv.push_back(nullptr);
+  const xs::ReplicaBody exec_command = [&](int) {
+    ::execv(path.c_str(), child_argv.data());
+    // Only if the file changed since resolve_command checked it.
+    xs::write_all(2, fmt::format("xla-spawn: cannot execute {}: {}\n", path, std::strerror(errno)));
+    ::_exit(xs::kExitCommandNotFound);
+  };
+  return xs::supervise(cl.nprocs, exec_command, cl.supervisor).exit_code;
+}
+
+void fail(const std::string& message) { xs::write_all(2, fmt::format("xla-spawn: {}\n", message)); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A closed console must not kill the supervisor (and with it, every replica).
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    return run(argc, argv);
+  } catch (const xs::UsageError& e) {
+    fail(e.show_usage() ? fmt::format("{}\n\n{}", e.what(), xs::usage_text())
+                        : fmt::format("{} (see xla-spawn --help)", e.what()));
+    return xs::kExitUsage;
+  } catch (const xs::CommandNotFound& e) {
+    fail(e.what());
+    return xs::kExitCommandNotFound;
+  } catch (const xs::InvalidArgument& e) {
+    fail(e.what());
+    return xs::kExitUsage;
+  } catch (const std::exception& e) {
+    fail(fmt::format("error: {}", e.what()));
+    return xs::kExitLauncherError;
+  }
+}

@@ -1,0 +1,186 @@
+#include "launcher/options.h"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include "base/env.h"
+#include "launcher/ordinal_set.h"
+#include "replica/context.h"
+
+namespace po = boost::program_options;
+
+namespace xs {
+namespace {
+
+constexpr double kMaxSeconds = 365.0 * 24 * 3600;  // a year: anything above is a typo
+constexpr int64_t kMaxRestarts = 1000;
+
+po::options_description describe_options() {
+  po::options_description desc("Options");
+  desc.add_options()
+      ("help,h", "show this help and exit")
+      ("nprocs,n", po::value<std::string>()->value_name("N"),
+       "number of replicas, 1..1024 (default: the number of CPUs; -np also works)")
+      ("no-prefix", po::bool_switch(), "do not prefix console lines with \"[ordinal] \"")
+      ("timestamp", po::bool_switch(), "prefix each line with the local time HH:MM:SS.mmm")
+      ("log-dir", po::value<std::string>()->value_name("DIR"),
+       "also write each ordinal's output to DIR/ordinal-<k>.log (all ordinals, all lines)")
+      ("show-ordinals", po::value<std::string>()->value_name("LIST"),
+       "show only these ordinals on the console, e.g. 0,2-3 (log files keep everything)")
+      ("grace-period", po::value<std::string>()->value_name("SECONDS"),
+       "after SIGTERM, wait this long before SIGKILL (default 3)")
+      ("timeout", po::value<std::string>()->value_name("SECONDS"),
+       "stop the whole job after this long and exit 124 (default: no limit)")
+      ("bind-cores", po::bool_switch(), "pin ordinal k to the (k mod CPUs)-th allowed CPU")
+      ("max-restarts", po::value<std::string>()->value_name("K"),
+       "after a failure, restart the whole group up to K times (default 0)");
+  return desc;
+}
+
+// Options that take a value, so the scan for the command can skip their values.
+bool takes_value(const std::string& name) {
+  static const std::set<std::string> kValued = {"n",       "nprocs",       "log-dir",
+                                                "show-ordinals", "grace-period", "timeout",
+                                                "max-restarts"};
+  return kValued.count(name) > 0;
+}
+
+bool looks_negative_number(const std::string& token) {
+  return token.size() > 1 && token[0] == '-' &&
+         (std::isdigit(static_cast<unsigned char>(token[1])) || token[1] == '.');
+}
+
+struct SplitArgs {
+  std::vector<std::string> options;
+  std::vector<std::string> command;
+};
+
+// Separates xla-spawn's options from the command. Rewrites mpirun's "-np" to "--nprocs" and
+// "-n -1" to "--nprocs=-1", so a negative count gets a range message, not "unknown option".
+SplitArgs split_args(int argc, const char* const* argv) {
+  SplitArgs split;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string token = argv[i];
+    if (token == "--") {
+      ++i;
+      break;
+    }
+    if (token.size() < 2 || token[0] != '-') break;  // the command starts here
+    if (token == "-np") token = "--nprocs";
+    const bool is_long = token.rfind("--", 0) == 0;
+    const std::string name = is_long ? token.substr(2, token.find('=') - 2) : token.substr(1);
+    const bool value_attached = is_long ? token.find('=') != std::string::npos : token.size() > 2;
+    if (!value_attached && takes_value(name) && i + 1 < argc) {
+      const std::string value = argv[++i];
+      const std::string long_name = name == "n" ? "nprocs" : name;
+      if (looks_negative_number(value)) {
+        split.options.push_back(fmt::format("--{}={}", long_name, value));
+      } else {
+        split.options.push_back(token);
+        split.options.push_back(value);
+      }
+      continue;
+    }
+    split.options.push_back(token);
+  }
+  for (; i < argc; ++i) split.command.emplace_back(argv[i]);
+  return split;
+}
+
+std::chrono::milliseconds parse_seconds(const std::string& text, const char* flag) {
+  double seconds = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, seconds);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(seconds) || seconds < 0 ||
+      seconds > kMaxSeconds) {
+    throw UsageError(fmt::format("{}='{}': expected seconds, a number in [0, {}]", flag, text,
+                                 kMaxSeconds));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
+}
+
+// Wraps parse_int so its InvalidArgument becomes a UsageError (exit 2 with usage).
+int64_t parse_flag_int(const std::string& text, int64_t min, int64_t max, const char* flag) {
+  try {
+    return parse_int(text, min, max, flag);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+void apply_values(const po::variables_map& vm, CommandLine& cl) {
+  cl.nprocs = vm.count("nprocs") ? static_cast<int>(parse_flag_int(
+                                       vm["nprocs"].as<std::string>(), 1, kMaxWorldSize, "--nprocs"))
+                                 : default_nprocs();
+  SupervisorOptions& s = cl.supervisor;
+  s.output.prefix = !vm["no-prefix"].as<bool>();
+  s.output.timestamp = vm["timestamp"].as<bool>();
+  s.bind_cores = vm["bind-cores"].as<bool>();
+  if (vm.count("log-dir")) s.output.log_dir = vm["log-dir"].as<std::string>();
+  if (vm.count("log-dir") && s.output.log_dir.empty()) throw UsageError("--log-dir: empty path");
+  if (vm.count("show-ordinals")) {
+    try {
+      s.output.shown = parse_ordinal_set(vm["show-ordinals"].as<std::string>(), cl.nprocs);
+    } catch (const InvalidArgument& e) {
+      throw UsageError(fmt::format("{} (world size {})", e.what(), cl.nprocs));
+    }
+  }
+  if (vm.count("grace-period")) {
+    s.grace = parse_seconds(vm["grace-period"].as<std::string>(), "--grace-period");
+  }
+  if (vm.count("timeout")) s.timeout = parse_seconds(vm["timeout"].as<std::string>(), "--timeout");
+  if (vm.count("max-restarts")) {
+    s.max_restarts = static_cast<int>(
+        parse_flag_int(vm["max-restarts"].as<std::string>(), 0, kMaxRestarts, "--max-restarts"));
+  }
+}
+
+}  // namespace
+
+int default_nprocs() {
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return static_cast<int>(std::clamp<long>(cpus, 1, kMaxWorldSize));
+}
+
+CommandLine parse_command_line(int argc, const char* const* argv) {
+  const SplitArgs split = split_args(argc, argv);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(split.options).options(describe_options()).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what(), /*show_usage=*/true);
+  }
+  CommandLine cl;
+  if (vm.count("help")) {
+    cl.help = true;
+    return cl;
+  }
+  apply_values(vm, cl);
+  if (split.command.empty()) {
+    throw UsageError("no command given (xla-spawn [options] -- COMMAND)", /*show_usage=*/true);
+  }
+  cl.command = split.command;
+  return cl;
+}
+
+std::string usage_text() {
+  std::ostringstream text;
+  text << "usage: xla-spawn [options] -- COMMAND [ARGS...]\n"
+          "Runs N replicas of COMMAND, each with XLA_SPAWN_ORDINAL/RANK etc. in its\n"
+          "environment, prefixes their output with the ordinal, and stops them all when one\n"
+          "fails. Exit status: the first failure's code (128+signal if killed), 124 on\n"
+          "--timeout, 128+S when stopped by signal S, 2 usage, 127 command not found.\n\n"
+       << describe_options();
+  return text.str();
+}
+
+}  // namespace xs

@@ -1,0 +1,47 @@
+#pragma once
+// xla-spawn's command line: `xla-spawn [options] -- COMMAND [ARGS...]`, parsed with
+// Boost.Program_options and validated before anything is forked. Flag names follow
+// torchrun/mpirun (--nprocs/-n, also mpirun's -np). Without "--", the first argument that
+// is not an option or an option's value starts the command.
+//
+//   xs::CommandLine cl = xs::parse_command_line(argc, argv);   // throws xs::UsageError
+//   if (cl.help) std::cout << xs::usage_text();
+
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "launcher/supervisor.h"
+
+namespace xs {
+
+// The command line is malformed: xla-spawn prints the message (and, for a malformed
+// command line rather than a bad value, the usage) and exits 2.
+class UsageError : public InvalidArgument {
+ public:
+  explicit UsageError(const std::string& message, bool show_usage = false)
+      : InvalidArgument(message), show_usage_(show_usage) {}
+  bool show_usage() const { return show_usage_; }
+
+ private:
+  bool show_usage_;
+};
+
+struct CommandLine {
+  int nprocs = 1;
+  SupervisorOptions supervisor;
+  std::vector<std::string> command;  // COMMAND [ARGS...]; non-empty unless help
+  bool help = false;
+};
+
+// Parses and validates; argv[0] is the program name. Throws UsageError naming the flag, the
+// value and what was expected.
+CommandLine parse_command_line(int argc, const char* const* argv);
+
+// The --help text.
+std::string usage_text();
+
+// The default for --nprocs: the number of online CPUs.
+int default_nprocs();
+
+}  // namespace xs

@@ -1,0 +1,145 @@
+#include "launcher/output_mux.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <system_error>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "base/error.h"
+
+namespace xs {
+namespace {
+
+// 1 KiB per kept line: the summary shows the gist, the log file keeps everything.
+constexpr size_t kTailLineBytes = 1024;
+
+std::string timestamp_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm local{};
+  ::localtime_r(&seconds, &local);
+  return fmt::format("{:02}:{:02}:{:02}.{:03} ", local.tm_hour, local.tm_min, local.tm_sec,
+                     millis);
+}
+
+FILE* open_log(const std::string& dir, int ordinal) {
+  const std::string path = fmt::format("{}/ordinal-{}.log", dir, ordinal);
+  FILE* file = std::fopen(path.c_str(), "ae");  // e: O_CLOEXEC, replicas must not inherit it
+  if (file == nullptr) throw IoError(errno_message(fmt::format("open log file {}", path), errno));
+  return file;
+}
+
+}  // namespace
+
+void write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 1000);  // a non-blocking console: wait for room, bounded per try
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return;
+    }
+  }
+}
+
+OutputMux::OutputMux(const OutputOptions& options, int world_size)
+    : options_(options),
+      splitters_(2 * static_cast<size_t>(world_size)),
+      tails_(static_cast<size_t>(world_size)) {
+  XS_CHECK_ARG(options_.shown.empty() || options_.shown.size() == static_cast<size_t>(world_size),
+               "OutputOptions::shown has {} entries for world size {}", options_.shown.size(),
+               world_size);
+  if (options_.log_dir.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(options_.log_dir, ec);
+  if (ec) {
+    throw IoError(fmt::format("--log-dir {}: cannot create directory: {}", options_.log_dir,
+                              ec.message()));
+  }
+  for (int k = 0; k < world_size; ++k) {
+    try {
+      log_files_.push_back(open_log(options_.log_dir, k));
+    } catch (...) {
+      for (FILE* file : log_files_) std::fclose(file);
+      throw;
+    }
+  }
+}
+
+OutputMux::~OutputMux() {
+  for (FILE* file : log_files_) std::fclose(file);
+}
+
+void OutputMux::begin_attempt(int attempt) {
+  for (LineSplitter& splitter : splitters_) splitter = LineSplitter();
+  if (attempt == 0) return;
+  const std::string marker = fmt::format("--- xla-spawn: attempt {} ---\n", attempt);
+  for (FILE* file : log_files_) {
+    std::fputs(marker.c_str(), file);
+    std::fflush(file);
+  }
+}
+
+void OutputMux::on_bytes(int ordinal, ReplicaStream stream, std::string_view bytes) {
+  scratch_.clear();
+  splitters_[2 * static_cast<size_t>(ordinal) + static_cast<size_t>(stream)].feed(bytes, scratch_);
+  if (!scratch_.empty()) emit(ordinal, stream, scratch_);
+}
+
+void OutputMux::on_eof(int ordinal, ReplicaStream stream) {
+  scratch_.clear();
+  splitters_[2 * static_cast<size_t>(ordinal) + static_cast<size_t>(stream)].finish(scratch_);
+  if (!scratch_.empty()) emit(ordinal, stream, scratch_);
+}
+
+void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::string>& lines) {
+  const auto k = static_cast<size_t>(ordinal);
+  const std::string stamp = options_.timestamp ? timestamp_now() : std::string();
+  const std::string prefix = options_.prefix ? fmt::format("[{}] {}", ordinal, stamp) : stamp;
+  const bool shown = options_.shown.empty() || options_.shown[k];
+  std::string console;
+  std::string file_text;
+  for (const std::string& line : lines) {
+    if (shown) console.append(prefix).append(line).push_back('\n');
+    if (!log_files_.empty()) file_text.append(stamp).append(line).push_back('\n');
+    if (options_.on_line) options_.on_line(ordinal, stream, line);
+    tails_[k].push_back(line.substr(0, kTailLineBytes));
+    if (tails_[k].size() > options_.tail_lines) tails_[k].pop_front();
+  }
+  // One write per batch: whole lines only, so concurrent replicas never split a line.
+  if (!console.empty()) {
+    write_all(stream == ReplicaStream::kStdout ? options_.stdout_fd : options_.stderr_fd, console);
+  }
+  if (!file_text.empty()) {
+    std::fwrite(file_text.data(), 1, file_text.size(), log_files_[k]);
+    std::fflush(log_files_[k]);
+  }
+}
+
+const std::deque<std::string>& OutputMux::tail(int ordinal) const {
+  return tails_[static_cast<size_t>(ordinal)];
+}
+
+void OutputMux::message(std::string_view text) const {
+  std::string line = fmt::format("xla-spawn: {}", text);
+  if (line.empty() || line.back() != '\n') line.push_back('\n');
+  write_all(options_.stderr_fd, line);
+}
+
+void OutputMux::report(std::string_view text) const { write_all(options_.stderr_fd, text); }
+
+}  // namespace xs

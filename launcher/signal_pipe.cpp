@@ -1,0 +1,67 @@
+#include "launcher/signal_pipe.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "base/check.h"
+#include "base/error.h"
+
+namespace xs {
+namespace {
+
+// The handler's only state: the write end of the live SignalPipe (-1: none).
+std::atomic<int> g_write_fd{-1};
+
+extern "C" void on_signal(int signo) {
+  const int saved_errno = errno;
+  const int fd = g_write_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    const char byte = static_cast<char>(signo);
+    // Non-blocking: if 64 KiB of signals are already pending, dropping more loses nothing.
+    [[maybe_unused]] const ssize_t n = ::write(fd, &byte, 1);
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+SignalPipe::SignalPipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw IoError(errno_message("signal pipe", errno));
+  read_fd_ = fds[0];
+  write_fd_ = fds[1];
+  int expected = -1;
+  if (!g_write_fd.compare_exchange_strong(expected, write_fd_)) {
+    ::close(read_fd_);
+    ::close(write_fd_);
+    XS_CHECK(false, "a supervisor is already running in this process (signal pipe fd {})",
+             expected);
+  }
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+}
+
+SignalPipe::~SignalPipe() {
+  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  g_write_fd.store(-1);
+  ::close(read_fd_);
+  ::close(write_fd_);
+}
+
+std::vector<int> SignalPipe::drain() {
+  std::vector<int> signals;
+  char bytes[64];
+  ssize_t n;
+  while ((n = ::read(read_fd_, bytes, sizeof bytes)) > 0) {
+    for (ssize_t i = 0; i < n; ++i) signals.push_back(static_cast<unsigned char>(bytes[i]));
+  }
+  return signals;
+}
+
+}  // namespace xs

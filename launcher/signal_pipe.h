@@ -1,0 +1,37 @@
+#pragma once
+// Turns SIGINT, SIGTERM and SIGHUP into bytes on a pipe while it lives, so the supervisor's
+// poll() loop sees them like any other event (the self-pipe trick; async-signal-safe).
+//
+//   xs::SignalPipe signals;                  // handlers installed
+//   pollfd p{signals.read_fd(), POLLIN, 0};  ... for (int s : signals.drain()) forward(s);
+//                                            // previous handlers restored on destruction
+
+#include <csignal>
+#include <vector>
+
+namespace xs {
+
+class SignalPipe {
+ public:
+  // Installs the handlers; throws xs::InternalError if another SignalPipe is alive (one
+  // supervisor per process at a time), xs::IoError if the pipe cannot be made.
+  SignalPipe();
+  ~SignalPipe();
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+
+  int read_fd() const { return read_fd_; }
+  int write_fd() const { return write_fd_; }  // children close both ends
+
+  // The signals delivered since the last call, in order (empty if none).
+  std::vector<int> drain();
+
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+ private:
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+  struct sigaction previous_[3] = {};
+};
+
+}  // namespace xs

@@ -1,0 +1,49 @@
+#pragma once
+// The supervisor behind both xla-spawn and spawn(fn): forks N replicas, multiplexes their
+// output line-whole, and tears the job down fail-fast. The first replica to exit non-zero
+// or die by a signal is the root cause; the others get SIGTERM to their process group and
+// SIGKILL after the grace period. SIGINT/SIGTERM/SIGHUP received by the supervisor are
+// forwarded to every replica (SIGKILL after the grace period; a second signal kills at once).
+//
+//   xs::SupervisorOptions options;
+//   options.grace = std::chrono::seconds(3);
+//   xs::JobResult r = xs::supervise(8, [&](int) { execv(path, argv); _exit(127); }, options);
+//   return r.exit_code;
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "launcher/child_process.h"
+#include "launcher/exit_report.h"
+#include "launcher/job_resources.h"
+#include "launcher/output_mux.h"
+
+namespace xs {
+
+struct SupervisorOptions {
+  OutputOptions output;
+  std::chrono::milliseconds grace{3000};    // SIGTERM -> SIGKILL
+  std::chrono::milliseconds timeout{0};     // whole job, all attempts; 0: no limit
+  int max_restarts = 0;                     // restarts of the whole group after a failure
+  bool bind_cores = false;                  // pin ordinal k to the (k mod n)-th allowed CPU
+  JobResources* resources = nullptr;        // not owned; see job_resources.h
+};
+
+struct JobResult {
+  JobOutcome outcome = JobOutcome::kSucceeded;
+  int exit_code = 0;                  // what xla-spawn exits with (exit_report.h)
+  std::optional<int> failed_ordinal;  // the root cause of the last attempt, if one failed
+  int attempts = 0;                   // attempts run (1 + restarts used)
+  std::string job_id;
+  std::string summary;  // the last attempt's report; empty on success
+};
+
+// Runs `nprocs` replicas of `body` (see child_process.h) until all have exited, the job
+// fails, times out, or a signal stops it; restarts after a failure up to max_restarts
+// times. Writes the failure summary to the console too. Throws xs::InvalidArgument for a
+// bad nprocs or options, xs::IoError when fork/pipe/log files fail; in every case no replica
+// outlives the call and resources->release() has run.
+JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions& options);
+
+}  // namespace xs
