@@ -1,0 +1,87 @@
+#pragma once
+// A prefetching batch loader (PyTorch/XLA's ParallelLoader on the host side): a background
+// thread builds this ordinal's batches of an epoch, in order, into a bounded queue while the
+// training step runs. Errors in the worker are re-thrown by next(); destruction (or the next
+// start_epoch) stops and joins the worker, even mid-epoch.
+//
+//   auto loader = xs::make_image_loader(train, spec, xs::kFashionMnistNormalization);
+//   loader->start_epoch(epoch);              // or (epoch, first_batch) when resuming
+//   while (auto batch = loader->next()) step(*batch);
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "replica/fashion_mnist.h"
+#include "replica/host_batch.h"
+#include "replica/shard_sampler.h"
+
+namespace xs {
+
+struct LoaderOptions {
+  int prefetch_depth = 2;     // ready batches held at most (1..64)
+  int64_t timeout_ms = 120'000;  // next() gives up (xs::Timeout) when no batch comes this long
+};
+
+struct LoaderStats {
+  int64_t batches_delivered = 0;
+  int64_t consumer_waits = 0;    // next() found the queue empty: the input pipeline lagged
+  double consumer_wait_ms = 0.0;
+};
+
+class BatchLoader {
+ public:
+  using BatchFn = std::function<HostBatch(const BatchPlan&)>;
+
+  // `make_batch` runs on the worker thread; it must not touch the caller's unsynchronised state.
+  BatchLoader(ShardSampler sampler, BatchFn make_batch, LoaderOptions options = {});
+  ~BatchLoader();
+  BatchLoader(const BatchLoader&) = delete;
+  BatchLoader& operator=(const BatchLoader&) = delete;
+
+  // Stops any running epoch, then prefetches batches first_batch.. of `epoch`.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
+  // The next batch of the current epoch; nullopt after its last. Re-throws the worker's error
+  // (after the batches built before it); xs::Timeout after options.timeout_ms without a batch.
+  std::optional<HostBatch> next();
+  // Stops and joins the worker; batches not yet taken are discarded. Idempotent.
+  void stop();
+
+  int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+  const ShardSampler& sampler() const { return sampler_; }
+  LoaderStats stats() const;
+
+ private:
+  void run(int64_t epoch, int64_t first_batch);
+
+  const ShardSampler sampler_;
+  const BatchFn make_batch_;
+  const LoaderOptions options_;
+
+  mutable std::mutex mu_;
+  std::condition_variable not_empty_;  // consumer waits: a batch arrived or the worker ended
+  std::condition_variable not_full_;   // worker waits: a slot freed or stop requested
+  std::deque<HostBatch> queue_;        // guarded by mu_
+  bool stop_ = false;                  // guarded by mu_
+  bool worker_done_ = true;            // guarded by mu_
+  bool started_ = false;               // guarded by mu_
+  int64_t epoch_ = 0;                  // guarded by mu_
+  int64_t next_index_ = 0;             // guarded by mu_: index next() returns next
+  std::exception_ptr error_;           // guarded by mu_
+  LoaderStats stats_;                  // guarded by mu_
+  std::thread worker_;
+};
+
+// A loader over an image data set (shared, read-only, so the worker may read it).
+std::unique_ptr<BatchLoader> make_image_loader(std::shared_ptr<const ImageDataset> dataset,
+                                               const ShardSpec& spec, Normalization norm,
+                                               LoaderOptions options = {});
+
+}  // namespace xs

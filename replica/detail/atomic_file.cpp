@@ -1,0 +1,137 @@
+#include "replica/detail/atomic_file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace xs::detail {
+namespace {
+
+// 1 MiB: few syscalls for large tensors, little memory.
+constexpr size_t kBufferBytes = size_t{1} << 20;
+
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string temp_prefix(const std::string& base) { return fmt::format(".{}.tmp.", base); }
+
+}  // namespace
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
+    : path_(std::move(path)), what_(what) {
+  const auto [dir, base] = split_path(path_);
+  if (base.empty()) {
+    throw InvalidArgument(fmt::format("{} {}: the path names a directory, not a file", what_,
+                                      path_));
+  }
+  temp_path_ = fmt::format("{}/{}{}.XXXXXX", dir, temp_prefix(base), ::getpid());
+  fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);  // mode 0600
+  if (fd_ < 0) {
+    throw IoError(errno_message(
+        fmt::format("{} {}: create temporary {}", what_, path_, temp_path_), errno));
+  }
+  if (::fchmod(fd_, 0600) != 0) fail("fchmod 0600", errno);
+  buffer_.reserve(kBufferBytes);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::fail(std::string_view step, int errno_value) {
+  // The destructor removes the temporary; the target is untouched.
+  throw IoError(errno_message(
+      fmt::format("{} {}: {} (temporary {}, after {} bytes)", what_, path_, step, temp_path_,
+                  size_bytes()),
+      errno_value));
+}
+
+void AtomicFileWriter::flush() {
+  size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("write", errno);
+    done += static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
+  }
+  buffer_.clear();
+}
+
+void AtomicFileWriter::write(std::span<const uint8_t> bytes) {
+  if (committed_) throw InternalError(fmt::format("{} {}: write after commit", what_, path_));
+  while (!bytes.empty()) {
+    const size_t take = std::min(bytes.size(), kBufferBytes - buffer_.size());
+    buffer_.insert(buffer_.end(), bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(take));
+    bytes = bytes.subspan(take);
+    if (buffer_.size() == kBufferBytes) flush();
+  }
+}
+
+void AtomicFileWriter::write_zeros(size_t n_bytes) {
+  static const std::vector<uint8_t> kZeros(4096, 0);
+  while (n_bytes > 0) {
+    const size_t take = std::min(n_bytes, kZeros.size());
+    write(std::span<const uint8_t>(kZeros.data(), take));
+    n_bytes -= take;
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (committed_) throw InternalError(fmt::format("{} {}: committed twice", what_, path_));
+  flush();
+  if (::fsync(fd_) != 0) fail("fsync", errno);
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) fail("close", errno);
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) fail("rename over the target", errno);
+  committed_ = true;
+  // The rename is durable only once the directory entry is on disk.
+  const std::string dir = split_path(path_).first;
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    throw IoError(errno_message(fmt::format("{} {}: open directory {} to fsync", what_, path_, dir),
+                                errno));
+  }
+  const int rc = ::fsync(dir_fd);
+  const int fsync_errno = errno;
+  ::close(dir_fd);
+  if (rc != 0) {
+    throw IoError(errno_message(fmt::format("{} {}: fsync directory {}", what_, path_, dir),
+                                fsync_errno));
+  }
+}
+
+int remove_stale_temps(const std::string& path) {
+  const auto [dir, base] = split_path(path);
+  const std::string prefix = temp_prefix(base);
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string_view name = entry->d_name;
+    if (!name.starts_with(prefix)) continue;
+    // "<prefix><pid>.XXXXXX": a writer whose pid no longer exists left it behind.
+    const long pid = std::strtol(entry->d_name + prefix.size(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    if (::unlinkat(::dirfd(d), entry->d_name, 0) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
+}
+
+}  // namespace xs::detail

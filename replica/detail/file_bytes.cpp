@@ -1,0 +1,121 @@
+#include "replica/detail/file_bytes.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include "base/error.h"
+
+namespace xs::detail {
+namespace {
+
+// Closes a file descriptor on scope exit.
+struct FdCloser {
+  int fd;
+  ~FdCloser() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// gzip stores the uncompressed size mod 2^32 in its last 4 bytes (RFC 1952, ISIZE): a hint
+// for the first allocation only, never trusted as a bound.
+size_t initial_capacity(std::span<const uint8_t> compressed, size_t max_size_bytes) {
+  if (compressed.size() < 4) return 0;
+  const uint8_t* p = compressed.data() + compressed.size() - 4;
+  const size_t isize = size_t{p[0]} | size_t{p[1]} << 8 | size_t{p[2]} << 16 | size_t{p[3]} << 24;
+  return std::min(isize, max_size_bytes);
+}
+
+// Inflate's counters are 32-bit; feed at most this much per call.
+constexpr size_t kMaxZlibChunk = size_t{1} << 30;
+
+}  // namespace
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(errno_message(fmt::format("{} {}: open", what, path), errno));
+  FdCloser closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    throw IoError(errno_message(fmt::format("{} {}: fstat", what, path), errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    throw InvalidArgument(fmt::format("{} {}: not a regular file", what, path));
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw IoError(errno_message(fmt::format("{} {}: read", what, path), errno));
+    if (n == 0) {
+      throw IoError(fmt::format("{} {}: file shrank while reading: {} of {} bytes", what, path,
+                                done, bytes.size()));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return bytes;
+}
+
+bool is_gzip(std::span<const uint8_t> bytes) {
+  return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
+}
+
+std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_view source,
+                            size_t max_size_bytes) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {  // 16+: expect a gzip wrapper
+    throw InternalError(fmt::format("{}: inflateInit2 failed", source));
+  }
+  std::vector<uint8_t> out(initial_capacity(compressed, max_size_bytes));
+  size_t in_pos = 0;
+  size_t out_pos = 0;
+  int rc = Z_OK;
+  for (;;) {
+    if (out_pos == out.size()) {
+      if (out.size() >= max_size_bytes) {
+        inflateEnd(&zs);
+        throw InvalidArgument(fmt::format("{}: decompresses to more than {} bytes (limit)",
+                                          source, max_size_bytes));
+      }
+      out.resize(std::min(max_size_bytes, std::max<size_t>(out.size() * 2, 1 << 16)));
+    }
+    zs.next_in = const_cast<Bytef*>(compressed.data() + in_pos);
+    zs.avail_in = static_cast<uInt>(std::min(compressed.size() - in_pos, kMaxZlibChunk));
+    zs.next_out = out.data() + out_pos;
+    zs.avail_out = static_cast<uInt>(std::min(out.size() - out_pos, kMaxZlibChunk));
+    const uInt avail_in_before = zs.avail_in;
+    const uInt avail_out_before = zs.avail_out;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    in_pos += avail_in_before - zs.avail_in;
+    out_pos += avail_out_before - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      // Another gzip member may follow (`cat a.gz b.gz` is a valid gzip file).
+      if (in_pos == compressed.size()) break;
+      inflateReset(&zs);
+      continue;
+    }
+    if (rc == Z_OK) continue;
+    if (rc == Z_BUF_ERROR && zs.avail_out == 0) continue;  // output full: grow and go on
+    const std::string zmsg = zs.msg != nullptr ? zs.msg : "no detail";
+    inflateEnd(&zs);
+    if (rc == Z_BUF_ERROR) {
+      throw InvalidArgument(fmt::format(
+          "{}: gzip data ends early after {} compressed bytes ({} decompressed): truncated",
+          source, in_pos, out_pos));
+    }
+    throw InvalidArgument(fmt::format("{}: corrupt gzip data at compressed byte {}: {} (zlib {})",
+                                      source, in_pos, zmsg, rc));
+  }
+  inflateEnd(&zs);
+  out.resize(out_pos);
+  return out;
+}
+
+}  // namespace xs::detail

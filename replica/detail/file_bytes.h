@@ -1,0 +1,30 @@
+#pragma once
+// Whole-file reads and gzip decompression for the data and checkpoint readers. Both read a
+// file once into memory (the largest input, Fashion-MNIST's training images, is 26 MB
+// compressed, 47 MB raw), so parsing is a walk over a buffer with explicit bounds.
+//
+//   std::vector<uint8_t> raw = xs::detail::read_file_bytes(path, "idx file");
+//   if (xs::detail::is_gzip(raw)) raw = xs::detail::gunzip(raw, path, kMaxBytes);
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xs::detail {
+
+// The file's whole contents. Throws xs::IoError "<what> <path>: open: ..." on failure.
+std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what);
+
+// True when `bytes` starts with the gzip magic 1f 8b.
+bool is_gzip(std::span<const uint8_t> bytes);
+
+// Decompresses a gzip stream (one or more concatenated members). `source` names the input in
+// errors; output beyond `max_size_bytes` is rejected (a hostile file cannot exhaust memory).
+// Throws xs::InvalidArgument for corrupt, truncated or oversized data.
+std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_view source,
+                            size_t max_size_bytes);
+
+}  // namespace xs::detail
