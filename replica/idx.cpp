@@ -117,12 +117,16 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t m
   return array;
 }
 
-IdxArray read_idx(const std::string& path, size_t max_size_bytes) {
-  std::vector<uint8_t> bytes = detail::read_file_bytes(path, "idx file");
-  if (detail::is_gzip(bytes)) {
-    bytes = detail::gunzip(bytes, fmt::format("idx file {}", path), max_size_bytes);
+IdxArray decode_idx(std::vector<uint8_t> file_bytes, std::string_view source,
+                    size_t max_size_bytes) {
+  if (detail::is_gzip(file_bytes)) {
+    file_bytes = detail::gunzip(file_bytes, fmt::format("idx file {}", source), max_size_bytes);
   }
-  return parse_idx(std::move(bytes), path, max_size_bytes);
+  return parse_idx(std::move(file_bytes), source, max_size_bytes);
+}
+
+IdxArray read_idx(const std::string& path, size_t max_size_bytes) {
+  return decode_idx(detail::read_file_bytes(path, "idx file"), path, max_size_bytes);
 }
 
 }  // namespace xs

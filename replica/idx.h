@@ -45,6 +45,11 @@ struct IdxArray {
 IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source,
                    size_t max_size_bytes = kDefaultMaxIdxBytes);
 
+// Decompresses `file_bytes` if they are gzip (detected from the content) and parses them:
+// what read_idx does after reading the file, and what the fuzz target calls.
+IdxArray decode_idx(std::vector<uint8_t> file_bytes, std::string_view source,
+                    size_t max_size_bytes = kDefaultMaxIdxBytes);
+
 // Reads `path` (gzip or raw, detected from the content) and parses it. Throws xs::IoError when
 // the file cannot be read, xs::InvalidArgument when its contents are wrong.
 IdxArray read_idx(const std::string& path, size_t max_size_bytes = kDefaultMaxIdxBytes);

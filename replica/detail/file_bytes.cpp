@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -23,13 +24,17 @@ struct FdCloser {
   }
 };
 
+// deflate expands at most about 1032:1 (zlib's FAQ); no honest stream decompresses to more.
+constexpr size_t kMaxDeflateRatio = 1032;
+
 // gzip stores the uncompressed size mod 2^32 in its last 4 bytes (RFC 1952, ISIZE): a hint
-// for the first allocation only, never trusted as a bound.
+// for the first allocation only, never trusted as a bound. A truncated or hostile file's
+// "ISIZE" is arbitrary, so the hint is also capped by what the input could expand to.
 size_t initial_capacity(std::span<const uint8_t> compressed, size_t max_size_bytes) {
   if (compressed.size() < 4) return 0;
   const uint8_t* p = compressed.data() + compressed.size() - 4;
   const size_t isize = size_t{p[0]} | size_t{p[1]} << 8 | size_t{p[2]} << 16 | size_t{p[3]} << 24;
-  return std::min(isize, max_size_bytes);
+  return std::min({isize, max_size_bytes, compressed.size() * kMaxDeflateRatio});
 }
 
 // Inflate's counters are 32-bit; feed at most this much per call.
