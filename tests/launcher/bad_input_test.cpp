@@ -1,0 +1,116 @@
+// Bad input gets a clear message and a non-zero exit before anything is forked: usage
+// errors exit 2, a command that cannot be run exits 127 naming it.
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+
+namespace xs::testing {
+namespace {
+
+struct BadInput {
+  const char* name;
+  std::vector<std::string> options;  // before "-- helper"
+  int exit_code;
+  const char* message;  // must appear in stderr
+};
+
+class BadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(BadInputTest, RejectedWithMessageBeforeAnythingIsForked) {
+  const BadInput c = GetParam();
+  TempDir dir;
+  std::vector<std::string> args = c.options;
+  for (const std::string& a : {std::string("--"), helper_path(), std::string("--pid-dir"),
+                               dir.path()}) {
+    args.push_back(a);
+  }
+  const RunResult r = run_xla_spawn(args);
+  EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+  EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "a replica was started";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadInputTest,
+    ::testing::Values(
+        BadInput{"ZeroReplicas", {"-n", "0"}, 2, "--nprocs='0': out of range"},
+        BadInput{"NegativeReplicas", {"-n", "-3"}, 2, "--nprocs='-3': out of range"},
+        BadInput{"NegativeReplicasLongForm", {"--nprocs=-1"}, 2, "--nprocs='-1'"},
+        BadInput{"NonNumericReplicas", {"-n", "four"}, 2, "--nprocs='four': expected an integer"},
+        BadInput{"FractionalReplicas", {"-n", "1.5"}, 2, "--nprocs='1.5'"},
+        BadInput{"AbsurdReplicas", {"-n", "100000"}, 2, "[1, 1024]"},
+        BadInput{"EmptyReplicas", {"--nprocs="}, 2, "--nprocs"},
+        BadInput{"UnknownOption", {"--frobnicate"}, 2, "unrecognised option '--frobnicate'"},
+        BadInput{"UnknownOptionShowsUsage", {"--frobnicate"}, 2, "usage: xla-spawn"},
+        BadInput{"ShowOrdinalOutOfRange", {"-n", "2", "--show-ordinals", "0,5"}, 2,
+                 "--show-ordinals='5'"},
+        BadInput{"ShowOrdinalsGarbage", {"-n", "2", "--show-ordinals", "a-b"}, 2,
+                 "--show-ordinals='a'"},
+        BadInput{"NegativeGrace", {"--grace-period", "-1"}, 2, "--grace-period='-1'"},
+        BadInput{"NonNumericTimeout", {"--timeout", "soon"}, 2, "--timeout='soon'"},
+        BadInput{"NegativeRestarts", {"--max-restarts", "-1"}, 2, "--max-restarts='-1'"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(BadInputTest, NoCommandIsAUsageError) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"-n", "2"}, std::vector<std::string>{"-n", "2", "--"}}) {
+    const RunResult r = run_xla_spawn(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("no command given"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("usage: xla-spawn"), std::string::npos) << r.err;
+  }
+}
+
+TEST(BadInputTest, CommandNotFoundExits127NamingIt) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--", "no-such-command-xs"});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_EQ(r.err, "xla-spawn: command not found: no-such-command-xs\n");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(BadInputTest, MissingPathExits127NamingIt) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--", "/no/such/dir/prog"});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_NE(r.err.find("command not found: /no/such/dir/prog"), std::string::npos) << r.err;
+}
+
+TEST(BadInputTest, NonExecutableFileExits127NamingIt) {
+  TempDir dir;
+  const std::string script = dir / "script.sh";
+  std::ofstream(script) << "#!/bin/sh\necho hi\n";
+  ::chmod(script.c_str(), 0644);
+  const RunResult r = run_xla_spawn({"-n", "2", "--", script});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_NE(r.err.find("command is not executable: " + script), std::string::npos) << r.err;
+}
+
+TEST(BadInputTest, DirectoryExits127NamingIt) {
+  TempDir dir;
+  const RunResult r = run_xla_spawn({"-n", "2", "--", dir.path()});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_NE(r.err.find("command is a directory: " + dir.path()), std::string::npos) << r.err;
+}
+
+TEST(BadInputTest, HelpPrintsUsageAndExitsZero) {
+  const RunResult r = run_xla_spawn({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("usage: xla-spawn [options] -- COMMAND"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
+}
+
+TEST(BadInputTest, CommandWithoutDashDashAndMpirunStyleNp) {
+  const RunResult r = run_xla_spawn({"-np", "2", "/bin/echo", "--not-an-option"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[1] --not-an-option\n"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace xs::testing

@@ -1,0 +1,105 @@
+// Every replica gets the environment contract of replica/context.h: our names and torchrun's,
+// one job id shared by the job and unique to it, attempt 0, no inherited segment.
+
+#include <map>
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+
+namespace xs::testing {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+// "[k] ENV NAME=VALUE" lines -> per-ordinal maps.
+std::map<int, Env> parse_env(const std::string& out) {
+  std::map<int, Env> env;
+  for (const std::string& line : lines_with(out, "[")) {
+    const size_t close = line.find("] ENV ");
+    if (close == std::string::npos) continue;
+    const int ordinal = std::stoi(line.substr(1, close - 1));
+    const std::string assignment = line.substr(close + 6);
+    const size_t eq = assignment.find('=');
+    env[ordinal][assignment.substr(0, eq)] = assignment.substr(eq + 1);
+  }
+  return env;
+}
+
+class EnvTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(EnvTest, EachReplicaGetsItsOrdinalWorldSizeAndTheSharedJobId) {
+  const int n = GetParam();
+  const RunResult r =
+      run_xla_spawn({"-n", std::to_string(n), "--", helper_path(), "--do", "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::map<int, Env> env = parse_env(r.out);
+  ASSERT_EQ(env.size(), static_cast<size_t>(n)) << r.out;
+  std::set<std::string> job_ids;
+  for (const auto& [ordinal, vars] : env) {
+    const std::string k = std::to_string(ordinal);
+    const std::string w = std::to_string(n);
+    EXPECT_EQ(vars.at("XLA_SPAWN_ORDINAL"), k);
+    EXPECT_EQ(vars.at("XLA_SPAWN_LOCAL_ORDINAL"), k);
+    EXPECT_EQ(vars.at("XLA_SPAWN_WORLD_SIZE"), w);
+    EXPECT_EQ(vars.at("XLA_SPAWN_LOCAL_WORLD_SIZE"), w);
+    EXPECT_EQ(vars.at("RANK"), k);
+    EXPECT_EQ(vars.at("LOCAL_RANK"), k);
+    EXPECT_EQ(vars.at("WORLD_SIZE"), w);
+    EXPECT_EQ(vars.at("LOCAL_WORLD_SIZE"), w);
+    EXPECT_EQ(vars.at("XLA_SPAWN_ATTEMPT"), "0");
+    EXPECT_EQ(vars.at("XLA_SPAWN_SEGMENT"), "<unset>");
+    EXPECT_EQ(vars.at("XLA_SPAWN_JOB_ID").rfind("xs-", 0), 0u) << vars.at("XLA_SPAWN_JOB_ID");
+    job_ids.insert(vars.at("XLA_SPAWN_JOB_ID"));
+  }
+  EXPECT_EQ(job_ids.size(), 1u) << "one job id per job";
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Range(1, 9),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(EnvTest, JobIdDiffersBetweenJobs) {
+  const RunResult a = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "print-env"});
+  const RunResult b = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "print-env"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(parse_env(a.out).at(0).at("XLA_SPAWN_JOB_ID"),
+            parse_env(b.out).at(0).at("XLA_SPAWN_JOB_ID"));
+}
+
+TEST(EnvTest, OuterJobVariablesAreReplacedNotInherited) {
+  // xla-spawn started from inside another job (a replica running xla-spawn).
+  const RunResult r = run_xla_spawn({"-n", "2", "--", "/usr/bin/env", "XLA_SPAWN_ORDINAL=7",
+                                     "XLA_SPAWN_WORLD_SIZE=9", "XLA_SPAWN_SEGMENT=/outer",
+                                     xla_spawn_path(), "-n", "1", "--", helper_path(), "--do",
+                                     "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] [0] ENV XLA_SPAWN_WORLD_SIZE=1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] [0] ENV XLA_SPAWN_SEGMENT=<unset>"), std::string::npos) << r.out;
+}
+
+TEST(EnvTest, BindCoresPinsOrdinalToOneAllowedCpu) {
+  const RunResult r =
+      run_xla_spawn({"-n", "3", "--bind-cores", "--", helper_path(), "--do", "affinity"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const RunResult unpinned = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "affinity"});
+  // "[0] CPUS 0,1" -> the allowed list; ordinal k must get list[k % size] alone.
+  const std::string all = unpinned.out.substr(unpinned.out.find("CPUS ") + 5);
+  std::vector<std::string> cpus;
+  for (size_t start = 0; start < all.size();) {
+    const size_t end = all.find_first_of(",\n", start);
+    cpus.push_back(all.substr(start, end - start));
+    start = end + 1;
+    if (all[end] == '\n') break;
+  }
+  for (int k = 0; k < 3; ++k) {
+    const std::string expected =
+        "[" + std::to_string(k) + "] CPUS " + cpus[static_cast<size_t>(k) % cpus.size()];
+    EXPECT_EQ(lines_with(r.out, "[" + std::to_string(k) + "]").at(0), expected) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace xs::testing

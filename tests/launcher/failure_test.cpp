@@ -1,0 +1,144 @@
+// Fail fast: the first replica to fail is the root cause, the others are stopped within the
+// grace period (+0.5 s), the summary names the root cause, and its exit code or signal
+// becomes xla-spawn's exit status. Also --timeout and --max-restarts.
+
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+
+namespace xs::testing {
+namespace {
+
+constexpr int kWorld = 4;
+
+struct StopCase {
+  int failing_ordinal;
+  const char* others;  // the other replicas' action
+};
+
+class FailFastTest : public ::testing::TestWithParam<StopCase> {};
+
+// Measured from the failure (the helper's CLOCK_MONOTONIC stamp just before it exits) to the
+// moment xla-spawn has reaped everyone and exited.
+TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinGracePlusHalfSecond) {
+  const StopCase c = GetParam();
+  constexpr double kGraceSeconds = 1.0;
+  TempDir dir;
+  const std::string k = std::to_string(c.failing_ordinal);
+  Launch run({"-n", std::to_string(kWorld), "--grace-period", "1", "--", helper_path(),
+              "--pid-dir", dir.path(), "--wait-peers", "--do", c.others, "--for", k + "=exit:3"});
+  const int status = run.wait_or_fail(std::chrono::seconds(60));
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 3) << run.err();
+  const std::string fail_stamp = read_file(dir / ("fail." + k));
+  ASSERT_FALSE(fail_stamp.empty()) << run.err();
+  const auto failed_at = Clock::time_point(std::chrono::nanoseconds(std::stoll(fail_stamp)));
+  const double stop_seconds = std::chrono::duration<double>(run.exit_time() - failed_at).count();
+  EXPECT_LE(stop_seconds, kGraceSeconds + 0.5) << run.err();
+  for (pid_t pid : wait_for_pids(dir.path(), kWorld, std::chrono::seconds(1))) {
+    EXPECT_FALSE(process_alive(pid)) << "replica pid " << pid << " outlived xla-spawn";
+  }
+  const std::string err = run.err();
+  EXPECT_NE(err.find("failed after"), std::string::npos) << err;
+  EXPECT_NE(err.find(": ordinal " + k + " exited with code 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("stopped by xla-spawn (not failures)"), std::string::npos) << err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, FailFastTest,
+    ::testing::Values(StopCase{0, "sleep:30"}, StopCase{2, "sleep:30"},
+                      StopCase{3, "ignore-term:30"}, StopCase{1, "ignore-term:30"}),
+    [](const auto& info) {
+      return "Ordinal" + std::to_string(info.param.failing_ordinal) +
+             (std::strcmp(info.param.others, "sleep:30") == 0 ? "OthersObeySigterm"
+                                                              : "OthersIgnoreSigterm");
+    });
+
+TEST(FailFastTest, StoppedReplicasNeedingSigkillAreListedAsStopped) {
+  const RunResult r = run_xla_spawn({"-n", "3", "--grace-period", "0.5", "--", helper_path(),
+                                     "--do", "ignore-term:30", "--for", "1=exit:7"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("ordinal(s) 0, 2; SIGKILL needed for 0, 2"), std::string::npos) << r.err;
+}
+
+class ExitCodeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ExitCodeTest, RootCauseExitCodeBecomesTheExitStatus) {
+  const int code = GetParam();
+  const RunResult r = run_xla_spawn({"-n", "3", "--", helper_path(), "--do", "sleep:30", "--for",
+                                     "1=exit:" + std::to_string(code)});
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_NE(r.err.find("ordinal 1 exited with code " + std::to_string(code)), std::string::npos)
+      << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Codes, ExitCodeTest, ::testing::Values(1, 3, 42, 255));
+
+class SignalDeathTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SignalDeathTest, RootCauseSignalBecomes128PlusSignalAndIsNamed) {
+  const int signo = GetParam();
+  const RunResult r = run_xla_spawn({"-n", "3", "--", helper_path(), "--do", "sleep:30", "--for",
+                                     "2=signal:" + std::to_string(signo)});
+  EXPECT_EQ(r.exit_code, 128 + signo) << r.err;
+  const std::string name = std::string("SIG") + sigabbrev_np(signo);
+  EXPECT_NE(r.err.find("ordinal 2 killed by signal " + std::to_string(signo) + " (" + name),
+            std::string::npos)
+      << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, SignalDeathTest,
+                         ::testing::Values(SIGKILL, SIGSEGV, SIGABRT, SIGTERM),
+                         [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
+
+TEST(FailFastTest, AllSucceedingExitsZeroWithoutSummary) {
+  const RunResult r = run_xla_spawn({"-n", "4", "--", helper_path(), "--do", "exit:0"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(TimeoutTest, JobTimeoutStopsEveryoneAndExits124) {
+  TempDir dir;
+  Launch run({"-n", "3", "--timeout", "1", "--grace-period", "1", "--", helper_path(),
+              "--pid-dir", dir.path(), "--do", "sleep:60", "--for", "1=ignore-term:60"});
+  const int status = run.wait_or_fail(std::chrono::seconds(30));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 124) << run.err();
+  EXPECT_NE(run.err().find("timed out (--timeout 1 s)"), std::string::npos) << run.err();
+  for (pid_t pid : wait_for_pids(dir.path(), 3, std::chrono::seconds(1))) {
+    EXPECT_FALSE(process_alive(pid)) << pid;
+  }
+}
+
+TEST(RestartTest, ReplicaFailingOnAttemptZeroSucceedsAfterOneRestart) {
+  const RunResult r = run_xla_spawn({"-n", "3", "--max-restarts", "1", "--", helper_path(),
+                                     "--do", "exit:0", "--for", "1=fail-attempts:1:3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[1] attempt 0: fail"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] attempt 1: ok"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("restarting all 3 replica(s): attempt 1"), std::string::npos) << r.err;
+}
+
+TEST(RestartTest, WithoutRestartsTheFirstFailureIsFinal) {
+  const RunResult r = run_xla_spawn(
+      {"-n", "2", "--", helper_path(), "--do", "exit:0", "--for", "1=fail-attempts:1:3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+}
+
+TEST(RestartTest, GivesUpAfterMaxRestartsWithTheLastFailure) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--max-restarts", "2", "--", helper_path(),
+                                     "--do", "exit:0", "--for", "0=fail-attempts:9:4"});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_EQ(lines_with(r.out, "[0] attempt ").size(), 3u) << r.out;
+  EXPECT_NE(r.out.find("[0] attempt 2: fail"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace xs::testing

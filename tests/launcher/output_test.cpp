@@ -1,0 +1,110 @@
+// Output: line-whole under concurrent writers, the "[k] " prefix and its options, log files,
+// console filtering, and the partial last line.
+
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+
+namespace xs::testing {
+namespace {
+
+class InterleaveTest : public ::testing::TestWithParam<int> {};
+
+// Each helper writes COUNT lines "L <k> <seq> <pad> END" in chunks cut mid-line; every line on
+// the console must come out whole, tagged with its own ordinal, in order, none missing.
+TEST_P(InterleaveTest, LinesNeverInterleaveUnderConcurrentWriters) {
+  const int n = GetParam();
+  constexpr int kLines = 3000;
+  constexpr int kPad = 100;
+  const RunResult r =
+      run_xla_spawn({"-n", std::to_string(n), "--", helper_path(), "--do",
+                     "lines:" + std::to_string(kLines) + ":" + std::to_string(kPad)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::regex whole(R"(\[(\d+)\] L (\d+) (\d+) (x+) END)");
+  std::map<int, int> next_seq;
+  std::istringstream in(r.out);
+  std::string line;
+  int bad = 0;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (!std::regex_match(line, m, whole) || m[1] != m[2] || m[4].length() != kPad) {
+      if (++bad <= 5) ADD_FAILURE() << "broken line: '" << line.substr(0, 200) << "'";
+      continue;
+    }
+    const int ordinal = std::stoi(m[1]);
+    const int seq = std::stoi(m[3]);
+    EXPECT_EQ(seq, next_seq[ordinal]) << "ordinal " << ordinal << " out of order";
+    next_seq[ordinal] = seq + 1;
+  }
+  EXPECT_EQ(bad, 0);
+  ASSERT_EQ(next_seq.size(), static_cast<size_t>(n));
+  for (const auto& [ordinal, count] : next_seq) EXPECT_EQ(count, kLines) << "ordinal " << ordinal;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, InterleaveTest, ::testing::Values(2, 8),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+TEST(OutputTest, StderrLinesAreTaggedOnStderr) {
+  const RunResult r = run_xla_spawn(
+      {"-n", "2", "--", "/bin/sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[1] out-1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[1] err-1\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("err-"), std::string::npos) << r.out;
+}
+
+TEST(OutputTest, NoPrefixPrintsLinesBare) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--no-prefix", "--", "/bin/echo", "hello"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello\nhello\n");
+}
+
+TEST(OutputTest, TimestampPrecedesEachLine) {
+  const RunResult r = run_xla_spawn({"-n", "1", "--timestamp", "--", "/bin/echo", "hello"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(\[0\] \d\d:\d\d:\d\d\.\d\d\d hello\n)")))
+      << r.out;
+}
+
+TEST(OutputTest, PartialLastLineIsFlushedAtExit) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--", helper_path(), "--do", "partial"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] no newline at the end\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] no newline at the end\n"), std::string::npos) << r.out;
+}
+
+TEST(OutputTest, LogDirKeepsEveryOrdinalsLinesWhileShowOrdinalsFiltersTheConsole) {
+  TempDir dir;
+  const std::string logs = dir / "logs";  // does not exist yet: xla-spawn creates it
+  const RunResult r = run_xla_spawn({"-n", "4", "--log-dir", logs, "--show-ordinals", "0,2-3",
+                                     "--", "/bin/sh", "-c", "echo out $RANK; echo err $RANK >&2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] out 0\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[1]"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("[1]"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("[2] out 2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[3] out 3\n"), std::string::npos) << r.out;
+  for (int k = 0; k < 4; ++k) {
+    const std::string text = read_file(logs + "/ordinal-" + std::to_string(k) + ".log");
+    const std::string kk = std::to_string(k);
+    EXPECT_NE(text.find("out " + kk + "\n"), std::string::npos) << text;
+    EXPECT_NE(text.find("err " + kk + "\n"), std::string::npos) << text;
+    EXPECT_EQ(text.find('['), std::string::npos) << "log files carry no prefix: " << text;
+  }
+}
+
+TEST(OutputTest, FailureSummaryShowsHiddenRootCauseLines) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--show-ordinals", "0", "--", "/bin/sh", "-c",
+                                     "if [ $RANK = 1 ]; then echo last words; exit 5; fi"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  EXPECT_EQ(r.out.find("last words"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[1] last words"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace xs::testing

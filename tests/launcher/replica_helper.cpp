@@ -1,0 +1,223 @@
+// A replica for the launcher tests, started by xla-spawn. Behaviour is chosen by arguments,
+// per ordinal when needed:
+//
+//   replica_helper [--pid-dir DIR] [--wait-peers] --do ACTION [--for K=ACTION ...]
+//
+// --pid-dir DIR   write DIR/pid.<ordinal> (atomically) at start, and DIR/fail.<ordinal>
+//                 (CLOCK_MONOTONIC ns) just before a failing action
+// --wait-peers    after writing the pid file, wait (at most 20 s) for all peers' pid files
+// ACTION          print-env | exit:C | signal:S | sleep:SECONDS | ignore-term:SECONDS |
+//                 ignore-all:SECONDS | catch:SECONDS | lines:COUNT:PAD | fail-attempts:N:C |
+//                 affinity | partial
+// Every sleep is bounded by its SECONDS; a helper never outlives that.
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+int g_ordinal = 0;
+
+int env_number(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::atoi(value) : fallback;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find(sep, start);
+    parts.push_back(text.substr(start, end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  FILE* file = std::fopen(tmp.c_str(), "w");
+  if (file == nullptr) std::_Exit(90);
+  std::fputs(text.c_str(), file);
+  std::fclose(file);
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+long long monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
+void sleep_bounded(double seconds) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+extern "C" void on_caught(int signo) {
+  char line[96];
+  const int n = std::snprintf(line, sizeof line, "ordinal %d caught SIG%s\n", g_ordinal,
+                              sigabbrev_np(signo));
+  [[maybe_unused]] ssize_t w = ::write(1, line, static_cast<size_t>(n));
+  ::_exit(0);
+}
+
+void print_env() {
+  for (const char* name :
+       {"XLA_SPAWN_ORDINAL", "XLA_SPAWN_LOCAL_ORDINAL", "XLA_SPAWN_WORLD_SIZE",
+        "XLA_SPAWN_LOCAL_WORLD_SIZE", "XLA_SPAWN_JOB_ID", "XLA_SPAWN_ATTEMPT", "XLA_SPAWN_SEGMENT",
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}) {
+    const char* value = std::getenv(name);
+    std::printf("ENV %s=%s\n", name, value != nullptr ? value : "<unset>");
+  }
+}
+
+// COUNT lines "L <ordinal> <seq> <pad x's> END", written with raw write(2) calls cut at
+// varying points, so the launcher must reassemble lines from arbitrary chunks.
+void print_lines(int count, int pad) {
+  std::string all;
+  for (int seq = 0; seq < count; ++seq) {
+    all += "L " + std::to_string(g_ordinal) + " " + std::to_string(seq) + " " +
+           std::string(static_cast<size_t>(pad), 'x') + " END\n";
+  }
+  size_t offset = 0;
+  size_t cut = 7 + static_cast<size_t>(g_ordinal) * 13;
+  while (offset < all.size()) {
+    const size_t n = std::min(cut, all.size() - offset);
+    const ssize_t w = ::write(1, all.data() + offset, n);
+    if (w <= 0) std::_Exit(91);
+    offset += static_cast<size_t>(w);
+    cut = cut * 7 % 4093 + 1;  // 1..4093 bytes: sometimes mid-line, sometimes many lines
+  }
+}
+
+void print_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  sched_getaffinity(0, sizeof set, &set);
+  std::string cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    if (!cpus.empty()) cpus.push_back(',');
+    cpus.append(std::to_string(cpu));
+  }
+  std::printf("CPUS %s\n", cpus.c_str());
+}
+
+void mark_failure(const std::string& pid_dir) {
+  if (pid_dir.empty()) return;
+  write_file_atomically(pid_dir + "/fail." + std::to_string(g_ordinal),
+                        std::to_string(monotonic_ns()));
+}
+
+int run_action(const std::string& action, const std::string& pid_dir) {
+  const std::vector<std::string> a = split(action, ':');
+  const auto arg = [&](size_t i) { return i < a.size() ? std::atof(a[i].c_str()) : 30.0; };
+  if (a[0] == "print-env") {
+    print_env();
+  } else if (a[0] == "exit") {
+    if (arg(1) != 0) mark_failure(pid_dir);
+    std::fflush(nullptr);
+    return static_cast<int>(arg(1));
+  } else if (a[0] == "signal") {
+    mark_failure(pid_dir);
+    std::fflush(nullptr);
+    const rlimit no_core{0, 0};  // a core dump per test run would be slow and pointless
+    setrlimit(RLIMIT_CORE, &no_core);
+    std::signal(static_cast<int>(arg(1)), SIG_DFL);
+    std::raise(static_cast<int>(arg(1)));
+  } else if (a[0] == "sleep") {
+    sleep_bounded(arg(1));
+  } else if (a[0] == "ignore-term" || a[0] == "ignore-all" || a[0] == "catch") {
+    sleep_bounded(arg(1));  // dispositions were set before the pid file was written
+  } else if (a[0] == "lines") {
+    print_lines(static_cast<int>(arg(1)), static_cast<int>(arg(2)));
+  } else if (a[0] == "fail-attempts") {
+    const bool fail = env_number("XLA_SPAWN_ATTEMPT", 0) < static_cast<int>(arg(1));
+    std::printf("attempt %d: %s\n", env_number("XLA_SPAWN_ATTEMPT", 0), fail ? "fail" : "ok");
+    return fail ? static_cast<int>(arg(2)) : 0;
+  } else if (a[0] == "affinity") {
+    print_affinity();
+  } else if (a[0] == "partial") {
+    std::printf("no newline at the end");
+  } else {
+    std::fprintf(stderr, "replica_helper: unknown action '%s'\n", action.c_str());
+    return 64;
+  }
+  return 0;
+}
+
+// Before the pid file exists, so a test that signals after seeing it never races the setup.
+void set_dispositions(const std::string& action) {
+  if (action.rfind("ignore-term", 0) == 0 || action.rfind("ignore-all", 0) == 0) {
+    std::signal(SIGTERM, SIG_IGN);
+  }
+  if (action.rfind("ignore-all", 0) == 0) {
+    std::signal(SIGINT, SIG_IGN);
+    std::signal(SIGHUP, SIG_IGN);
+  }
+  if (action.rfind("catch", 0) == 0) {
+    for (int signo : {SIGINT, SIGTERM, SIGHUP}) std::signal(signo, on_caught);
+  }
+}
+
+void wait_for_peers(const std::string& pid_dir, int world_size) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int k = 0; k < world_size; ++k) {
+    while (!std::filesystem::exists(pid_dir + "/pid." + std::to_string(k))) {
+      if (std::chrono::steady_clock::now() > deadline) std::_Exit(92);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_ordinal = env_number("XLA_SPAWN_ORDINAL", 0);
+  std::string pid_dir;
+  bool wait_peers = false;
+  std::string action = "exit:0";
+  std::map<int, std::string> per_ordinal;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--wait-peers") {
+      wait_peers = true;
+    } else if (i + 1 < argc && flag == "--pid-dir") {
+      pid_dir = argv[++i];
+    } else if (i + 1 < argc && flag == "--do") {
+      action = argv[++i];
+    } else if (i + 1 < argc && flag == "--for") {
+      const std::string spec = argv[++i];
+      const size_t eq = spec.find('=');
+      per_ordinal[std::atoi(spec.substr(0, eq).c_str())] = spec.substr(eq + 1);
+    } else {
+      std::fprintf(stderr, "replica_helper: bad argument '%s'\n", flag.c_str());
+      return 64;
+    }
+  }
+  if (per_ordinal.count(g_ordinal)) action = per_ordinal[g_ordinal];
+  set_dispositions(action);
+  if (!pid_dir.empty()) {
+    write_file_atomically(pid_dir + "/pid." + std::to_string(g_ordinal),
+                          std::to_string(::getpid()));
+  }
+  if (wait_peers) wait_for_peers(pid_dir, env_number("XLA_SPAWN_WORLD_SIZE", 1));
+  return run_action(action, pid_dir);
+}

@@ -1,0 +1,95 @@
+// Signals: SIGINT/SIGTERM/SIGHUP to xla-spawn reach every replica; a second SIGINT kills at
+// once; and SIGKILL of xla-spawn itself leaves no replica behind (parent-death signal).
+
+#include <sys/wait.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+
+namespace xs::testing {
+namespace {
+
+class ForwardTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ForwardTest, SignalToXlaSpawnIsForwardedToEveryReplica) {
+  const int signo = GetParam();
+  const std::string name = std::string("SIG") + sigabbrev_np(signo);
+  TempDir dir;
+  Launch run({"-n", "3", "--", helper_path(), "--pid-dir", dir.path(), "--do", "catch:30"});
+  ASSERT_EQ(wait_for_pids(dir.path(), 3, std::chrono::seconds(20)).size(), 3u);
+  ASSERT_EQ(::kill(run.pid(), signo), 0);
+  const int status = run.wait_or_fail(std::chrono::seconds(20));
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + signo) << run.err();
+  for (int k = 0; k < 3; ++k) {
+    const std::string line = "[" + std::to_string(k) + "] ordinal " + std::to_string(k) +
+                             " caught " + name + "\n";
+    EXPECT_NE(run.out().find(line), std::string::npos) << run.out();
+  }
+  EXPECT_NE(run.err().find("interrupted by " + name), std::string::npos) << run.err();
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, ForwardTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
+                         [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
+
+TEST(ForwardTest, SecondSigintKillsReplicasThatIgnoreTheFirst) {
+  TempDir dir;
+  // A 60 s grace period: only the second SIGINT can explain a quick end.
+  Launch run({"-n", "2", "--grace-period", "60", "--", helper_path(), "--pid-dir", dir.path(),
+              "--do", "ignore-all:30"});
+  const std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, std::chrono::seconds(20));
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  ASSERT_TRUE(wait_until([&] { return run.err().find("received SIGINT;") != std::string::npos; },
+                         std::chrono::seconds(10)))
+      << run.err();
+  for (pid_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "ignored SIGINT, must still run";
+  const auto second_at = Clock::now();
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  const int status = run.wait_or_fail(std::chrono::seconds(20));
+  EXPECT_LT(std::chrono::duration<double>(run.exit_time() - second_at).count(), 5.0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << run.err();
+  EXPECT_NE(run.err().find("received SIGINT again; killing"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("SIGKILL needed for 0-1"), std::string::npos) << run.err();
+}
+
+class OrphanTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OrphanTest, SigkillOfXlaSpawnLeavesNoReplicaAliveAfterOneSecond) {
+  constexpr int kWorld = 4;
+  TempDir dir;
+  Launch run({"-n", std::to_string(kWorld), "--", helper_path(), "--pid-dir", dir.path(), "--do",
+              GetParam()});
+  const std::vector<pid_t> pids = wait_for_pids(dir.path(), kWorld, std::chrono::seconds(20));
+  ASSERT_EQ(pids.size(), static_cast<size_t>(kWorld));
+  for (pid_t pid : pids) ASSERT_TRUE(process_alive(pid)) << pid;
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  const std::optional<int> status = run.wait_for(std::chrono::seconds(10));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFSIGNALED(*status));
+  const bool all_gone = wait_until(
+      [&] {
+        for (pid_t pid : pids) {
+          if (process_alive(pid)) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(1));
+  EXPECT_TRUE(all_gone) << "replicas still alive 1 s after xla-spawn was SIGKILLed";
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, OrphanTest,
+                         ::testing::Values("sleep:30", "ignore-all:30"),
+                         [](const auto& info) {
+                           return std::strcmp(info.param, "sleep:30") == 0 ? "Sleeping"
+                                                                            : "IgnoringSignals";
+                         });
+
+}  // namespace
+}  // namespace xs::testing
