@@ -27,11 +27,14 @@ namespace xs::fuzz {
 // bomb cannot make an iteration slow.
 inline constexpr size_t kFuzzMaxBytes = size_t{16} << 20;
 
-[[noreturn]] inline void invariant_failed(const char* what) { throw std::logic_error(what); }
+[[noreturn]] inline void invariant_failed(const char* what) {
+  throw std::logic_error(what);
+}
 
 inline void idx_one_input(const uint8_t* data, size_t size) {
   try {
-    const IdxArray array = decode_idx(std::vector<uint8_t>(data, data + size), "fuzz", kFuzzMaxBytes);
+    const IdxArray array =
+        decode_idx(std::vector<uint8_t>(data, data + size), "fuzz", kFuzzMaxBytes);
     if (array.data().size() != array.n_elems() * idx_type_size(array.type)) {
       invariant_failed("idx: accepted array whose data size disagrees with its dims");
     }

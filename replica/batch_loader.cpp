@@ -18,7 +18,9 @@ BatchLoader::BatchLoader(ShardSampler sampler, BatchFn make_batch, LoaderOptions
   XS_CHECK_ARG(static_cast<bool>(make_batch_), "loader: no batch function given");
 }
 
-BatchLoader::~BatchLoader() { stop(); }
+BatchLoader::~BatchLoader() {
+  stop();
+}
 
 void BatchLoader::stop() {
   {
@@ -86,15 +88,13 @@ std::optional<HostBatch> BatchLoader::next() {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + std::chrono::milliseconds(options_.timeout_ms);
     ++stats_.consumer_waits;
-    const bool ready = not_empty_.wait_until(lock, deadline, [&] {
-      return !queue_.empty() || worker_done_;
-    });
+    const bool ready =
+        not_empty_.wait_until(lock, deadline, [&] { return !queue_.empty() || worker_done_; });
     stats_.consumer_wait_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!ready) {
       throw Timeout(fmt::format("loader: no batch {} of epoch {} after {} ms (prefetch depth {})",
-                                next_index_, epoch_, options_.timeout_ms,
-                                options_.prefetch_depth));
+                                next_index_, epoch_, options_.timeout_ms, options_.prefetch_depth));
     }
   }
   if (!queue_.empty()) {

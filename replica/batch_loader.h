@@ -26,13 +26,13 @@
 namespace xs {
 
 struct LoaderOptions {
-  int prefetch_depth = 2;     // ready batches held at most (1..64)
+  int prefetch_depth = 2;        // ready batches held at most (1..64)
   int64_t timeout_ms = 120'000;  // next() gives up (xs::Timeout) when no batch comes this long
 };
 
 struct LoaderStats {
   int64_t batches_delivered = 0;
-  int64_t consumer_waits = 0;    // next() found the queue empty: the input pipeline lagged
+  int64_t consumer_waits = 0;  // next() found the queue empty: the input pipeline lagged
   double consumer_wait_ms = 0.0;
 };
 

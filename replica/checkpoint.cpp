@@ -21,7 +21,9 @@ namespace {
 
 namespace ck = detail::ckpt;
 
-void put_u8(std::vector<uint8_t>& out, uint8_t v) { out.push_back(v); }
+void put_u8(std::vector<uint8_t>& out, uint8_t v) {
+  out.push_back(v);
+}
 void put_u32(std::vector<uint8_t>& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
@@ -36,7 +38,9 @@ void set_u64(std::vector<uint8_t>& out, size_t at, uint64_t v) {
   for (int i = 0; i < 8; ++i) out[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
 }
 
-uint64_t align_up(uint64_t n) { return (n + ck::kDataAlignment - 1) / ck::kDataAlignment * ck::kDataAlignment; }
+uint64_t align_up(uint64_t n) {
+  return (n + ck::kDataAlignment - 1) / ck::kDataAlignment * ck::kDataAlignment;
+}
 
 // Rejects what a reader would reject, before anything is written.
 void validate_for_save(std::span<const TensorRef> tensors, const CheckpointMetadata& metadata) {
@@ -177,7 +181,8 @@ const std::string& Checkpoint::meta_string(std::string_view key) const {
   const auto it = metadata.find(key);
   if (it == metadata.end() || !std::holds_alternative<std::string>(it->second)) {
     throw InvalidArgument(fmt::format("checkpoint {}: metadata '{}' is {}, expected a string",
-                                      source, key, it == metadata.end() ? "missing" : "an integer"));
+                                      source, key,
+                                      it == metadata.end() ? "missing" : "an integer"));
   }
   return std::get<std::string>(it->second);
 }
@@ -187,7 +192,8 @@ std::vector<uint8_t> serialize_checkpoint(std::span<const TensorRef> tensors,
   const Layout layout = plan_layout(tensors, metadata);
   std::vector<uint8_t> image;
   image.reserve(layout.file_size);
-  emit(tensors, layout, [&](std::span<const uint8_t> b) { image.insert(image.end(), b.begin(), b.end()); });
+  emit(tensors, layout,
+       [&](std::span<const uint8_t> b) { image.insert(image.end(), b.begin(), b.end()); });
   XS_CHECK_EQ(image.size(), layout.file_size, "serialize_checkpoint: file size");
   return image;
 }

@@ -46,7 +46,7 @@ using MetaValue = std::variant<int64_t, std::string>;
 using CheckpointMetadata = std::map<std::string, MetaValue, std::less<>>;
 
 struct Checkpoint {
-  std::string source;  // the path it came from, for error messages
+  std::string source;               // the path it came from, for error messages
   std::vector<HostTensor> tensors;  // in the order they were saved
   CheckpointMetadata metadata;
 

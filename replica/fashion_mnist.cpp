@@ -42,26 +42,28 @@ std::vector<uint8_t> take_data(IdxArray& array) {
 
 std::string_view split_name(Split split) {
   switch (split) {
-    case Split::kTrain: return "train";
-    case Split::kTest: return "test";
+    case Split::kTrain:
+      return "train";
+    case Split::kTest:
+      return "test";
   }
   return "?";
 }
 
-ImageDataset load_idx_image_dataset(const std::string& images_path,
-                                    const std::string& labels_path, int rows, int cols,
-                                    int n_classes) {
+ImageDataset load_idx_image_dataset(const std::string& images_path, const std::string& labels_path,
+                                    int rows, int cols, int n_classes) {
   IdxArray images = read_idx(images_path);
   expect_u8_rank(images, images_path, 3, fmt::format("count x {} x {}", rows, cols));
-  if (images.dims[1] != static_cast<uint64_t>(rows) || images.dims[2] != static_cast<uint64_t>(cols)) {
+  if (images.dims[1] != static_cast<uint64_t>(rows) ||
+      images.dims[2] != static_cast<uint64_t>(cols)) {
     throw InvalidArgument(fmt::format("idx file {}: images are {}x{}, expected {}x{}", images_path,
                                       images.dims[1], images.dims[2], rows, cols));
   }
   IdxArray labels = read_idx(labels_path);
   expect_u8_rank(labels, labels_path, 1, "count");
   if (labels.dims[0] != images.dims[0]) {
-    throw InvalidArgument(fmt::format("idx file {} has {} labels but {} has {} images",
-                                      labels_path, labels.dims[0], images_path, images.dims[0]));
+    throw InvalidArgument(fmt::format("idx file {} has {} labels but {} has {} images", labels_path,
+                                      labels.dims[0], images_path, images.dims[0]));
   }
   check_labels(labels.data(), n_classes, labels_path);
 
@@ -85,12 +87,13 @@ ImageDataset load_fashion_mnist(std::string_view dir, Split split) {
   try {
     // 28x28 pixels, 10 classes: the data set's definition (its README).
     return load_idx_image_dataset(fmt::format("{}/{}-images-idx3-ubyte.gz", base, prefix),
-                                  fmt::format("{}/{}-labels-idx1-ubyte.gz", base, prefix), 28,
-                                  28, 10);
+                                  fmt::format("{}/{}-labels-idx1-ubyte.gz", base, prefix), 28, 28,
+                                  10);
   } catch (const IoError& e) {
-    throw IoError(fmt::format("{} (Fashion-MNIST {} split; install the Debian package "
-                              "dataset-fashion-mnist or set {} to the directory holding it)",
-                              e.what(), split_name(split), kDataDirEnv));
+    throw IoError(
+        fmt::format("{} (Fashion-MNIST {} split; install the Debian package "
+                    "dataset-fashion-mnist or set {} to the directory holding it)",
+                    e.what(), split_name(split), kDataDirEnv));
   }
 }
 

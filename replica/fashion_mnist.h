@@ -3,7 +3,8 @@
 // read from the IDX files the Debian package `dataset-fashion-mnist` installs. The directory
 // is the argument if non-empty, else $XLA_SPAWN_DATA_DIR, else /usr/share/datasets/fashion-mnist.
 //
-//   auto train = std::make_shared<const xs::ImageDataset>(xs::load_fashion_mnist("", xs::Split::kTrain));
+//   auto train = std::make_shared<const xs::ImageDataset>(xs::load_fashion_mnist("",
+//   xs::Split::kTrain));
 //   // train->n_samples == 60000, train->pixels(i) is 784 bytes, train->labels[i] in 0..9
 
 #include <cstdint>
@@ -39,9 +40,8 @@ struct ImageDataset {
 // Builds a data set from an images IDX array file and a labels IDX file, checking that the
 // images are u8 [n, rows, cols], the labels u8 [n] with every value < n_classes, and that
 // the counts agree. Errors name the file and the field.
-ImageDataset load_idx_image_dataset(const std::string& images_path,
-                                    const std::string& labels_path, int rows, int cols,
-                                    int n_classes);
+ImageDataset load_idx_image_dataset(const std::string& images_path, const std::string& labels_path,
+                                    int rows, int cols, int n_classes);
 
 // The directory load_fashion_mnist reads when given "": $XLA_SPAWN_DATA_DIR or the default.
 std::string fashion_mnist_dir();

@@ -8,8 +8,7 @@
 
 namespace xs {
 
-HostBatch make_image_batch(const ImageDataset& dataset, const BatchPlan& plan,
-                           Normalization norm) {
+HostBatch make_image_batch(const ImageDataset& dataset, const BatchPlan& plan, Normalization norm) {
   XS_CHECK_ARG(norm.stddev > 0.0f, "normalisation stddev {} must be positive", norm.stddev);
   const auto batch_size = static_cast<int64_t>(plan.indices.size());
   const int64_t elems = dataset.sample_elems();

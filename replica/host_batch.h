@@ -26,9 +26,9 @@ inline constexpr Normalization kFashionMnistNormalization{0.2860f, 0.3530f};
 
 struct HostBatch {
   int64_t epoch = 0;
-  int64_t index = 0;       // step number within the epoch, the same on every ordinal
-  int64_t batch_size = 0;  // slots, padding included
-  int64_t n_valid = 0;     // slots [0, n_valid) are real samples
+  int64_t index = 0;                    // step number within the epoch, the same on every ordinal
+  int64_t batch_size = 0;               // slots, padding included
+  int64_t n_valid = 0;                  // slots [0, n_valid) are real samples
   std::vector<int64_t> image_shape;     // {batch_size, 1, rows, cols}
   std::vector<float> images;            // row-major image_shape
   std::vector<int64_t> labels;          // [batch_size]

@@ -39,24 +39,36 @@ uint64_t data_size_or_max(const std::vector<uint64_t>& dims, size_t elem_size, u
 
 std::string_view idx_type_name(IdxType type) {
   switch (type) {
-    case IdxType::kU8: return "u8";
-    case IdxType::kI8: return "i8";
-    case IdxType::kI16: return "i16";
-    case IdxType::kI32: return "i32";
-    case IdxType::kF32: return "f32";
-    case IdxType::kF64: return "f64";
+    case IdxType::kU8:
+      return "u8";
+    case IdxType::kI8:
+      return "i8";
+    case IdxType::kI16:
+      return "i16";
+    case IdxType::kI32:
+      return "i32";
+    case IdxType::kF32:
+      return "f32";
+    case IdxType::kF64:
+      return "f64";
   }
   return "?";
 }
 
 size_t idx_type_size(IdxType type) {
   switch (type) {
-    case IdxType::kU8: return 1;
-    case IdxType::kI8: return 1;
-    case IdxType::kI16: return 2;
-    case IdxType::kI32: return 4;
-    case IdxType::kF32: return 4;
-    case IdxType::kF64: return 8;
+    case IdxType::kU8:
+      return 1;
+    case IdxType::kI8:
+      return 1;
+    case IdxType::kI16:
+      return 2;
+    case IdxType::kI32:
+      return 4;
+    case IdxType::kF32:
+      return 4;
+    case IdxType::kF64:
+      return 8;
   }
   return 0;
 }
@@ -67,23 +79,27 @@ uint64_t IdxArray::n_elems() const {
   return n;
 }
 
-std::string IdxArray::shape_string() const { return fmt::format("{}", fmt::join(dims, "x")); }
+std::string IdxArray::shape_string() const {
+  return fmt::format("{}", fmt::join(dims, "x"));
+}
 
 IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t max_size_bytes) {
   const size_t size = bytes.size();
   if (size < 4) {
-    throw InvalidArgument(fmt::format(
-        "idx file {}: {} bytes, too short for the 4-byte IDX magic", source, size));
+    throw InvalidArgument(
+        fmt::format("idx file {}: {} bytes, too short for the 4-byte IDX magic", source, size));
   }
   if (bytes[0] != 0 || bytes[1] != 0) {
     throw InvalidArgument(fmt::format(
         "idx file {}: bad magic {:02x} {:02x} {:02x} {:02x}: an IDX file starts with 00 00 "
-        "<type> <rank>", source, bytes[0], bytes[1], bytes[2], bytes[3]));
+        "<type> <rank>",
+        source, bytes[0], bytes[1], bytes[2], bytes[3]));
   }
   if (!known_type(bytes[2])) {
     throw InvalidArgument(fmt::format(
         "idx file {}: unknown element type byte 0x{:02x} in the magic (expected 08 u8, 09 i8, "
-        "0b i16, 0c i32, 0d f32 or 0e f64)", source, bytes[2]));
+        "0b i16, 0c i32, 0d f32 or 0e f64)",
+        source, bytes[2]));
   }
   const int rank = bytes[3];
   if (rank < 1 || rank > kMaxIdxRank) {
@@ -95,22 +111,23 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t m
   array.data_offset = 4 + 4 * static_cast<size_t>(rank);
   if (size < array.data_offset) {
     throw InvalidArgument(fmt::format(
-        "idx file {}: {} bytes, too short for the header of rank {} ({} bytes): truncated",
-        source, size, rank, array.data_offset));
+        "idx file {}: {} bytes, too short for the header of rank {} ({} bytes): truncated", source,
+        size, rank, array.data_offset));
   }
   for (int i = 0; i < rank; ++i) array.dims.push_back(read_be32(&bytes[4 + 4 * i]));
   const size_t elem_size = idx_type_size(array.type);
   const uint64_t need = data_size_or_max(array.dims, elem_size, max_size_bytes);
   const size_t have = size - array.data_offset;
   if (need == UINT64_MAX) {
-    throw InvalidArgument(fmt::format("idx file {}: dims {} of {} exceed the {}-byte limit",
-                                      source, fmt::join(array.dims, "x"),
-                                      idx_type_name(array.type), max_size_bytes));
+    throw InvalidArgument(fmt::format("idx file {}: dims {} of {} exceed the {}-byte limit", source,
+                                      fmt::join(array.dims, "x"), idx_type_name(array.type),
+                                      max_size_bytes));
   }
   if (need != have) {
     throw InvalidArgument(fmt::format(
         "idx file {}: dims {} of {} need {} data bytes but the file has {} after the {}-byte "
-        "header ({})", source, fmt::join(array.dims, "x"), idx_type_name(array.type), need, have,
+        "header ({})",
+        source, fmt::join(array.dims, "x"), idx_type_name(array.type), need, have,
         array.data_offset, need > have ? "truncated" : "trailing bytes"));
   }
   array.bytes = std::move(bytes);

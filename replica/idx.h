@@ -3,8 +3,10 @@
 // big-endian u32 dimensions, then the elements (big-endian), gzip-compressed or raw. Every
 // field is validated against the bytes actually present; errors name the file and the field.
 //
-//   xs::IdxArray images = xs::read_idx("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
-//   // images.dims == {10000, 28, 28}, images.type == xs::IdxType::kU8, images.data().size() == 7840000
+//   xs::IdxArray images =
+//   xs::read_idx("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
+//   // images.dims == {10000, 28, 28}, images.type == xs::IdxType::kU8, images.data().size() ==
+//   7840000
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +18,14 @@
 namespace xs {
 
 // The element type byte of the IDX magic.
-enum class IdxType : uint8_t { kU8 = 0x08, kI8 = 0x09, kI16 = 0x0B, kI32 = 0x0C, kF32 = 0x0D, kF64 = 0x0E };
+enum class IdxType : uint8_t {
+  kU8 = 0x08,
+  kI8 = 0x09,
+  kI16 = 0x0B,
+  kI32 = 0x0C,
+  kF32 = 0x0D,
+  kF64 = 0x0E
+};
 
 std::string_view idx_type_name(IdxType type);
 size_t idx_type_size(IdxType type);

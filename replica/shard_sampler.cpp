@@ -23,8 +23,10 @@ constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 
 std::string_view tail_mode_name(TailMode tail) {
   switch (tail) {
-    case TailMode::kDrop: return "drop";
-    case TailMode::kPad: return "pad";
+    case TailMode::kDrop:
+      return "drop";
+    case TailMode::kPad:
+      return "pad";
   }
   return "?";
 }

@@ -7,7 +7,8 @@
 // count (collectives would deadlock otherwise) and every batch has batch_size slots.
 //
 //   xs::ShardSampler sampler({.n_samples = 60000, .batch_size = 64, .ordinal = ctx.ordinal,
-//                             .world_size = ctx.world_size, .seed = 1, .tail = xs::TailMode::kPad});
+//                             .world_size = ctx.world_size, .seed = 1, .tail =
+//                             xs::TailMode::kPad});
 //   for (const xs::BatchPlan& b : sampler.epoch_plan(epoch)) use(b.indices, b.n_valid);
 
 #include <cstdint>

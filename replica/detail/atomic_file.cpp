@@ -26,7 +26,9 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-std::string temp_prefix(const std::string& base) { return fmt::format(".{}.tmp.", base); }
+std::string temp_prefix(const std::string& base) {
+  return fmt::format(".{}.tmp.", base);
+}
 
 }  // namespace
 
@@ -34,14 +36,14 @@ AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
     : path_(std::move(path)), what_(what) {
   const auto [dir, base] = split_path(path_);
   if (base.empty()) {
-    throw InvalidArgument(fmt::format("{} {}: the path names a directory, not a file", what_,
-                                      path_));
+    throw InvalidArgument(
+        fmt::format("{} {}: the path names a directory, not a file", what_, path_));
   }
   temp_path_ = fmt::format("{}/{}{}.XXXXXX", dir, temp_prefix(base), ::getpid());
   fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);  // mode 0600
   if (fd_ < 0) {
-    throw IoError(errno_message(
-        fmt::format("{} {}: create temporary {}", what_, path_, temp_path_), errno));
+    throw IoError(
+        errno_message(fmt::format("{} {}: create temporary {}", what_, path_, temp_path_), errno));
   }
   if (::fchmod(fd_, 0600) != 0) fail("fchmod 0600", errno);
   buffer_.reserve(kBufferBytes);
@@ -54,10 +56,9 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::fail(std::string_view step, int errno_value) {
   // The destructor removes the temporary; the target is untouched.
-  throw IoError(errno_message(
-      fmt::format("{} {}: {} (temporary {}, after {} bytes)", what_, path_, step, temp_path_,
-                  size_bytes()),
-      errno_value));
+  throw IoError(errno_message(fmt::format("{} {}: {} (temporary {}, after {} bytes)", what_, path_,
+                                          step, temp_path_, size_bytes()),
+                              errno_value));
 }
 
 void AtomicFileWriter::flush() {
@@ -103,15 +104,15 @@ void AtomicFileWriter::commit() {
   const std::string dir = split_path(path_).first;
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) {
-    throw IoError(errno_message(fmt::format("{} {}: open directory {} to fsync", what_, path_, dir),
-                                errno));
+    throw IoError(
+        errno_message(fmt::format("{} {}: open directory {} to fsync", what_, path_, dir), errno));
   }
   const int rc = ::fsync(dir_fd);
   const int fsync_errno = errno;
   ::close(dir_fd);
   if (rc != 0) {
-    throw IoError(errno_message(fmt::format("{} {}: fsync directory {}", what_, path_, dir),
-                                fsync_errno));
+    throw IoError(
+        errno_message(fmt::format("{} {}: fsync directory {}", what_, path_, dir), fsync_errno));
   }
 }
 

@@ -88,7 +88,8 @@ void check_envelope(std::span<const uint8_t> bytes, std::string_view source) {
   const size_t size = bytes.size();
   if (size < ck::kFixedHeaderBytes + ck::kChecksumBytes) {
     bad(source, fmt::format("{} bytes, smaller than the {}-byte header and checksum: truncated or "
-                            "not a checkpoint", size, ck::kFixedHeaderBytes + ck::kChecksumBytes));
+                            "not a checkpoint",
+                            size, ck::kFixedHeaderBytes + ck::kChecksumBytes));
   }
   if (!std::equal(ck::kMagic.begin(), ck::kMagic.end(), bytes.begin())) {
     bad(source, fmt::format("bad magic {:02x}: not an xla-spawn checkpoint (expected {:02x})",
@@ -96,18 +97,22 @@ void check_envelope(std::span<const uint8_t> bytes, std::string_view source) {
   }
   const uint64_t version = get_le(bytes.data() + 8, 4);
   if (version != ck::kVersion) {
-    bad(source, fmt::format("format version {}, this build reads version {}", version, ck::kVersion));
+    bad(source,
+        fmt::format("format version {}, this build reads version {}", version, ck::kVersion));
   }
   const uint64_t declared = get_le(bytes.data() + 16, 8);
   if (declared != size) {
-    bad(source, fmt::format("the header says the file is {} bytes but it has {}: {}", declared,
-                            size, declared > size ? "truncated" : "trailing bytes or a corrupt header"));
+    bad(source,
+        fmt::format("the header says the file is {} bytes but it has {}: {}", declared, size,
+                    declared > size ? "truncated" : "trailing bytes or a corrupt header"));
   }
   const uint64_t stored = get_le(bytes.data() + size - ck::kChecksumBytes, 4);
-  const uint64_t computed = crc32_z(crc32_z(0L, Z_NULL, 0), bytes.data(), size - ck::kChecksumBytes);
+  const uint64_t computed =
+      crc32_z(crc32_z(0L, Z_NULL, 0), bytes.data(), size - ck::kChecksumBytes);
   if (stored != computed) {
     bad(source, fmt::format("checksum mismatch: stored CRC-32 {:08x}, computed {:08x} over {} "
-                            "bytes: the file is corrupted", stored, computed, size - ck::kChecksumBytes));
+                            "bytes: the file is corrupted",
+                            stored, computed, size - ck::kChecksumBytes));
   }
   const uint64_t flags = get_le(bytes.data() + 12, 4);
   if (flags != 0) bad(source, fmt::format("flags {:#x}, expected 0 in version 1", flags));
@@ -139,7 +144,8 @@ CheckpointMetadata::value_type read_meta_entry(IndexReader& in, uint32_t i) {
   in.set_entry(fmt::format("metadata '{}'", key));
   const uint64_t kind = in.uint(1, "kind");
   if (kind == ck::kMetaInt) return {std::move(key), static_cast<int64_t>(in.uint(8, "value"))};
-  if (kind == ck::kMetaString) return {std::move(key), std::string(in.str(kMaxMetaStringBytes, "value"))};
+  if (kind == ck::kMetaString)
+    return {std::move(key), std::string(in.str(kMaxMetaStringBytes, "value"))};
   in.fail(fmt::format("kind {}, expected {} (integer) or {} (string)", kind, ck::kMetaInt,
                       ck::kMetaString));
 }
@@ -169,15 +175,18 @@ DataSpan read_data_span(detail::IndexReader& in, const HostTensor& t, size_t i, 
   if (!need || *need != size) {
     in.fail(fmt::format("shape [{}] of {} needs {} bytes but the index says {}",
                         fmt::join(t.shape, ", "), dtype_name(t.dtype),
-                        need ? fmt::format("{}", *need) : std::string("an impossible count of"), size));
+                        need ? fmt::format("{}", *need) : std::string("an impossible count of"),
+                        size));
   }
   if (offset < index_end) {
     in.fail(fmt::format("data offset {} lies inside the index, which ends at byte {}", offset,
                         index_end));
   }
   if (offset > data_end || size > data_end - offset) {
-    in.fail(fmt::format("data extends to byte {} but the file has {} (data must end by byte {}, "
-                        "before the checksum)", end_string(offset, size), data_end + 4, data_end));
+    in.fail(
+        fmt::format("data extends to byte {} but the file has {} (data must end by byte {}, "
+                    "before the checksum)",
+                    end_string(offset, size), data_end + 4, data_end));
   }
   return DataSpan{offset, size, i};
 }
@@ -191,8 +200,9 @@ void check_no_overlap(std::vector<DataSpan> spans, const std::vector<HostTensor>
     const DataSpan& b = spans[k];
     if (a.offset + a.size > b.offset) {
       detail::bad(source, fmt::format("tensor {} '{}' (bytes {}..{}) overlaps tensor {} '{}' "
-                                      "(from byte {})", a.tensor, tensors[a.tensor].name, a.offset,
-                                      a.offset + a.size, b.tensor, tensors[b.tensor].name, b.offset));
+                                      "(from byte {})",
+                                      a.tensor, tensors[a.tensor].name, a.offset, a.offset + a.size,
+                                      b.tensor, tensors[b.tensor].name, b.offset));
     }
   }
 }
@@ -213,7 +223,8 @@ Checkpoint parse_checkpoint(std::span<const uint8_t> bytes, std::string_view sou
   // Smallest entries: tensor 4+1+1+1+8+8 bytes (1-byte name, rank 0), metadata 4+1+1+4.
   if (n_tensors * 23 + n_meta * 10 > index_end - ck::kFixedHeaderBytes) {
     detail::bad(source, fmt::format("{} tensors and {} metadata entries cannot fit in an index of "
-                                    "{} bytes", n_tensors, n_meta, index_end - ck::kFixedHeaderBytes));
+                                    "{} bytes",
+                                    n_tensors, n_meta, index_end - ck::kFixedHeaderBytes));
   }
   Checkpoint ckpt;
   ckpt.source = std::string(source);

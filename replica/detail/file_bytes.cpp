@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -86,8 +86,8 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_vie
     if (out_pos == out.size()) {
       if (out.size() >= max_size_bytes) {
         inflateEnd(&zs);
-        throw InvalidArgument(fmt::format("{}: decompresses to more than {} bytes (limit)",
-                                          source, max_size_bytes));
+        throw InvalidArgument(
+            fmt::format("{}: decompresses to more than {} bytes (limit)", source, max_size_bytes));
       }
       out.resize(std::min(max_size_bytes, std::max<size_t>(out.size() * 2, 1 << 16)));
     }
@@ -112,8 +112,8 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_vie
     inflateEnd(&zs);
     if (rc == Z_BUF_ERROR) {
       throw InvalidArgument(fmt::format(
-          "{}: gzip data ends early after {} compressed bytes ({} decompressed): truncated",
-          source, in_pos, out_pos));
+          "{}: gzip data ends early after {} compressed bytes ({} decompressed): truncated", source,
+          in_pos, out_pos));
     }
     throw InvalidArgument(fmt::format("{}: corrupt gzip data at compressed byte {}: {} (zlib {})",
                                       source, in_pos, zmsg, rc));

@@ -203,8 +203,12 @@ TEST(BatchLoader, FourOrdinalsCoverTheFashionMnistTestSplitOnce) {
   auto data = std::make_shared<const ImageDataset>(load_fashion_mnist("", Split::kTest));
   std::vector<int> seen(10000, 0);
   for (int k = 0; k < 4; ++k) {
-    const ShardSpec spec{.n_samples = data->n_samples, .batch_size = 128, .ordinal = k,
-                         .world_size = 4, .seed = 5, .tail = TailMode::kPad};
+    const ShardSpec spec{.n_samples = data->n_samples,
+                         .batch_size = 128,
+                         .ordinal = k,
+                         .world_size = 4,
+                         .seed = 5,
+                         .tail = TailMode::kPad};
     auto loader = make_image_loader(data, spec, kFashionMnistNormalization);
     EXPECT_EQ(loader->batches_per_epoch(), 20);  // ceil(10000 / 512)
     loader->start_epoch(0);

@@ -83,7 +83,9 @@ TEST_F(CheckpointFailure, WriteErrorMidFileKeepsTheOldCheckpoint) {
       save_checkpoint(path_, {big_tensor(1 << 20, 2)}, {{"epoch", int64_t{2}}});
     } catch (const IoError& e) {
       const std::string what = e.what();
-      ::_exit(what.find("write") != std::string::npos && what.find(path_) != std::string::npos ? 0 : 11);
+      ::_exit(what.find("write") != std::string::npos && what.find(path_) != std::string::npos
+                  ? 0
+                  : 11);
     } catch (...) {
       ::_exit(12);
     }

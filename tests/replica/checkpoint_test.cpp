@@ -29,10 +29,12 @@ HostTensor make_tensor(std::string name, DType dtype, std::vector<int64_t> shape
 }
 
 std::vector<HostTensor> sample_tensors() {
-  return {make_tensor("fc1.weight", DType::kF32, {16, 8}, 1), make_tensor("fc1.bias", DType::kF32, {16}, 2)};
+  return {make_tensor("fc1.weight", DType::kF32, {16, 8}, 1),
+          make_tensor("fc1.bias", DType::kF32, {16}, 2)};
 }
 
-const CheckpointMetadata kMeta{{"epoch", int64_t{3}}, {"step", int64_t{-7}}, {"model", std::string("mlp")}};
+const CheckpointMetadata kMeta{
+    {"epoch", int64_t{3}}, {"step", int64_t{-7}}, {"model", std::string("mlp")}};
 
 std::string load_error(const std::string& path) {
   try {
@@ -44,7 +46,8 @@ std::string load_error(const std::string& path) {
 }
 
 void put_le(std::vector<uint8_t>& bytes, size_t at, uint64_t value, int n_bytes) {
-  for (int i = 0; i < n_bytes; ++i) bytes[at + static_cast<size_t>(i)] = static_cast<uint8_t>(value >> (8 * i));
+  for (int i = 0; i < n_bytes; ++i)
+    bytes[at + static_cast<size_t>(i)] = static_cast<uint8_t>(value >> (8 * i));
 }
 
 // Recomputes the trailing CRC-32, for crafted files that must get past the checksum.
@@ -58,7 +61,8 @@ TEST(Checkpoint, RoundTripIsBitExactForEveryDtypeAndShape) {
   std::vector<HostTensor> tensors;
   for (int d = 0; d < kNumDTypes; ++d) {
     const auto dtype = static_cast<DType>(d);
-    tensors.push_back(make_tensor(fmt::format("t.{}", dtype_name(dtype)), dtype, {3, 5, 7}, static_cast<uint8_t>(d)));
+    tensors.push_back(make_tensor(fmt::format("t.{}", dtype_name(dtype)), dtype, {3, 5, 7},
+                                  static_cast<uint8_t>(d)));
   }
   tensors.push_back(make_tensor("scalar", DType::kF64, {}, 9));
   tensors.push_back(make_tensor("empty", DType::kI64, {4, 0}, 9));
@@ -118,14 +122,18 @@ TEST(Checkpoint, TruncatedFilesAreRejectedAsTruncated) {
   const std::string good = dir.path("good.xsckpt");
   save_checkpoint(good, sample_tensors(), kMeta);
   const auto bytes = testing::TempDir::read(good);
-  for (size_t keep : {size_t{0}, size_t{10}, size_t{43}, size_t{100}, bytes.size() / 2, bytes.size() - 1}) {
-    const std::string path = dir.write("cut.xsckpt", std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(keep)));
+  for (size_t keep :
+       {size_t{0}, size_t{10}, size_t{43}, size_t{100}, bytes.size() / 2, bytes.size() - 1}) {
+    const std::string path = dir.write(
+        "cut.xsckpt", std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(keep)));
     const std::string error = load_error(path);
     EXPECT_THAT(error, HasSubstr(path)) << keep;
     EXPECT_THAT(error, HasSubstr("truncated")) << keep;
   }
-  EXPECT_THAT(load_error(dir.write("cut.xsckpt", std::vector<uint8_t>(bytes.begin(), bytes.end() - 1))),
-              HasSubstr(fmt::format("the header says the file is {} bytes but it has {}", bytes.size(), bytes.size() - 1)));
+  EXPECT_THAT(
+      load_error(dir.write("cut.xsckpt", std::vector<uint8_t>(bytes.begin(), bytes.end() - 1))),
+      HasSubstr(fmt::format("the header says the file is {} bytes but it has {}", bytes.size(),
+                            bytes.size() - 1)));
 }
 
 // Flip one byte at every position: each file is rejected, and past the fields checked before
@@ -144,7 +152,10 @@ TEST(Checkpoint, EveryFlippedByteIsRejected) {
     } catch (const InvalidArgument& e) {
       error = e.what();
     }
-    const char* expected = i < 8 ? "bad magic" : i < 12 ? "format version" : (i >= 16 && i < 24) ? "the header says the file is" : "checksum mismatch";
+    const char* expected = i < 8                 ? "bad magic"
+                           : i < 12              ? "format version"
+                           : (i >= 16 && i < 24) ? "the header says the file is"
+                                                 : "checksum mismatch";
     ASSERT_THAT(error, HasSubstr(expected)) << "byte " << i;
   }
 }
@@ -153,7 +164,8 @@ TEST(Checkpoint, WrongMagicSaysItIsNotACheckpoint) {
   testing::TempDir dir;
   std::vector<uint8_t> not_ckpt(200, 0);
   std::memcpy(not_ckpt.data(), "\x1f\x8b\x08\x00", 4);
-  EXPECT_THAT(load_error(dir.write("x.gz", not_ckpt)), HasSubstr("bad magic 1f 8b 08 00 00 00 00 00: not an xla-spawn checkpoint"));
+  EXPECT_THAT(load_error(dir.write("x.gz", not_ckpt)),
+              HasSubstr("bad magic 1f 8b 08 00 00 00 00 00: not an xla-spawn checkpoint"));
 }
 
 TEST(Checkpoint, NewerVersionIsRejectedNamingBothVersions) {
@@ -162,7 +174,8 @@ TEST(Checkpoint, NewerVersionIsRejectedNamingBothVersions) {
   save_checkpoint(good, sample_tensors(), kMeta);
   auto bytes = testing::TempDir::read(good);
   put_le(bytes, 8, 2, 4);
-  EXPECT_THAT(load_error(dir.write("v2.xsckpt", bytes)), HasSubstr("format version 2, this build reads version 1"));
+  EXPECT_THAT(load_error(dir.write("v2.xsckpt", bytes)),
+              HasSubstr("format version 2, this build reads version 1"));
 }
 
 // Crafted files with a valid checksum: the index itself is checked against the file.
@@ -184,9 +197,9 @@ class CraftedCheckpoint : public ::testing::Test {
   }
   // Index layout for these names: 40-byte header, then per tensor 4 + name + 1 + 1 + 8 x rank
   // + 8 (offset) + 8 (size).
-  static constexpr size_t kW = 40;                       // "w", rank 2
+  static constexpr size_t kW = 40;  // "w", rank 2
   static constexpr size_t kWOffset = kW + 4 + 1 + 2 + 16;
-  static constexpr size_t kB = kWOffset + 16;            // "b", rank 1
+  static constexpr size_t kB = kWOffset + 16;  // "b", rank 1
   static constexpr size_t kBOffset = kB + 4 + 1 + 2 + 8;
   std::vector<HostTensor> tensors_ = {make_tensor("w", DType::kF32, {4, 4}, 1),
                                       make_tensor("b", DType::kF32, {4}, 2)};
@@ -195,9 +208,11 @@ class CraftedCheckpoint : public ::testing::Test {
 
 TEST_F(CraftedCheckpoint, DataPastTheEndNamesTheTensorAndBothSizes) {
   put_le(bytes_, kBOffset, bytes_.size() - 8, 8);
-  EXPECT_THAT(error_after_reseal(),
-              HasSubstr(fmt::format("checkpoint /x/ckpt.bin: tensor 1 'b': data extends to byte {} but the file has {}",
-                                    bytes_.size() - 8 + 16, bytes_.size())));
+  EXPECT_THAT(
+      error_after_reseal(),
+      HasSubstr(fmt::format(
+          "checkpoint /x/ckpt.bin: tensor 1 'b': data extends to byte {} but the file has {}",
+          bytes_.size() - 8 + 16, bytes_.size())));
 }
 
 TEST_F(CraftedCheckpoint, HugeOffsetDoesNotOverflow) {
@@ -212,12 +227,14 @@ TEST_F(CraftedCheckpoint, OverlappingTensorsAreRejected) {
 
 TEST_F(CraftedCheckpoint, SizeThatDisagreesWithTheShapeIsRejected) {
   put_le(bytes_, kWOffset + 8, 60, 8);
-  EXPECT_THAT(error_after_reseal(), HasSubstr("tensor 0 'w': shape [4, 4] of f32 needs 64 bytes but the index says 60"));
+  EXPECT_THAT(error_after_reseal(),
+              HasSubstr("tensor 0 'w': shape [4, 4] of f32 needs 64 bytes but the index says 60"));
 }
 
 TEST_F(CraftedCheckpoint, ImpossibleCountsAreRejectedBeforeAllocating) {
   put_le(bytes_, 32, 0xffffffffu, 4);
-  EXPECT_THAT(error_after_reseal(), HasSubstr("4294967295 tensors and 0 metadata entries cannot fit"));
+  EXPECT_THAT(error_after_reseal(),
+              HasSubstr("4294967295 tensors and 0 metadata entries cannot fit"));
 }
 
 TEST_F(CraftedCheckpoint, NameLengthPastTheIndexIsRejected) {
@@ -238,8 +255,10 @@ TEST(Checkpoint, SaveRejectsInconsistentTensorsAndKeepsTheOldFile) {
   HostTensor short_bytes = make_tensor("w", DType::kF32, {4}, 0);
   short_bytes.bytes.pop_back();
   EXPECT_THROW(save_checkpoint(path, {short_bytes}, {}), InvalidArgument);
-  EXPECT_THROW(save_checkpoint(path, {make_tensor("a", DType::kF32, {1}, 0), make_tensor("a", DType::kF32, {1}, 0)}, {}),
-               InvalidArgument);
+  EXPECT_THROW(
+      save_checkpoint(
+          path, {make_tensor("a", DType::kF32, {1}, 0), make_tensor("a", DType::kF32, {1}, 0)}, {}),
+      InvalidArgument);
   EXPECT_THROW(save_checkpoint(path, {make_tensor("", DType::kF32, {1}, 0)}, {}), InvalidArgument);
   EXPECT_EQ(testing::TempDir::read(path), before);
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"ckpt.xsckpt"});
@@ -254,7 +273,8 @@ TEST(Checkpoint, MissingEntriesAreNamedWithWhatExists) {
     ckpt.tensor("fc2.weight");
     FAIL();
   } catch (const InvalidArgument& e) {
-    EXPECT_THAT(std::string(e.what()), HasSubstr("no tensor 'fc2.weight' (it has: fc1.weight, fc1.bias)"));
+    EXPECT_THAT(std::string(e.what()),
+                HasSubstr("no tensor 'fc2.weight' (it has: fc1.weight, fc1.bias)"));
   }
   EXPECT_THROW(ckpt.meta_int("model"), InvalidArgument);
   EXPECT_THROW(ckpt.meta_string("nope"), InvalidArgument);

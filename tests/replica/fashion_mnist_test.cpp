@@ -17,15 +17,16 @@ namespace xs {
 namespace {
 
 using testing::gzip;
-using testing::idx_bytes;
 using ::testing::HasSubstr;
+using testing::idx_bytes;
 
 // Writes a tiny data set in the Fashion-MNIST file layout: n images of rows x cols, labels.
 void write_split(const testing::TempDir& dir, const char* prefix, uint32_t n, uint32_t rows,
                  uint32_t cols, const std::vector<uint8_t>& labels) {
   std::vector<uint8_t> pixels(size_t{n} * rows * cols);
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i);
-  dir.write(std::string(prefix) + "-images-idx3-ubyte.gz", gzip(idx_bytes(0x08, {n, rows, cols}, pixels)));
+  dir.write(std::string(prefix) + "-images-idx3-ubyte.gz",
+            gzip(idx_bytes(0x08, {n, rows, cols}, pixels)));
   dir.write(std::string(prefix) + "-labels-idx1-ubyte.gz",
             gzip(idx_bytes(0x08, {static_cast<uint32_t>(labels.size())}, labels)));
 }

@@ -30,7 +30,9 @@ std::vector<CorpusFile> corpus(const std::string& sub) {
   return files;
 }
 
-bool expected_ok(const CorpusFile& f) { return f.name.starts_with("ok-"); }
+bool expected_ok(const CorpusFile& f) {
+  return f.name.starts_with("ok-");
+}
 
 TEST(FuzzCorpus, IdxSeedsAreAcceptedOrRejectedAsNamed) {
   const auto files = corpus("idx");
@@ -80,7 +82,8 @@ void sweep_bit_flips(const std::vector<CorpusFile>& files, Target target) {
     for (size_t i = 0; i < bytes.size(); ++i) {
       for (int bit = 0; bit < 8; ++bit) {
         bytes[i] ^= static_cast<uint8_t>(1u << bit);
-        ASSERT_NO_THROW(target(bytes.data(), bytes.size())) << f.name << " byte " << i << " bit " << bit;
+        ASSERT_NO_THROW(target(bytes.data(), bytes.size()))
+            << f.name << " byte " << i << " bit " << bit;
         bytes[i] ^= static_cast<uint8_t>(1u << bit);
       }
     }

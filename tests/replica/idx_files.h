@@ -25,8 +25,8 @@ inline std::vector<uint8_t> idx_bytes(uint8_t type, const std::vector<uint32_t>&
 
 inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& raw) {
   z_stream zs{};
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8,
-                   Z_DEFAULT_STRATEGY) != Z_OK) {
+  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) !=
+      Z_OK) {
     throw std::runtime_error("deflateInit2");
   }
   std::vector<uint8_t> out(deflateBound(&zs, raw.size()) + 64);

@@ -15,8 +15,8 @@ namespace xs {
 namespace {
 
 using testing::gzip;
-using testing::idx_bytes;
 using ::testing::HasSubstr;
+using testing::idx_bytes;
 
 // The message of the InvalidArgument that read_idx(path) throws ("" when it does not throw).
 std::string idx_error(const std::string& path) {
@@ -35,11 +35,13 @@ std::vector<uint8_t> pixels(size_t n) {
 }
 
 TEST(IdxReader, ReadsTheInstalledFashionMnistTestFiles) {
-  const IdxArray images = read_idx(std::string(kDefaultFashionMnistDir) + "/t10k-images-idx3-ubyte.gz");
+  const IdxArray images =
+      read_idx(std::string(kDefaultFashionMnistDir) + "/t10k-images-idx3-ubyte.gz");
   EXPECT_EQ(images.type, IdxType::kU8);
   EXPECT_EQ(images.dims, (std::vector<uint64_t>{10000, 28, 28}));
   EXPECT_EQ(images.data().size(), 10000u * 28 * 28);
-  const IdxArray labels = read_idx(std::string(kDefaultFashionMnistDir) + "/t10k-labels-idx1-ubyte.gz");
+  const IdxArray labels =
+      read_idx(std::string(kDefaultFashionMnistDir) + "/t10k-labels-idx1-ubyte.gz");
   EXPECT_EQ(labels.dims, (std::vector<uint64_t>{10000}));
   EXPECT_EQ(*std::max_element(labels.data().begin(), labels.data().end()), 9);
 }
@@ -66,7 +68,8 @@ TEST(IdxReader, ReadsConcatenatedGzipMembers) {
 
 TEST(IdxReader, KeepsMultiByteElementsBigEndian) {
   testing::TempDir dir;
-  const IdxArray a = read_idx(dir.write("i32.idx", idx_bytes(0x0C, {2}, {0, 0, 1, 2, 0xff, 0, 0, 1})));
+  const IdxArray a =
+      read_idx(dir.write("i32.idx", idx_bytes(0x0C, {2}, {0, 0, 1, 2, 0xff, 0, 0, 1})));
   EXPECT_EQ(a.type, IdxType::kI32);
   EXPECT_EQ(a.n_elems(), 2u);
   EXPECT_EQ(a.data()[3], 2);
@@ -114,7 +117,8 @@ TEST(IdxReader, RejectsTruncatedHeader) {
   testing::TempDir dir;
   auto raw = idx_bytes(0x08, {4, 4, 4}, {});
   raw.resize(9);
-  EXPECT_THAT(idx_error(dir.write("hdr.idx", raw)), HasSubstr("too short for the header of rank 3"));
+  EXPECT_THAT(idx_error(dir.write("hdr.idx", raw)),
+              HasSubstr("too short for the header of rank 3"));
   EXPECT_THAT(idx_error(dir.write("tiny.idx", {0, 0})), HasSubstr("2 bytes, too short"));
   EXPECT_THAT(idx_error(dir.write("empty.idx", {})), HasSubstr("0 bytes, too short"));
 }

@@ -67,7 +67,8 @@ std::vector<std::vector<BatchPlan>> all_plans(const ShardSpec& base, int64_t epo
 }
 
 void check_coverage(int world, TailMode tail, int64_t n, int64_t batch) {
-  const ShardSpec spec{.n_samples = n, .batch_size = batch, .world_size = world, .seed = 3, .tail = tail};
+  const ShardSpec spec{
+      .n_samples = n, .batch_size = batch, .world_size = world, .seed = 3, .tail = tail};
   if (tail == TailMode::kDrop && n < world * batch) {
     EXPECT_THROW(ShardSampler{spec}, InvalidArgument);
     return;
@@ -84,7 +85,10 @@ void check_coverage(int world, TailMode tail, int64_t n, int64_t batch) {
         for (int64_t j = 0; j < batch; ++j) {
           const int64_t s = b.indices[static_cast<size_t>(j)];
           ASSERT_TRUE(s >= 0 && s < n) << s;
-          if (j < b.n_valid) ++seen[static_cast<size_t>(s)]; else ++padding;
+          if (j < b.n_valid)
+            ++seen[static_cast<size_t>(s)];
+          else
+            ++padding;
         }
       }
     }
@@ -113,13 +117,13 @@ TEST_P(ShardCoverage, EverySampleOnExactlyOneOrdinalWithEqualBatchCounts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSizes, ShardCoverage,
-    ::testing::Combine(::testing::Range(1, 9), ::testing::Values(TailMode::kDrop, TailMode::kPad)),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      return "N" + std::to_string(std::get<0>(info.param)) + "_" +
-             std::string(tail_mode_name(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShardCoverage,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values(TailMode::kDrop, TailMode::kPad)),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return "N" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::string(tail_mode_name(std::get<1>(info.param)));
+                         });
 
 TEST(ShardSampler, GlobalBatchesAreTheSameForOneReplicaWithTheGlobalBatchSize) {
   const ShardSpec four{.n_samples = 1000, .batch_size = 8, .world_size = 4, .seed = 9};
@@ -139,7 +143,8 @@ TEST(ShardSampler, GlobalBatchesAreTheSameForOneReplicaWithTheGlobalBatchSize) {
 }
 
 TEST(ShardSampler, EpochsDifferAndTheSameSeedRepeats) {
-  const ShardSpec spec{.n_samples = 500, .batch_size = 10, .ordinal = 1, .world_size = 3, .seed = 77};
+  const ShardSpec spec{
+      .n_samples = 500, .batch_size = 10, .ordinal = 1, .world_size = 3, .seed = 77};
   const auto e0 = ShardSampler(spec).epoch_plan(0);
   const auto e0_again = ShardSampler(spec).epoch_plan(0);
   const auto e1 = ShardSampler(spec).epoch_plan(1);
@@ -159,8 +164,12 @@ TEST(ShardSampler, EpochsDifferAndTheSameSeedRepeats) {
 }
 
 TEST(ShardSampler, WithoutShuffleReadsInDataSetOrder) {
-  const ShardSpec spec{.n_samples = 10, .batch_size = 2, .ordinal = 1, .world_size = 2,
-                       .tail = TailMode::kPad, .shuffle = false};
+  const ShardSpec spec{.n_samples = 10,
+                       .batch_size = 2,
+                       .ordinal = 1,
+                       .world_size = 2,
+                       .tail = TailMode::kPad,
+                       .shuffle = false};
   const auto plans = ShardSampler(spec).epoch_plan(4);
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(plans[0].indices, (std::vector<int64_t>{1, 3}));
