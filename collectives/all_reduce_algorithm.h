@@ -1,0 +1,27 @@
+#pragma once
+// Which all-reduce schedule runs: chosen per call from message size and world size, or
+// forced with XLA_SPAWN_ALLREDUCE_ALGO=ring|oneshot|twoshot (or ShmCommunicatorOptions).
+//
+//   auto forced = xs::all_reduce_algorithm_from_env();          // nullopt: choose per call
+//   xs::AllReduceAlgorithm a = xs::choose_all_reduce_algorithm(bytes, world_size);
+
+#include <cstddef>
+#include <optional>
+#include <string_view>
+
+namespace xs {
+
+enum class AllReduceAlgorithm { kRing, kOneShot, kTwoShot };
+
+inline constexpr const char* kAllReduceAlgorithmEnv = "XLA_SPAWN_ALLREDUCE_ALGO";
+
+std::string_view all_reduce_algorithm_name(AllReduceAlgorithm algorithm);
+// Parses "ring", "oneshot" or "twoshot"; throws xs::InvalidArgument naming `what` otherwise.
+AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string_view what);
+// XLA_SPAWN_ALLREDUCE_ALGO, or nullopt when unset.
+std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env();
+
+// The measured choice for a message of `bytes` among `world_size` replicas.
+AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size);
+
+}  // namespace xs

@@ -1,0 +1,130 @@
+#include "collectives/detail/rounds.h"
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "shm/futex.h"
+
+namespace xs::detail {
+namespace {
+
+bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;  // wraps correctly past 2^32 rounds
+}
+
+std::string describe(const shm::Mailbox& m) {
+  const auto kind = static_cast<CallKind>(m.kind);
+  std::string text = fmt::format("{} #{} with {} elements of {}", call_kind_name(kind),
+                                 m.call_seq, m.n_elems, dtype_name(static_cast<DType>(m.dtype)));
+  if (kind == CallKind::kAllReduce || kind == CallKind::kReduceScatter) {
+    text += fmt::format(", op {}", reduce_op_name(static_cast<ReduceOp>(m.op)));
+  }
+  if (kind == CallKind::kBroadcast) text += fmt::format(", root {}", m.aux);
+  return text;
+}
+
+bool same_call(const shm::Mailbox& a, const shm::Mailbox& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.n_elems == b.n_elems &&
+         a.call_seq == b.call_seq && a.aux == b.aux;
+}
+
+}  // namespace
+
+const char* call_kind_name(CallKind kind) {
+  switch (kind) {
+    case CallKind::kAllReduce: return "all_reduce";
+    case CallKind::kBroadcast: return "broadcast";
+    case CallKind::kAllGather: return "all_gather";
+    case CallKind::kReduceScatter: return "reduce_scatter";
+    case CallKind::kBarrier: return "barrier";
+    case CallKind::kRendezvous: return "rendezvous";
+  }
+  return "unknown collective";
+}
+
+Rounds::Rounds(Segment segment, int64_t timeout_ms)
+    : segment_(std::move(segment)),
+      waiter_(segment_, timeout_ms),
+      half_bytes_(segment_.staging_bytes() / 2 / shm::kCacheLineBytes * shm::kCacheLineBytes),
+      sources_(static_cast<size_t>(segment_.world_size()), nullptr) {}
+
+void Rounds::begin_call(const char* operation, const CallHeader& header) {
+  operation_ = operation;
+  header_ = header;
+  ++call_seq_;
+  check_pending_ = true;
+}
+
+void Rounds::sync() {
+  const uint64_t round = ++round_;
+  const int parity = static_cast<int>(round & 1);
+  shm::Mailbox& mine = segment_.slot(ordinal()).mailbox[parity];
+  mine.kind = static_cast<uint8_t>(header_.kind);
+  mine.dtype = static_cast<uint8_t>(header_.dtype);
+  mine.op = static_cast<uint8_t>(header_.op);
+  mine.n_elems = header_.n_elems;
+  mine.call_seq = call_seq_;
+  mine.aux = header_.aux;
+  post(mine, round);
+  wait_all(round, parity);
+  if (check_pending_) {
+    check_pending_ = false;
+    check_headers(parity);
+  }
+}
+
+void Rounds::post(shm::Mailbox& mine, uint64_t round) {
+  if (segment_.spin_allowed()) {
+    publish(segment_, mine.round, static_cast<uint32_t>(round));
+    return;
+  }
+  mine.round.store(static_cast<uint32_t>(round), std::memory_order_release);
+  shm::ControlBlock& control = segment_.control();
+  const uint64_t arrivals = control.barrier_count.fetch_add(1, std::memory_order_acq_rel) + 1;
+  if (arrivals == round * static_cast<uint64_t>(world_size())) {
+    publish(segment_, control.barrier_round, static_cast<uint32_t>(round));
+  }
+}
+
+void Rounds::wait_all(uint64_t round, int parity) {
+  const auto target = static_cast<uint32_t>(round);
+  const int n = world_size();
+  const int me = ordinal();
+  const Segment& segment = segment_;
+  if (segment.spin_allowed()) {
+    waiter_.wait(operation_, [&]() -> Awaited {
+      for (int j = 0; j < n; ++j) {
+        const auto& word = segment.slot(j).mailbox[parity].round;
+        if (j != me && !reached(word.load(std::memory_order_acquire), target)) {
+          return {&word, j};
+        }
+      }
+      return {};
+    });
+    return;
+  }
+  const auto& barrier = segment.control().barrier_round;
+  waiter_.wait(operation_, [&]() -> Awaited {
+    if (reached(barrier.load(std::memory_order_acquire), target)) return {};
+    for (int j = 0; j < n; ++j) {
+      if (!reached(segment.slot(j).mailbox[parity].round.load(std::memory_order_acquire),
+                   target)) {
+        return {&barrier, j};
+      }
+    }
+    return {&barrier, -1};  // everyone posted; the last arrival is about to publish
+  });
+}
+
+void Rounds::check_headers(int parity) const {
+  const shm::Mailbox& mine = segment_.slot(ordinal()).mailbox[parity];
+  for (int j = 0; j < world_size(); ++j) {
+    const shm::Mailbox& theirs = segment_.slot(j).mailbox[parity];
+    if (j == ordinal() || same_call(mine, theirs)) continue;
+    throw PeerFailure(fmt::format("{}: mismatched collective calls: ordinal {} called {}; "
+                                  "ordinal {} called {}", operation_, ordinal(), describe(mine),
+                                  j, describe(theirs)));
+  }
+}
+
+}  // namespace xs::detail

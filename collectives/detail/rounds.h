@@ -1,0 +1,103 @@
+#pragma once
+// Synchronisation rounds over a segment, the building block of every shared-memory
+// collective: an ordinal fills its staging half (or mailbox) for round r, then sync() posts r
+// and waits until every ordinal has posted r; afterwards it may read every peer's round-r data.
+//
+//   rounds.begin_call("all_reduce", header);        // the first sync() checks headers
+//   std::memcpy(rounds.staging(me, rounds.next_parity()), data, bytes);
+//   rounds.sync();
+//   read(rounds.staging(peer, rounds.last_parity()));
+//
+// Invariant that makes two staging halves enough: round r's data lives in half r % 2; the
+// owner writes it after waiting for round r - 1 and before posting r; peers read it after
+// waiting for r and before posting r + 1. The owner rewrites half r % 2 only after waiting
+// for r + 1, i.e. after every peer has stopped reading round r.
+//
+// Posting and waiting: with spinning allowed (world size <= cores), an ordinal spins on each
+// peer's mailbox word. Oversubscribed, every ordinal also counts itself in a central arrival
+// counter; the last arrival stores the round into `barrier_round` and wakes everyone, so each
+// replica sleeps at most once per round. Memory ordering: data then mailbox round (release);
+// the counter's fetch_add chain is acq_rel, `barrier_round` is released by the last arrival
+// and acquired by the waiters, so all peers' data is visible after sync().
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "shm/segment.h"
+#include "shm/wait.h"
+
+namespace xs::detail {
+
+enum class CallKind : uint8_t {
+  kAllReduce = 1,
+  kBroadcast,
+  kAllGather,
+  kReduceScatter,
+  kBarrier,
+  kRendezvous,
+};
+const char* call_kind_name(CallKind kind);
+
+// What every ordinal must agree on for one collective call.
+struct CallHeader {
+  CallKind kind = CallKind::kBarrier;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  uint64_t n_elems = 0;
+  int32_t aux = 0;  // broadcast: root
+};
+
+class Rounds {
+ public:
+  Rounds(Segment segment, int64_t timeout_ms);
+
+  int ordinal() const { return segment_.ordinal(); }
+  int world_size() const { return segment_.world_size(); }
+  const Segment& segment() const { return segment_; }
+  Waiter& waiter() { return waiter_; }
+  const char* operation() const { return operation_; }
+
+  // Staging bytes per ordinal per round parity (a multiple of 64).
+  size_t half_bytes() const { return half_bytes_; }
+  // The whole per-ordinal staging area (for schedules that manage it themselves).
+  std::byte* staging_area(int ordinal) const { return segment_.staging(ordinal); }
+  std::byte* staging(int ordinal, int parity) const {
+    return segment_.staging(ordinal) + static_cast<size_t>(parity) * half_bytes_;
+  }
+  std::byte* inline_data(int ordinal, int parity) const {
+    return segment_.slot(ordinal).mailbox[parity].inline_data;
+  }
+  int next_parity() const { return static_cast<int>((round_ + 1) & 1); }
+  int last_parity() const { return static_cast<int>(round_ & 1); }
+
+  // Starts a collective call: every sync() of it publishes `header`, and the first one
+  // throws xs::PeerFailure naming both sides if any ordinal's header differs.
+  void begin_call(const char* operation, const CallHeader& header);
+  // Posts the next round and waits until every ordinal has posted it.
+  void sync();
+
+  // One pointer per ordinal, for assembling reduction sources.
+  std::vector<const void*>& sources() { return sources_; }
+  // Ring step counter, persistent across calls (see all_reduce_ring.cpp).
+  uint32_t& ring_step() { return ring_step_; }
+
+ private:
+  void post(shm::Mailbox& mine, uint64_t round);
+  void wait_all(uint64_t round, int parity);
+  void check_headers(int parity) const;
+
+  Segment segment_;
+  Waiter waiter_;
+  size_t half_bytes_;
+  uint64_t round_ = 0;  // rounds posted so far
+  uint64_t call_seq_ = 0;
+  CallHeader header_;
+  const char* operation_ = "collective";
+  bool check_pending_ = false;
+  uint32_t ring_step_ = 0;
+  std::vector<const void*> sources_;
+};
+
+}  // namespace xs::detail

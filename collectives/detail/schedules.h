@@ -1,0 +1,36 @@
+#pragma once
+// The shared-memory collective schedules, one per file, each run by every ordinal with the
+// same arguments inside a Rounds::begin_call. ShmCommunicator validates arguments, starts
+// the call and picks the schedule; these functions assume world size >= 2.
+//
+//   rounds.begin_call("all_reduce", header);
+//   detail::all_reduce_two_shot(rounds, data, n_elems, dtype, op);
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "collectives/detail/rounds.h"
+
+namespace xs::detail {
+
+void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
+                         ReduceOp op);
+void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
+                         ReduceOp op);
+void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
+
+void broadcast(Rounds& rounds, std::byte* data, size_t n_bytes, int root);
+void all_gather(Rounds& rounds, const std::byte* in, std::byte* out, size_t n_bytes);
+void reduce_scatter(Rounds& rounds, const std::byte* in, std::byte* out, size_t n_elems,
+                    DType dtype, ReduceOp op);
+std::vector<std::vector<std::byte>> rendezvous(Rounds& rounds, const std::string& tag,
+                                               std::span<const std::byte> payload);
+
+// Elements per chunk when `slab_elems` are cut into world_size chunks: rounded up to whole
+// cache lines so chunks never share one (the last chunks may be short or empty).
+size_t chunk_elems(size_t slab_elems, int world_size, size_t elem_bytes);
+
+}  // namespace xs::detail

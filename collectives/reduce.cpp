@@ -1,0 +1,163 @@
+#include "collectives/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace xs {
+namespace {
+
+// Elements per accumulator block: 2048 x 8 bytes stays in L1 while N sources stream through.
+constexpr size_t kBlock = 2048;
+
+template <class Storage, class Acc>
+struct Plain {
+  using T = Storage;
+  using A = Acc;
+  static A load(T v) { return static_cast<A>(v); }
+  static T store(A v) { return static_cast<T>(v); }
+};
+struct BF16Traits {
+  using T = uint16_t;
+  using A = float;
+  static A load(T v) { return BF16{v}.to_float(); }
+  static T store(A v) { return BF16::from_float(v).bits; }
+};
+
+template <class A>
+A wrapping_add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+struct SumOp {
+  template <class A> static A apply(A a, A b) { return wrapping_add(a, b); }
+};
+struct MaxOp {
+  template <class A> static A apply(A a, A b) { return b > a ? b : a; }
+};
+struct MinOp {
+  template <class A> static A apply(A a, A b) { return b < a ? b : a; }
+};
+
+template <class Tr, class F>
+void dispatch_op(ReduceOp op, F& f) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean: return f.template operator()<Tr, SumOp>();
+    case ReduceOp::kMax: return f.template operator()<Tr, MaxOp>();
+    case ReduceOp::kMin: return f.template operator()<Tr, MinOp>();
+  }
+  throw InternalError(fmt::format("reduce: unknown op {}", static_cast<int>(op)));
+}
+
+template <class F>
+void dispatch(DType dtype, ReduceOp op, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return dispatch_op<Plain<float, float>>(op, f);
+    case DType::kF64: return dispatch_op<Plain<double, double>>(op, f);
+    case DType::kBF16: return dispatch_op<BF16Traits>(op, f);
+    case DType::kI32: return dispatch_op<Plain<int32_t, int32_t>>(op, f);
+    case DType::kI64: return dispatch_op<Plain<int64_t, int64_t>>(op, f);
+    case DType::kBool: break;
+  }
+  throw InvalidArgument(fmt::format("reduce: dtype {} cannot be reduced", dtype_name(dtype)));
+}
+
+// out[i] = store(acc[i] / divisor) or store(acc[i]); the divide keeps sum-then-divide exact
+// where the sum is (a reciprocal multiply would round differently).
+template <class Tr>
+void finish_block(typename Tr::T* out, const typename Tr::A* __restrict acc, size_t n,
+                  bool mean, int divisor) {
+  using A = typename Tr::A;
+  if (mean) {
+    const A d = static_cast<A>(divisor);
+    for (size_t i = 0; i < n; ++i) out[i] = Tr::store(acc[i] / d);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = Tr::store(acc[i]);
+  }
+}
+
+}  // namespace
+
+size_t accumulator_size(DType dtype) { return dtype == DType::kBF16 ? 4 : dtype_size(dtype); }
+
+void check_reducible(const char* operation, DType dtype) {
+  if (dtype == DType::kBool) {
+    throw InvalidArgument(fmt::format("{}: dtype bool cannot be reduced (expected f32, f64, "
+                                      "bf16, i32 or i64)", operation));
+  }
+}
+
+void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sources,
+                    size_t n_elems, DType dtype, ReduceOp op, int divisor) {
+  const bool mean = op == ReduceOp::kMean;
+  dispatch(dtype, op, [&]<class Tr, class Op>() {
+    using T = typename Tr::T;
+    using A = typename Tr::A;
+    A acc[kBlock];
+    for (size_t base = 0; base < n_elems; base += kBlock) {
+      const size_t n = std::min(kBlock, n_elems - base);
+      const T* s0 = static_cast<const T*>(sources[0]) + base;
+      if (n_sources == 1) {
+        for (size_t i = 0; i < n; ++i) acc[i] = Tr::load(s0[i]);
+      } else {
+        const T* s1 = static_cast<const T*>(sources[1]) + base;
+        for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(Tr::load(s0[i]), Tr::load(s1[i]));
+      }
+      for (int j = 2; j < n_sources; ++j) {
+        const T* __restrict s = static_cast<const T*>(sources[j]) + base;
+        for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], Tr::load(s[i]));
+      }
+      T* out = static_cast<T*>(dst) + base;
+      finish_block<Tr>(out, acc, n, mean, divisor);
+      if (dst2 != nullptr) std::memcpy(static_cast<T*>(dst2) + base, out, n * sizeof(T));
+    }
+  });
+}
+
+void ring_start(void* acc_out, const void* own, size_t n_elems, DType dtype) {
+  dispatch(dtype, ReduceOp::kSum, [&]<class Tr, class Op>() {
+    auto* __restrict out = static_cast<typename Tr::A*>(acc_out);
+    const auto* __restrict in = static_cast<const typename Tr::T*>(own);
+    for (size_t i = 0; i < n_elems; ++i) out[i] = Tr::load(in[i]);
+  });
+}
+
+void ring_accumulate(void* acc_out, const void* acc_in, const void* own, size_t n_elems,
+                     DType dtype, ReduceOp op) {
+  dispatch(dtype, op, [&]<class Tr, class Op>() {
+    auto* __restrict out = static_cast<typename Tr::A*>(acc_out);
+    const auto* __restrict partial = static_cast<const typename Tr::A*>(acc_in);
+    const auto* __restrict mine = static_cast<const typename Tr::T*>(own);
+    for (size_t i = 0; i < n_elems; ++i) out[i] = Op::apply(partial[i], Tr::load(mine[i]));
+  });
+}
+
+void ring_finish(void* dst, void* dst2, const void* acc_in, const void* own, size_t n_elems,
+                 DType dtype, ReduceOp op, int divisor) {
+  const bool mean = op == ReduceOp::kMean;
+  dispatch(dtype, op, [&]<class Tr, class Op>() {
+    using T = typename Tr::T;
+    using A = typename Tr::A;
+    A acc[kBlock];
+    for (size_t base = 0; base < n_elems; base += kBlock) {
+      const size_t n = std::min(kBlock, n_elems - base);
+      const A* partial = static_cast<const A*>(acc_in) + base;
+      const T* mine = static_cast<const T*>(own) + base;
+      for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(partial[i], Tr::load(mine[i]));
+      T* out = static_cast<T*>(dst) + base;
+      finish_block<Tr>(out, acc, n, mean, divisor);
+      if (dst2 != nullptr) std::memcpy(static_cast<T*>(dst2) + base, out, n * sizeof(T));
+    }
+  });
+}
+
+}  // namespace xs

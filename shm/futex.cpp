@@ -1,0 +1,50 @@
+#include "shm/futex.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace xs {
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+
+void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  if (timeout_ns <= 0) return;
+  timespec timeout{};
+  timeout.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
+  timeout.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
+  // EAGAIN (value changed), EINTR and ETIMEDOUT all mean "re-check": nothing to handle here.
+  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &timeout,
+            nullptr, 0);
+}
+
+void futex_wake_all(const std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+}
+
+bool process_alive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // kill() succeeds on a zombie; its state letter in /proc/<pid>/stat is Z (or X).
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* file = std::fopen(path, "re");
+  if (file == nullptr) return errno != ENOENT;
+  char buffer[512] = {};
+  const size_t n = std::fread(buffer, 1, sizeof buffer - 1, file);
+  std::fclose(file);
+  buffer[n] = '\0';
+  // The command name is in parentheses and may contain spaces: the state follows the last ')'.
+  const char* close = std::strrchr(buffer, ')');
+  if (close == nullptr || close[1] == '\0' || close[2] == '\0') return true;
+  return close[2] != 'Z' && close[2] != 'X';
+}
+
+}  // namespace xs

@@ -1,0 +1,24 @@
+#pragma once
+// Thin wrappers over the Linux futex system call on 32-bit words that live in shared
+// memory (process-shared: never FUTEX_PRIVATE_FLAG), plus a liveness probe for peer pids.
+//
+//   xs::futex_wait(&word, seen, 50'000'000);  // returns on wake, value change or timeout
+//   word.store(seen + 1); xs::futex_wake_all(&word);
+
+#include <atomic>
+#include <cstdint>
+#include <sys/types.h>
+
+namespace xs {
+
+// Sleeps while *word == expected, at most timeout_ns. Spurious returns are allowed: callers
+// re-check their condition.
+void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
+
+// Wakes every process sleeping on word.
+void futex_wake_all(const std::atomic<uint32_t>* word);
+
+// False when pid no longer exists or is a zombie (exited, not yet reaped by its parent).
+bool process_alive(pid_t pid);
+
+}  // namespace xs

@@ -1,0 +1,102 @@
+#pragma once
+// The byte layout of a job's shared-memory segment: a control block, one slot per ordinal,
+// then one staging area per ordinal. Only shm/ and collectives/ look inside; everyone else
+// holds a segment by name.
+//
+//   shm::OrdinalSlot& slot = segment.slot(ordinal);
+//   slot.mailbox[round % 2].round.load(std::memory_order_acquire);
+//
+// Every field written by one process and read by another is either a lock-free std::atomic
+// (address-free, so valid across processes) or plain data published by a release store of
+// such an atomic. Each per-ordinal word sits on its own 64-byte cache line so that replicas
+// spinning on different words never share a line.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace xs::shm {
+
+inline constexpr uint64_t kSegmentMagic = 0x31306d68732d7378;  // "xs-shm01" little endian
+inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr size_t kCacheLineBytes = 64;
+inline constexpr size_t kPageBytes = 4096;
+inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
+inline constexpr size_t kPoisonReasonBytes = 448;
+inline constexpr size_t kInlineBytes = 32;  // payload carried in a mailbox's own cache line
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+enum class SlotState : uint32_t { kEmpty = 0, kCheckedIn = 1, kLeft = 2 };
+
+// What an ordinal publishes for one synchronisation round: the round number (the futex
+// word, stored last with release), the header of the collective call it is in (so peers can
+// detect mismatched calls), and up to kInlineBytes of payload on the same cache line, so a
+// tiny all-reduce moves one cache line per ordinal. Two mailboxes per ordinal alternate by
+// round parity: round r's content stays intact until the owner starts round r + 2.
+struct alignas(kCacheLineBytes) Mailbox {
+  std::atomic<uint32_t> round{0};
+  uint8_t kind = 0;
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  uint8_t reserved = 0;
+  uint64_t n_elems = 0;
+  uint64_t call_seq = 0;
+  int32_t aux = 0;  // per-kind extra: broadcast root, rendezvous tag length
+  uint32_t reserved2 = 0;
+  std::byte inline_data[kInlineBytes];
+};
+static_assert(sizeof(Mailbox) == kCacheLineBytes);
+
+struct alignas(kCacheLineBytes) FutexLine {
+  std::atomic<uint32_t> value{0};
+};
+
+struct alignas(kCacheLineBytes) OrdinalSlot {
+  std::atomic<int32_t> pid{0};  // 0 until the ordinal checks in
+  std::atomic<uint32_t> state{0};
+  Mailbox mailbox[2];
+  FutexLine ring_sent;   // ring steps whose send this ordinal has published
+  FutexLine ring_acked;  // ring steps whose receive this ordinal has consumed
+};
+
+struct alignas(kCacheLineBytes) ControlBlock {
+  // Written once by the creator before `magic`; read-only afterwards.
+  std::atomic<uint64_t> magic{0};
+  uint32_t version = 0;
+  uint32_t world_size = 0;
+  uint64_t staging_bytes = 0;  // per ordinal; a multiple of kPageBytes
+  uint64_t total_bytes = 0;
+  int32_t launcher_pid = 0;
+  uint32_t spin_allowed = 0;  // 0 when replicas outnumber cores: waits never spin
+  char job_id[kMaxJobIdBytes] = {};
+
+  // 0 while healthy; 1 + the ordinal that poisoned it. `poison_claim` picks the one
+  // writer of `poison_reason`, which is complete before `poisoned` is stored.
+  alignas(kCacheLineBytes) std::atomic<uint32_t> poisoned{0};
+  std::atomic<uint32_t> poison_claim{0};
+  char poison_reason[kPoisonReasonBytes] = {};
+
+  // Central barrier for oversubscribed jobs: total arrivals and the last completed round.
+  alignas(kCacheLineBytes) std::atomic<uint64_t> barrier_count{0};
+  std::atomic<uint32_t> barrier_round{0};
+
+  // Processes currently inside futex_wait on any word of this segment; publishers skip the
+  // FUTEX_WAKE system call while it is 0.
+  alignas(kCacheLineBytes) std::atomic<uint32_t> sleepers{0};
+};
+
+inline constexpr size_t round_up(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+inline constexpr size_t slots_offset() { return round_up(sizeof(ControlBlock), kCacheLineBytes); }
+inline constexpr size_t staging_offset(int world_size) {
+  return round_up(slots_offset() + sizeof(OrdinalSlot) * static_cast<size_t>(world_size),
+                  kPageBytes);
+}
+inline constexpr size_t segment_bytes(int world_size, size_t staging_bytes) {
+  return staging_offset(world_size) + staging_bytes * static_cast<size_t>(world_size);
+}
+
+}  // namespace xs::shm

@@ -1,0 +1,239 @@
+#include "shm/segment.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <thread>
+#include <unistd.h>
+
+#include <boost/interprocess/permissions.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "base/error.h"
+#include "shm/futex.h"
+
+namespace xs {
+namespace {
+
+namespace bip = boost::interprocess;
+
+constexpr int kMaxWorldSize = 1024;  // matches replica/context.h; catches typos, not limits
+constexpr std::string_view kPrefix = "xla-spawn-";
+
+std::string user_prefix() { return fmt::format("{}{}-", kPrefix, ::getuid()); }
+
+bool valid_job_id(const std::string& job_id) {
+  if (job_id.empty() || job_id.size() >= shm::kMaxJobIdBytes) return false;
+  return std::all_of(job_id.begin(), job_id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '_' || c == '-';
+  });
+}
+
+// Opens and maps an existing segment; IoError naming the segment when that fails.
+bip::mapped_region map_existing(const std::string& name, bip::mode_t mode) {
+  try {
+    bip::shared_memory_object object(bip::open_only, name.c_str(), mode);
+    bip::offset_t size = 0;
+    if (!object.get_size(size) || size < static_cast<bip::offset_t>(sizeof(shm::ControlBlock))) {
+      throw IoError(fmt::format("segment {}: {} bytes, too small to hold a control block "
+                                "(not created by xla-spawn, or still being created)",
+                                name, size));
+    }
+    return bip::mapped_region(object, mode);
+  } catch (const bip::interprocess_exception& e) {
+    throw IoError(fmt::format("segment {}: cannot open: {} (is the job still running? the "
+                              "launcher removes the segment when the job ends)",
+                              name, e.what()));
+  }
+}
+
+void init_control_block(void* base, const std::string& job_id, int world_size,
+                        size_t staging_bytes, size_t total_bytes) {
+  auto* control = new (base) shm::ControlBlock();
+  control->version = shm::kSegmentVersion;
+  control->world_size = static_cast<uint32_t>(world_size);
+  control->staging_bytes = staging_bytes;
+  control->total_bytes = total_bytes;
+  control->launcher_pid = static_cast<int32_t>(::getpid());
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  control->spin_allowed = static_cast<unsigned>(world_size) <= cores ? 1 : 0;
+  std::memcpy(control->job_id, job_id.data(), job_id.size());
+  auto* slots = reinterpret_cast<shm::OrdinalSlot*>(static_cast<std::byte*>(base) +
+                                                    shm::slots_offset());
+  for (int i = 0; i < world_size; ++i) new (&slots[i]) shm::OrdinalSlot();
+  // Published last: a reader that sees the magic sees an initialised block.
+  control->magic.store(shm::kSegmentMagic, std::memory_order_release);
+}
+
+void validate(const shm::ControlBlock& control, const std::string& name, int world_size,
+              const std::string& job_id, size_t mapped_bytes) {
+  if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic ||
+      control.version != shm::kSegmentVersion) {
+    throw InvalidArgument(fmt::format("segment {}: not an initialised xla-spawn segment of "
+                                      "version {}", name, shm::kSegmentVersion));
+  }
+  const std::string owner(control.job_id, strnlen(control.job_id, shm::kMaxJobIdBytes));
+  if (owner != job_id) {
+    throw InvalidArgument(
+        fmt::format("segment {} belongs to job '{}', this replica is in job '{}'", name, owner,
+                    job_id));
+  }
+  if (static_cast<int>(control.world_size) != world_size) {
+    throw InvalidArgument(fmt::format("segment {} was created for world size {}, this replica "
+                                      "has world size {}", name, control.world_size, world_size));
+  }
+  XS_CHECK(control.total_bytes <= mapped_bytes, "segment {}: header says {} bytes, mapped {}",
+           name, control.total_bytes, mapped_bytes);
+}
+
+void check_in(shm::OrdinalSlot& slot, const std::string& name, int ordinal) {
+  const int32_t me = static_cast<int32_t>(::getpid());
+  int32_t seen = slot.pid.load(std::memory_order_acquire);
+  while (seen != me) {
+    if (seen != 0 && process_alive(seen)) {
+      throw InvalidArgument(fmt::format(
+          "segment {}: ordinal {} is already checked in by live pid {}", name, ordinal, seen));
+    }
+    if (slot.pid.compare_exchange_weak(seen, me, std::memory_order_acq_rel)) break;
+  }
+  slot.state.store(static_cast<uint32_t>(shm::SlotState::kCheckedIn), std::memory_order_release);
+}
+
+}  // namespace
+
+std::string segment_name(const std::string& job_id) {
+  XS_CHECK_ARG(valid_job_id(job_id),
+               "job id '{}': expected 1..{} characters from [A-Za-z0-9._-]", job_id,
+               shm::kMaxJobIdBytes - 1);
+  return fmt::format("/{}{}", user_prefix(), job_id);
+}
+
+std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes) {
+  const std::string name = segment_name(job_id);
+  XS_CHECK_ARG(world_size >= 1 && world_size <= kMaxWorldSize,
+               "create_segment: world size {} outside 1..{}", world_size, kMaxWorldSize);
+  XS_CHECK_ARG(staging_bytes >= kMinStagingBytes,
+               "create_segment: staging {} bytes per ordinal, need at least {}", staging_bytes,
+               kMinStagingBytes);
+  staging_bytes = shm::round_up(staging_bytes, shm::kPageBytes);
+  const size_t total = shm::segment_bytes(world_size, staging_bytes);
+  try {
+    bip::permissions owner_only;
+    owner_only.set_permissions(0600);
+    bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, owner_only);
+    object.truncate(static_cast<bip::offset_t>(total));
+    bip::mapped_region region(object, bip::read_write);
+    init_control_block(region.get_address(), job_id, world_size, staging_bytes, total);
+  } catch (const bip::interprocess_exception& e) {
+    throw IoError(fmt::format("segment {}: cannot create {} bytes ({} ordinals x {} staging "
+                              "bytes): {}", name, total, world_size, staging_bytes, e.what()));
+  }
+  return name;
+}
+
+bool remove_segment(const std::string& name) {
+  return bip::shared_memory_object::remove(name.c_str());
+}
+
+std::vector<std::string> remove_stale_segments() {
+  std::vector<std::string> removed;
+  const std::string prefix = user_prefix();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(prefix, 0) != 0) continue;
+    const std::string name = fmt::format("/{}", file);
+    try {
+      const bip::mapped_region region = map_existing(name, bip::read_only);
+      const auto& control = *static_cast<const shm::ControlBlock*>(region.get_address());
+      if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic) continue;
+      if (process_alive(control.launcher_pid)) continue;
+    } catch (const Error&) {
+      continue;  // unreadable or half-created: not provably stale, leave it
+    }
+    if (remove_segment(name)) removed.push_back(name);
+  }
+  return removed;
+}
+
+OwnedSegment::OwnedSegment(const std::string& job_id, int world_size, size_t staging_bytes)
+    : name_(create_segment(job_id, world_size, staging_bytes)) {}
+
+OwnedSegment::~OwnedSegment() { remove_segment(name_); }
+
+Segment Segment::attach(const std::string& name, int ordinal, int world_size,
+                        const std::string& job_id) {
+  XS_CHECK_ARG(ordinal >= 0 && ordinal < world_size,
+               "segment {}: ordinal {} outside 0..{} (world size {})", name, ordinal,
+               world_size - 1, world_size);
+  bip::mapped_region region = map_existing(name, bip::read_write);
+  const auto& control = *static_cast<const shm::ControlBlock*>(region.get_address());
+  validate(control, name, world_size, job_id, region.get_size());
+  Segment segment(name, std::move(region), ordinal, world_size);
+  check_in(segment.slot(ordinal), name, ordinal);
+  return segment;
+}
+
+Segment::Segment(std::string name, bip::mapped_region region, int ordinal, int world_size)
+    : name_(std::move(name)), region_(std::move(region)), ordinal_(ordinal),
+      world_size_(world_size) {}
+
+Segment::Segment(Segment&& other) noexcept
+    : name_(std::move(other.name_)), region_(std::move(other.region_)),
+      ordinal_(other.ordinal_), world_size_(other.world_size_) {
+  other.world_size_ = 0;
+}
+
+Segment::~Segment() {
+  if (world_size_ == 0 || base() == nullptr) return;
+  slot(ordinal_).state.store(static_cast<uint32_t>(shm::SlotState::kLeft),
+                             std::memory_order_release);
+}
+
+shm::OrdinalSlot& Segment::slot(int ordinal) const {
+  auto* slots = reinterpret_cast<shm::OrdinalSlot*>(static_cast<std::byte*>(base()) +
+                                                    shm::slots_offset());
+  return slots[ordinal];
+}
+
+std::byte* Segment::staging(int ordinal) const {
+  return static_cast<std::byte*>(base()) + shm::staging_offset(world_size_) +
+         control().staging_bytes * static_cast<size_t>(ordinal);
+}
+
+void Segment::poison(const std::string& reason) const {
+  shm::ControlBlock& control = this->control();
+  uint32_t expected = 0;
+  if (control.poison_claim.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    const size_t n = std::min(reason.size(), shm::kPoisonReasonBytes - 1);
+    std::memcpy(control.poison_reason, reason.data(), n);
+    control.poison_reason[n] = '\0';
+    control.poisoned.store(static_cast<uint32_t>(ordinal_ + 1), std::memory_order_seq_cst);
+  }
+  wake_all_sleepers(*this);
+}
+
+std::optional<std::string> Segment::poison_message() const {
+  const uint32_t poisoner = control().poisoned.load(std::memory_order_acquire);
+  if (poisoner == 0) return std::nullopt;
+  const std::string reason(control().poison_reason,
+                           strnlen(control().poison_reason, shm::kPoisonReasonBytes));
+  return fmt::format("segment poisoned by ordinal {}: {}", poisoner - 1, reason);
+}
+
+void wake_all_sleepers(const Segment& segment) {
+  futex_wake_all(&segment.control().barrier_round);
+  for (int i = 0; i < segment.world_size(); ++i) {
+    shm::OrdinalSlot& slot = segment.slot(i);
+    futex_wake_all(&slot.mailbox[0].round);
+    futex_wake_all(&slot.mailbox[1].round);
+    futex_wake_all(&slot.ring_sent.value);
+    futex_wake_all(&slot.ring_acked.value);
+  }
+}
+
+}  // namespace xs

@@ -1,0 +1,79 @@
+#include "shm/wait.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/env.h"
+#include "base/error.h"
+#include "shm/futex.h"
+
+namespace xs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string describe_peer(const Segment& segment, int ordinal) {
+  if (ordinal < 0) return "a peer";
+  const int32_t pid = segment.slot(ordinal).pid.load(std::memory_order_acquire);
+  if (pid == 0) return fmt::format("ordinal {} (never checked in)", ordinal);
+  return fmt::format("ordinal {} (pid {})", ordinal, pid);
+}
+
+}  // namespace
+
+int64_t collective_timeout_ms_from_env() {
+  return env_int(kCollectiveTimeoutEnv, 1, 86'400'000).value_or(kDefaultCollectiveTimeoutMs);
+}
+
+void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& probe) {
+  const Segment& segment = *segment_;
+  shm::ControlBlock& control = segment.control();
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms_);
+  auto next_liveness_check = start;
+  for (;;) {
+    const Awaited awaited = probe();
+    if (awaited.word == nullptr) return;
+    if (auto poisoned = segment.poison_message()) {
+      throw PeerFailure(fmt::format("{} on ordinal {}: {} (had waited {:.3f} s for {})",
+                                    operation, segment.ordinal(), *poisoned,
+                                    seconds_since(start), describe_peer(segment, awaited.ordinal)));
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      const std::string message = fmt::format(
+          "{} on ordinal {}: timed out after {:.3f} s waiting for {} (timeout {} ms, set by {})",
+          operation, segment.ordinal(), seconds_since(start),
+          describe_peer(segment, awaited.ordinal), timeout_ms_, kCollectiveTimeoutEnv);
+      segment.poison(message);
+      throw Timeout(message);
+    }
+    if (now >= next_liveness_check && awaited.ordinal >= 0) {
+      next_liveness_check = now + std::chrono::milliseconds(kPollIntervalMs);
+      const int32_t pid = segment.slot(awaited.ordinal).pid.load(std::memory_order_acquire);
+      if (pid != 0 && !process_alive(pid)) {
+        const std::string message = fmt::format(
+            "{} on ordinal {}: ordinal {} (pid {}) is gone; waited {:.3f} s for it", operation,
+            segment.ordinal(), awaited.ordinal, pid, seconds_since(start));
+        segment.poison(message);
+        throw PeerFailure(message);
+      }
+    }
+    const int64_t slice_ns = std::min<int64_t>(
+        kPollIntervalMs * 1'000'000,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
+    control.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = awaited.word->load(std::memory_order_seq_cst);
+    if (probe().word == awaited.word && !segment.poison_message()) {
+      futex_wait(awaited.word, seen, slice_ns);
+    }
+    control.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace xs

@@ -1,0 +1,95 @@
+#pragma once
+// Waiting for peers on the segment's futex words, always with a deadline: a bounded spin
+// (none when replicas outnumber cores), then FUTEX_WAIT in slices of kPollIntervalMs, after
+// each of which the poisoned word, the deadline and the awaited peer's process are checked.
+//
+//   xs::Waiter waiter(segment, xs::collective_timeout_ms_from_env());
+//   waiter.wait("all_reduce", [&]() -> xs::Awaited {
+//     if (ready()) return {};                      // done
+//     return {&peer_word, peer_ordinal};           // sleep on this word, blame this ordinal
+//   });
+//   xs::publish(segment, my_word, round);          // the other side
+//
+// Memory ordering contract: a publisher writes its data with plain stores, then publish()
+// stores the word with release (in fact seq_cst) semantics; a waiter whose probe loads the
+// word with acquire and sees the new value also sees that data. The sleeper count and the
+// word form a Dekker pair (both seq_cst): either the publisher sees a sleeper and calls
+// FUTEX_WAKE, or the sleeper's FUTEX_WAIT sees the new value and returns at once.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include <immintrin.h>
+
+#include "shm/futex.h"
+#include "shm/segment.h"
+
+namespace xs {
+
+inline constexpr const char* kCollectiveTimeoutEnv = "XLA_SPAWN_COLLECTIVE_TIMEOUT_MS";
+inline constexpr int64_t kDefaultCollectiveTimeoutMs = 60'000;
+// Sleep slice: how late a poisoned segment or a dead peer may be noticed at worst.
+inline constexpr int64_t kPollIntervalMs = 50;
+// Spin before sleeping, when spinning is allowed: a peer on another core usually answers
+// within a few microseconds; 100 us keeps a late peer from costing a futex round trip.
+inline constexpr int64_t kSpinNs = 100'000;
+
+// XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (1 ms .. 1 day) or kDefaultCollectiveTimeoutMs.
+int64_t collective_timeout_ms_from_env();
+
+// What a wait is blocked on: the futex word whose change may end it and the ordinal that
+// must change it. A default-constructed Awaited means "condition holds".
+struct Awaited {
+  const std::atomic<uint32_t>* word = nullptr;
+  int ordinal = -1;
+};
+
+// Stores `value` into `word` and wakes its sleepers (the system call only when any exist).
+inline void publish(const Segment& segment, std::atomic<uint32_t>& word, uint32_t value) {
+  word.store(value, std::memory_order_seq_cst);
+  if (segment.control().sleepers.load(std::memory_order_seq_cst) != 0) [[unlikely]] {
+    futex_wake_all(&word);
+  }
+}
+
+class Waiter {
+ public:
+  Waiter(const Segment& segment, int64_t timeout_ms)
+      : segment_(&segment), timeout_ms_(timeout_ms), spin_(segment.spin_allowed()) {}
+
+  int64_t timeout_ms() const { return timeout_ms_; }
+
+  // Returns when probe() returns an empty Awaited. Throws xs::Timeout (deadline passed) or
+  // xs::PeerFailure (segment poisoned, awaited peer's process gone), naming `operation`,
+  // the awaited ordinal and the time waited; both poison the segment first.
+  template <class Probe>
+  void wait(const char* operation, Probe&& probe) {
+    if (probe().word == nullptr) [[likely]] return;
+    if (spin_ && spin(probe)) return;
+    wait_slow(operation, std::function<Awaited()>(std::ref(probe)));
+  }
+
+ private:
+  template <class Probe>
+  bool spin(Probe& probe) {
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+        _mm_pause();
+        if (probe().word == nullptr) return true;
+      }
+      if (std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(kSpinNs)) {
+        return false;
+      }
+    }
+  }
+  void wait_slow(const char* operation, const std::function<Awaited()>& probe);
+
+  const Segment* segment_;
+  int64_t timeout_ms_;
+  bool spin_;
+};
+
+}  // namespace xs

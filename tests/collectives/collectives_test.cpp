@@ -1,0 +1,111 @@
+// broadcast, all_gather, reduce_scatter, barrier and rendezvous across forked replicas,
+// world sizes 2..8, sizes from 0 to more than the staging area.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "tests/collectives/fork_harness.h"
+#include "tests/collectives/test_data.h"
+
+namespace xs::testing {
+namespace {
+
+constexpr size_t kStagingBytes = 64 << 10;
+const std::vector<size_t> kCounts = {0, 1, 1023, 3 * kStagingBytes / 4 + 5};
+
+class CollectivesTest : public ::testing::TestWithParam<int> {
+ protected:
+  void run(const std::function<std::string(Child&, ShmCommunicator&)>& body) {
+    ForkJob job(GetParam(), kStagingBytes);
+    job.start([&body](Child& child) {
+      ShmCommunicator comm = child.communicator();
+      return body(child, comm);
+    });
+    const JobResult result = job.wait(std::chrono::seconds(60));
+    EXPECT_TRUE(result.all_ok()) << result.describe();
+  }
+};
+
+TEST_P(CollectivesTest, BroadcastCopiesTheRootsBufferEverywhere) {
+  run([](Child& child, ShmCommunicator& comm) {
+    for (size_t n : kCounts) {
+      const int root = static_cast<int>(n % child.world_size);
+      std::vector<std::byte> data = make_input(DType::kI32, child.ordinal, n);
+      comm.broadcast(data.data(), n, DType::kI32, root);
+      if (data != make_input(DType::kI32, root, n)) return fmt::format("n={} root={}", n, root);
+    }
+    return std::string();
+  });
+}
+
+TEST_P(CollectivesTest, AllGatherPlacesOrdinalKAtOffsetK) {
+  run([](Child& child, ShmCommunicator& comm) {
+    for (size_t n : kCounts) {
+      const std::vector<std::byte> in = make_input(DType::kF32, child.ordinal, n);
+      std::vector<std::byte> out(in.size() * child.world_size);
+      comm.all_gather(in.data(), out.data(), n, DType::kF32);
+      for (int k = 0; k < child.world_size; ++k) {
+        const std::vector<std::byte> want = make_input(DType::kF32, k, n);
+        if (std::memcmp(out.data() + k * want.size(), want.data(), want.size()) != 0) {
+          return fmt::format("n={}: block of ordinal {} wrong", n, k);
+        }
+      }
+    }
+    return std::string();
+  });
+}
+
+TEST_P(CollectivesTest, ReduceScatterGivesEachOrdinalItsReducedChunk) {
+  run([](Child& child, ShmCommunicator& comm) {
+    const int n_ord = child.world_size;
+    for (size_t n : kCounts) {
+      // Input chunk k of ordinal o is the first n elements of make_input(o * n_ord + k).
+      std::vector<std::byte> in;
+      for (int k = 0; k < n_ord; ++k) {
+        const auto part = make_input(DType::kF64, child.ordinal * n_ord + k, n);
+        in.insert(in.end(), part.begin(), part.end());
+      }
+      std::vector<std::byte> out(n * 8);
+      comm.reduce_scatter(in.data(), out.data(), n, DType::kF64, ReduceOp::kSum);
+      for (size_t i = 0; i < n; ++i) {
+        double want = 0, got;
+        for (int o = 0; o < n_ord; ++o) want += static_cast<double>(input_value(o * n_ord + child.ordinal, i));
+        std::memcpy(&got, out.data() + i * 8, 8);
+        if (got != want) return fmt::format("n={} element {}: {} != {}", n, i, got, want);
+      }
+    }
+    return std::string();
+  });
+}
+
+TEST_P(CollectivesTest, BarrierAndRendezvousExchangePayloads) {
+  run([](Child& child, ShmCommunicator& comm) {
+    comm.barrier();
+    const std::string mine = fmt::format("payload of {}", child.ordinal);
+    const auto all = comm.rendezvous("step-1", std::as_bytes(std::span(mine)));
+    for (int k = 0; k < child.world_size; ++k) {
+      const std::string want = fmt::format("payload of {}", k);
+      if (std::string(reinterpret_cast<const char*>(all[k].data()), all[k].size()) != want) {
+        return fmt::format("payload {} wrong", k);
+      }
+    }
+    try {
+      comm.rendezvous(child.ordinal == 0 ? "tag-a" : "tag-b", {});
+    } catch (const PeerFailure& e) {
+      const std::string what = e.what();
+      if (what.find("tag-a") != std::string::npos && what.find("tag-b") != std::string::npos) {
+        return std::string();
+      }
+      return "tag mismatch message lacks both tags: " + what;
+    }
+    return std::string("no error for different tags");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Values(2, 3, 8));
+
+}  // namespace
+}  // namespace xs::testing

@@ -1,0 +1,235 @@
+// Failure paths with real processes: a SIGKILLed replica, a replica that stops calling,
+// mismatched calls, segment cleanup, and two jobs side by side.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "tests/collectives/fork_harness.h"
+#include "tests/collectives/test_data.h"
+#include "tests/support/scoped_env.h"
+
+namespace xs::testing {
+namespace {
+
+constexpr size_t kStagingBytes = 64 << 10;
+
+bool segment_exists(const std::string& name) {
+  return std::filesystem::exists("/dev/shm" + name);
+}
+
+// Scratch layout for the kill test: [0] the victim's kill time, [1 + o] ordinal o's
+// nanoseconds from that kill to its error.
+std::atomic<int64_t>* scratch_words(std::byte* scratch) {
+  return reinterpret_cast<std::atomic<int64_t>*>(scratch);
+}
+
+class KillTest : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
+
+TEST_P(KillTest, OthersNameTheKilledOrdinalWithinTwoSeconds) {
+  const auto [world_size, algo] = GetParam();
+  const int victim = world_size / 2;
+  std::string name;
+  std::vector<pid_t> pids;
+  std::vector<int64_t> error_after_ns(world_size);
+  JobResult result;
+  {
+    ForkJob job(world_size, kStagingBytes);
+    name = job.segment_name();
+    job.start([victim, algo = algo](Child& child) {
+      ShmCommunicator comm = child.communicator({.algorithm = algo, .timeout_ms = 30'000});
+      std::vector<float> data(5000, 1.0f);
+      auto* words = scratch_words(child.scratch);
+      for (int i = 0; i < 1'000'000; ++i) {
+        if (child.ordinal == victim && i == 50) {
+          words[0].store(monotonic_ns());
+          ::kill(::getpid(), SIGKILL);
+        }
+        try {
+          comm.all_reduce(data.data(), data.size(), DType::kF32, ReduceOp::kMean);
+        } catch (const Error& e) {
+          words[1 + child.ordinal].store(monotonic_ns() - words[0].load());
+          return std::string(e.what());
+        }
+      }
+      return std::string("no error after 1e6 all-reduces");
+    });
+    pids = job.pids();
+    result = job.wait(std::chrono::seconds(60));
+    for (int o = 0; o < world_size; ++o) error_after_ns[o] = scratch_words(job.scratch())[1 + o];
+  }
+  EXPECT_FALSE(segment_exists(name)) << name << " left behind";
+  ASSERT_FALSE(result.timed_out) << result.describe();
+  const std::string dead = fmt::format("ordinal {} (pid {})", victim, pids[victim]);
+  for (const ChildResult& child : result.children) {
+    if (child.ordinal == victim) {
+      EXPECT_EQ(child.signal, SIGKILL) << result.describe();
+      continue;
+    }
+    EXPECT_EQ(child.exit_code, 1) << result.describe();
+    EXPECT_NE(child.message.find(dead), std::string::npos)
+        << "ordinal " << child.ordinal << " did not name " << dead << ": " << child.message;
+    EXPECT_LT(error_after_ns[child.ordinal], 2'000'000'000)
+        << "ordinal " << child.ordinal << " took " << error_after_ns[child.ordinal] * 1e-9
+        << " s to notice";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizes, KillTest,
+    ::testing::Combine(::testing::Values(2, 4, 8),
+                       ::testing::Values(AllReduceAlgorithm::kOneShot,
+                                         AllReduceAlgorithm::kTwoShot, AllReduceAlgorithm::kRing)),
+    [](const auto& info) {
+      return fmt::format("N{}_{}", std::get<0>(info.param),
+                         all_reduce_algorithm_name(std::get<1>(info.param)));
+    });
+
+class StopTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(StopTest, AReplicaThatStopsCallingMakesTheOthersTimeOutNamingIt) {
+  const int world_size = GetParam();
+  const int quitter = world_size - 1;
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "500");
+  ForkJob job(world_size, kStagingBytes);
+  job.start([quitter](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    std::vector<int64_t> data(100, child.ordinal);
+    for (int i = 0; i < 10; ++i) comm.all_reduce(data.data(), 100, DType::kI64, ReduceOp::kSum);
+    if (child.ordinal == quitter) {
+      // Alive but silent: wait (bounded) until the others have given up on us.
+      const int64_t give_up = monotonic_ns() + 30'000'000'000;
+      while (!comm.segment().poison_message() && monotonic_ns() < give_up) ::usleep(1000);
+      return comm.segment().poison_message() ? std::string() : "segment never poisoned";
+    }
+    try {
+      comm.all_reduce(data.data(), 100, DType::kI64, ReduceOp::kSum);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  ASSERT_FALSE(result.timed_out) << result.describe();
+  const std::string missing = fmt::format("ordinal {} (pid {})", quitter, job.pids()[quitter]);
+  for (const ChildResult& child : result.children) {
+    if (child.ordinal == quitter) {
+      EXPECT_TRUE(child.ok()) << result.describe();
+      continue;
+    }
+    EXPECT_NE(child.message.find("timed out"), std::string::npos) << result.describe();
+    EXPECT_NE(child.message.find(missing), std::string::npos) << result.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, StopTest, ::testing::Values(2, 5));
+
+TEST(MismatchTest, DifferentElementCountsAreReportedWithBothSides) {
+  ForkJob job(3, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    const size_t n = child.ordinal == 2 ? 4096 : 4095;
+    std::vector<float> data(n, 1.0f);
+    try {
+      comm.all_reduce(data.data(), n, DType::kF32, ReduceOp::kSum);
+      return std::string("no error");
+    } catch (const PeerFailure& e) {
+      const std::string what = e.what();
+      if (what.find("4096 elements") == std::string::npos ||
+          what.find("4095 elements") == std::string::npos) {
+        return "message lacks both counts: " + what;
+      }
+    }
+    // Every ordinal saw the mismatch in the same round, so the communicator still works.
+    std::vector<float> ok(10, 1.0f);
+    comm.all_reduce(ok.data(), 10, DType::kF32, ReduceOp::kSum);
+    return ok[0] == 3.0f ? std::string() : fmt::format("after mismatch: {} != 3", ok[0]);
+  });
+  const JobResult result = job.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+TEST(MismatchTest, DifferentDTypesAndKindsAreReported) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    std::vector<int64_t> data(16, 1);
+    std::string errors;
+    try {
+      comm.all_reduce(data.data(), 16, child.ordinal == 0 ? DType::kI64 : DType::kF64,
+                      ReduceOp::kSum);
+    } catch (const PeerFailure& e) {
+      errors += e.what();
+    }
+    try {
+      if (child.ordinal == 0) {
+        comm.barrier();
+      } else {
+        comm.broadcast(data.data(), 16, DType::kI64, 0);
+      }
+    } catch (const PeerFailure& e) {
+      errors += e.what();
+    }
+    for (const char* needle : {"of i64", "of f64", "barrier", "broadcast"}) {
+      if (errors.find(needle) == std::string::npos) return fmt::format("no '{}' in: {}", needle, errors);
+    }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+TEST(JobIsolationTest, TwoJobsAtOnceDoNotSeeEachOther) {
+  ForkJob first(3, kStagingBytes);
+  ForkJob second(2, kStagingBytes);
+  auto body = [](int scale) {
+    return [scale](Child& child) {
+      ShmCommunicator comm = child.communicator();
+      for (int i = 0; i < 200; ++i) {
+        std::vector<int32_t> data(3000, scale * (child.ordinal + 1));
+        comm.all_reduce(data.data(), data.size(), DType::kI32, ReduceOp::kSum);
+        const int32_t want = scale * child.world_size * (child.world_size + 1) / 2;
+        if (data[2999] != want) return fmt::format("iteration {}: {} != {}", i, data[2999], want);
+      }
+      return std::string();
+    };
+  };
+  first.start(body(1));
+  second.start(body(1000));
+  const JobResult a = first.wait(std::chrono::seconds(60));
+  const JobResult b = second.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(a.all_ok()) << a.describe();
+  EXPECT_TRUE(b.all_ok()) << b.describe();
+  EXPECT_NE(first.segment_name(), second.segment_name());
+  EXPECT_THROW(Segment::attach(first.segment_name(), 0, 3, second.job_id()), InvalidArgument);
+}
+
+TEST(SegmentCleanupTest, SegmentIsGoneAfterJobsThatSucceedOrFail) {
+  std::string ok_name, failed_name;
+  {
+    ForkJob job(2, kStagingBytes);
+    ok_name = job.segment_name();
+    job.start([](Child& child) {
+      child.communicator().barrier();
+      return std::string();
+    });
+    EXPECT_TRUE(job.wait(std::chrono::seconds(30)).all_ok());
+    EXPECT_TRUE(segment_exists(ok_name));
+  }
+  {
+    ForkJob job(2, kStagingBytes);
+    failed_name = job.segment_name();
+    job.start([](Child&) -> std::string { throw std::runtime_error("replica failed"); });
+    EXPECT_FALSE(job.wait(std::chrono::seconds(30)).all_ok());
+  }
+  EXPECT_FALSE(segment_exists(ok_name));
+  EXPECT_FALSE(segment_exists(failed_name));
+}
+
+}  // namespace
+}  // namespace xs::testing

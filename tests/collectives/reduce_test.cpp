@@ -1,0 +1,62 @@
+#include "collectives/reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace xs {
+namespace {
+
+TEST(ReduceTest, BF16AccumulatesInF32AndRoundsOnce) {
+  // 256 + 1 + 1 is 258 (exact in bf16); rounding after each add would give 256 twice.
+  const uint16_t a = BF16::from_float(256.0f).bits, b = BF16::from_float(1.0f).bits;
+  const void* sources[] = {&a, &b, &b};
+  uint16_t out = 0;
+  reduce_sources(&out, nullptr, sources, 3, 1, DType::kBF16, ReduceOp::kSum, 3);
+  EXPECT_EQ(BF16{out}.to_float(), 258.0f);
+}
+
+TEST(ReduceTest, IntegerMeanTruncatesTowardZero) {
+  const int32_t a = -7, b = 2;
+  const void* sources[] = {&a, &b};
+  int32_t out = 0;
+  reduce_sources(&out, nullptr, sources, 2, 1, DType::kI32, ReduceOp::kMean, 2);
+  EXPECT_EQ(out, -2);  // -5 / 2
+}
+
+TEST(ReduceTest, IntegerSumWrapsInsteadOfOverflowing) {
+  const int64_t a = std::numeric_limits<int64_t>::max(), b = 1;
+  const void* sources[] = {&a, &b};
+  int64_t out = 0;
+  reduce_sources(&out, nullptr, sources, 2, 1, DType::kI64, ReduceOp::kSum, 2);
+  EXPECT_EQ(out, std::numeric_limits<int64_t>::min());
+}
+
+TEST(ReduceTest, SourcesAreCombinedLeftToRightInOrdinalOrder) {
+  // In f32 (1e8 + 1) - 1e8 is 0 but (-1e8 + 1) + 1e8 is 0 too: compare with each order.
+  const float x0 = 1e8f, x1 = 1.0f, x2 = -1e8f;
+  const void* sources[] = {&x0, &x1, &x2};
+  float out = -1;
+  reduce_sources(&out, nullptr, sources, 3, 1, DType::kF32, ReduceOp::kSum, 3);
+  EXPECT_EQ(out, (x0 + x1) + x2);
+  const void* reversed[] = {&x2, &x1, &x0};
+  reduce_sources(&out, nullptr, reversed, 3, 1, DType::kF32, ReduceOp::kSum, 3);
+  EXPECT_EQ(out, (x2 + x1) + x0);
+}
+
+TEST(ReduceTest, MaxAndMinOverManyBlocks) {
+  std::vector<double> a(5000), b(5000), out(5000);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<double>(i % 7);
+    b[i] = static_cast<double>(i % 5);
+  }
+  const void* sources[] = {a.data(), b.data()};
+  reduce_sources(out.data(), nullptr, sources, 2, a.size(), DType::kF64, ReduceOp::kMax, 2);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(out[i], std::max(a[i], b[i])) << i;
+  reduce_sources(out.data(), nullptr, sources, 2, a.size(), DType::kF64, ReduceOp::kMin, 2);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(out[i], std::min(a[i], b[i])) << i;
+}
+
+}  // namespace
+}  // namespace xs
