@@ -45,10 +45,15 @@ SignalPipe::SignalPipe() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  struct sigaction child_default {};
+  child_default.sa_handler = SIG_DFL;
+  sigemptyset(&child_default.sa_mask);
+  ::sigaction(SIGCHLD, &child_default, &previous_child_);
 }
 
 SignalPipe::~SignalPipe() {
   for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  ::sigaction(SIGCHLD, &previous_child_, nullptr);
   g_write_fd.store(-1);
   ::close(read_fd_);
   ::close(write_fd_);

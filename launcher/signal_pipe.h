@@ -1,6 +1,8 @@
 #pragma once
 // Turns SIGINT, SIGTERM and SIGHUP into bytes on a pipe while it lives, so the supervisor's
 // poll() loop sees them like any other event (the self-pipe trick; async-signal-safe).
+// Also puts SIGCHLD back to SIG_DFL meanwhile: with SIG_IGN the kernel would reap the
+// replicas itself and their exit statuses would be lost.
 //
 //   xs::SignalPipe signals;                  // handlers installed
 //   pollfd p{signals.read_fd(), POLLIN, 0};  ... for (int s : signals.drain()) forward(s);
@@ -32,6 +34,7 @@ class SignalPipe {
   int read_fd_ = -1;
   int write_fd_ = -1;
   struct sigaction previous_[3] = {};
+  struct sigaction previous_child_ = {};
 };
 
 }  // namespace xs

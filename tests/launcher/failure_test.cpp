@@ -61,8 +61,10 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(FailFastTest, StoppedReplicasNeedingSigkillAreListedAsStopped) {
+  TempDir dir;  // --wait-peers: nobody fails before every replica ignores SIGTERM
   const RunResult r = run_xla_spawn({"-n", "3", "--grace-period", "0.5", "--", helper_path(),
-                                     "--do", "ignore-term:30", "--for", "1=exit:7"});
+                                     "--pid-dir", dir.path(), "--wait-peers", "--do",
+                                     "ignore-term:30", "--for", "1=exit:7"});
   EXPECT_EQ(r.exit_code, 7) << r.err;
   EXPECT_NE(r.err.find("ordinal(s) 0, 2; SIGKILL needed for 0, 2"), std::string::npos) << r.err;
 }

@@ -186,5 +186,20 @@ TEST(SpawnResourcesTest, InvalidArgumentsThrowBeforeForking) {
   EXPECT_TRUE(resources.calls.empty());
 }
 
+TEST(SpawnTest, ExitStatusesSurviveACallerThatIgnoresSigchld) {
+  // With SIGCHLD ignored the kernel would reap children itself; spawn must still see codes.
+  struct sigaction ignore {};
+  struct sigaction previous {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGCHLD, &ignore, &previous);
+  Captured captured;
+  const JobResult r = spawn([](int ordinal) { if (ordinal == 1) ::_exit(6); }, 2,
+                            captured.options());
+  struct sigaction after {};
+  ::sigaction(SIGCHLD, &previous, &after);
+  EXPECT_EQ(r.exit_code, 6) << r.summary;
+  EXPECT_EQ(after.sa_handler, SIG_IGN) << "the caller's disposition is restored";
+}
+
 }  // namespace
 }  // namespace xs
