@@ -1,0 +1,43 @@
+#pragma once
+// A 64-byte aligned, heap-allocated block of tensor storage. Shared by tensors and IR leaves
+// through std::shared_ptr; its use count decides whether a graph may overwrite it in place
+// (donation: an updated parameter reuses its old buffer).
+//
+//   auto buf = Buffer::allocate(n_elems * dtype_size(DType::kF32));
+//   float* p = buf->as<float>();
+
+#include <cstddef>
+#include <memory>
+
+namespace xs {
+
+class Buffer {
+ public:
+  static constexpr size_t kAlignment = 64;  // a cache line; also AVX-512 load alignment
+
+  static std::shared_ptr<Buffer> allocate(size_t size_bytes);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* as() const {
+    return static_cast<const T*>(data_);
+  }
+  size_t size_bytes() const { return size_bytes_; }
+
+ private:
+  Buffer(void* data, size_t size_bytes) : data_(data), size_bytes_(size_bytes) {}
+  void* data_;
+  size_t size_bytes_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+
+}  // namespace xs

@@ -1,0 +1,83 @@
+// Gather, one-hot and the counter-based random number kernels.
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "runtime/detail/kernels.h"
+#include "runtime/element.h"
+#include "runtime/hash.h"
+
+namespace xs::detail {
+
+void gather_kernel(const Attrs& attrs, const Arg& x, const Arg& index, const Arg& out) {
+  const int64_t axis = attrs.ints[0];
+  const Shape& os = out.type->shape;
+  const int64_t limit = x.type->shape[axis];
+  const std::vector<int64_t> xs = contiguous_strides(x.type->shape);
+  const size_t sz = dtype_size(x.type->dtype);
+  const int64_t n = numel(os), rank = static_cast<int64_t>(os.size());
+  std::vector<int64_t> coord(rank, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = load_element_i64(index.data, index.type->dtype, i);
+    if (k < 0 || k >= limit) {
+      throw InvalidArgument(fmt::format("gather: index {} at position {} is out of range [0, {}) on axis {}",
+                                        k, i, limit, axis));
+    }
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d) off += (d == axis ? k : coord[d]) * xs[d];
+    std::memcpy(static_cast<char*>(out.data) + i * sz, static_cast<const char*>(x.data) + off * sz, sz);
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++coord[d] < os[d]) break;
+      coord[d] = 0;
+    }
+  }
+}
+
+void one_hot_kernel(const Attrs& attrs, const Arg& index, const Arg& out) {
+  fill_kernel(0, out);
+  const int64_t classes = attrs.ints[0];
+  const int64_t n = numel(index.type->shape);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = load_element_i64(index.data, index.type->dtype, i);
+    if (k < 0 || k >= classes) {
+      throw InvalidArgument(fmt::format("one_hot: index {} at position {} is out of range [0, {})", k, i,
+                                        classes));
+    }
+    store_element(out.data, out.type->dtype, i * classes + k, 1.0);
+  }
+}
+
+namespace {
+
+// Element i of a draw: a splitmix64 hash of (seed, i), so results do not depend on blocking
+// or order and the same seed always reproduces the same tensor.
+inline uint64_t draw(uint64_t seed, uint64_t i) { return mix64(mix64(seed) ^ mix64(i ^ 0xa5a5a5a5ull)); }
+inline double unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }  // [0, 1)
+
+}  // namespace
+
+void random_kernel(Op op, const Attrs&, std::span<const Arg> ins, const Arg& out) {
+  const uint64_t seed = static_cast<uint64_t>(*static_cast<const int64_t*>(ins[0].data));
+  const int64_t n = numel(out.type->shape);
+  const DType dt = out.type->dtype;
+  const double p = op == Op::kBernoulli ? *static_cast<const float*>(ins[1].data) : 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double v;
+    const uint64_t u = static_cast<uint64_t>(i);
+    if (op == Op::kRandUniform) {
+      v = unit(draw(seed, u));
+      if (dt == DType::kF32 && v >= 1.0 - 0x1.0p-25) v = 0;  // keep [0, 1) after rounding to f32
+    } else if (op == Op::kRandNormal) {  // Box-Muller on two independent draws
+      const double u1 = 1.0 - unit(draw(seed, 2 * u)), u2 = unit(draw(seed, 2 * u + 1));
+      v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    } else {
+      v = unit(draw(seed, u)) < p ? 1.0 : 0.0;
+    }
+    store_element(out.data, dt, i, v);
+  }
+}
+
+}  // namespace xs::detail

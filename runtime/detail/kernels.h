@@ -1,0 +1,56 @@
+#pragma once
+// Kernel entry points used by the program executor. Every non-elementwise op has one
+// function here; elementwise ops run through the blocked loop interpreter (detail/loop.h).
+// Buffers are contiguous row-major; `out` never aliases an input unless the op is marked
+// in-place capable by the planner (reshape, all_reduce).
+
+#include <span>
+
+#include "runtime/op.h"
+
+namespace xs {
+class Communicator;
+class Metrics;
+}  // namespace xs
+
+namespace xs::detail {
+
+struct Arg {
+  void* data;
+  const ValueType* type;
+};
+
+struct ExecEnv {
+  Communicator* communicator = nullptr;
+  Metrics* metrics = nullptr;
+};
+
+// Runs a non-elementwise op (also kConst: a fill). Throws InvalidArgument for bad runtime
+// values (an index out of range), naming the op and the value.
+void run_op_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out,
+                   const ExecEnv& env);
+
+void fill_kernel(double value, const Arg& out);
+void reduce_kernel(Op op, const Attrs& attrs, const Arg& in, const Arg& out);
+void argmax_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
+void permute_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
+void slice_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
+void concat_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+void broadcast_kernel(const Arg& in, const Arg& out);
+void pad_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
+void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& out);
+void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& out);
+void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out);
+void gather_kernel(const Attrs& attrs, const Arg& x, const Arg& index, const Arg& out);
+void one_hot_kernel(const Attrs& attrs, const Arg& index, const Arg& out);
+void random_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+
+// Row-major single-precision GEMM through Eigen (EIGEN_USE_BLAS -> OpenBLAS):
+// c[m x n] = op(a) * op(b), leading dimensions = row lengths of the stored matrices.
+void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
+              float* c);
+
+// Pins OpenBLAS to one thread (one replica per core). Idempotent.
+void init_blas_threads();
+
+}  // namespace xs::detail

@@ -1,0 +1,198 @@
+// Matmul (batched, with transpose flags), conv2d (im2col + GEMM) and 2-D pooling. GEMM runs
+// through Eigen with EIGEN_USE_BLAS, so f32/f64 products are OpenBLAS sgemm/dgemm calls.
+#define EIGEN_USE_BLAS
+#include <Eigen/Core>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "base/check.h"
+#include "runtime/detail/kernels.h"
+
+namespace xs::detail {
+namespace {
+
+template <typename T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+  if (m == 0 || n == 0) return;
+  Eigen::Map<RowMat<T>> cm(c, m, n);
+  if (k == 0) {
+    cm.setZero();
+    return;
+  }
+  Eigen::Map<const RowMat<T>> am(a, ta ? k : m, ta ? m : k);
+  Eigen::Map<const RowMat<T>> bm(b, tb ? n : k, tb ? k : n);
+  if (!ta && !tb) cm.noalias() = am * bm;
+  else if (ta && !tb) cm.noalias() = am.transpose() * bm;
+  else if (!ta && tb) cm.noalias() = am * bm.transpose();
+  else cm.noalias() = am.transpose() * bm.transpose();
+}
+
+std::vector<float> to_float(const void* p, int64_t n) {
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<const BF16*>(p)[i].to_float();
+  return out;
+}
+
+void from_float(const std::vector<float>& v, void* p) {
+  for (size_t i = 0; i < v.size(); ++i) static_cast<BF16*>(p)[i] = BF16::from_float(v[i]);
+}
+
+template <typename T>
+void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const Shape& bs, T* c,
+             const Shape& cs) {
+  const bool ta = attrs.flag & 1, tb = attrs.flag & 2;
+  const size_t r = cs.size();
+  const int64_t m = cs[r - 2], n = cs[r - 1], k = as[as.size() - (ta ? 2 : 1)];
+  const Shape batch(cs.begin(), cs.end() - 2);
+  const std::vector<int64_t> sa = broadcast_strides(Shape(as.begin(), as.end() - 2), batch);
+  const std::vector<int64_t> sb = broadcast_strides(Shape(bs.begin(), bs.end() - 2), batch);
+  const int64_t nb = numel(batch);
+  std::vector<int64_t> coord(batch.size(), 0);
+  for (int64_t i = 0; i < nb; ++i) {
+    int64_t oa = 0, ob = 0;
+    for (size_t d = 0; d < batch.size(); ++d) oa += coord[d] * sa[d], ob += coord[d] * sb[d];
+    gemm<T>(ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
+    for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
+      if (++coord[d] < batch[d]) break;
+      coord[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void init_blas_threads() { openblas_set_num_threads(1); }
+
+void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
+              float* c) {
+  gemm<float>(ta, tb, m, n, k, a, b, c);
+}
+
+void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& out) {
+  const Shape &as = a.type->shape, &bs = b.type->shape, &cs = out.type->shape;
+  switch (out.type->dtype) {
+    case DType::kF32:
+      return batched(attrs, static_cast<const float*>(a.data), as, static_cast<const float*>(b.data), bs,
+                     static_cast<float*>(out.data), cs);
+    case DType::kF64:
+      return batched(attrs, static_cast<const double*>(a.data), as, static_cast<const double*>(b.data),
+                     bs, static_cast<double*>(out.data), cs);
+    case DType::kI32:
+      return batched(attrs, static_cast<const int32_t*>(a.data), as, static_cast<const int32_t*>(b.data),
+                     bs, static_cast<int32_t*>(out.data), cs);
+    case DType::kI64:
+      return batched(attrs, static_cast<const int64_t*>(a.data), as, static_cast<const int64_t*>(b.data),
+                     bs, static_cast<int64_t*>(out.data), cs);
+    case DType::kBF16: {
+      const std::vector<float> af = to_float(a.data, numel(as)), bf = to_float(b.data, numel(bs));
+      std::vector<float> cf(numel(cs));
+      batched(attrs, af.data(), as, bf.data(), bs, cf.data(), cs);
+      return from_float(cf, out.data);
+    }
+    case DType::kBool: XS_CHECK(false, "matmul on bool is rejected by the shape rule");
+  }
+}
+
+namespace {
+
+// cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j] (0 outside).
+template <typename T>
+void im2col(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
+            int64_t oh, int64_t ow, T* cols) {
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        T* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const int64_t y = oy * p[0] - p[2] + i;
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const int64_t xx = ox * p[1] - p[3] + j;
+            row[oy * ow + ox] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[(ci * h + y) * w + xx] : T(0);
+          }
+        }
+      }
+}
+
+template <typename T>
+void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws, T* out,
+                  const Shape& os) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
+  const int64_t oh = os[2], ow = os[3], ckk = c * kh * kw;
+  std::vector<T> cols(ckk * oh * ow);
+  for (int64_t b = 0; b < n; ++b) {
+    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data());
+    gemm<T>(false, false, o, oh * ow, ckk, wt, cols.data(), out + b * o * oh * ow);
+  }
+}
+
+template <typename T>
+void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out, const Shape& os) {
+  const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = os[2], ow = os[3];
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * h * w;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        T acc = is_max ? -std::numeric_limits<T>::infinity() : T(0);
+        for (int64_t i = 0; i < p[0]; ++i)
+          for (int64_t j = 0; j < p[1]; ++j) {
+            const int64_t y = oy * p[2] - p[4] + i, xx = ox * p[3] - p[5] + j;
+            if (y < 0 || y >= h || xx < 0 || xx >= w) continue;  // padding: skipped (max) / 0 (avg)
+            const T v = xp[y * w + xx];
+            acc = is_max ? (v > acc || std::isnan(v) ? v : acc) : acc + v;
+          }
+        // avg: count_include_pad, as PyTorch's default.
+        out[(pl * oh + oy) * ow + ox] = is_max ? acc : acc / static_cast<T>(p[0] * p[1]);
+      }
+  }
+}
+
+}  // namespace
+
+void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& out) {
+  const int64_t* p = attrs.ints.data();
+  const Shape &xs = x.type->shape, &ws = w.type->shape, &os = out.type->shape;
+  switch (out.type->dtype) {
+    case DType::kF32:
+      return conv2d_typed(p, static_cast<const float*>(x.data), xs, static_cast<const float*>(w.data), ws,
+                          static_cast<float*>(out.data), os);
+    case DType::kF64:
+      return conv2d_typed(p, static_cast<const double*>(x.data), xs, static_cast<const double*>(w.data),
+                          ws, static_cast<double*>(out.data), os);
+    case DType::kBF16: {
+      const std::vector<float> xf = to_float(x.data, numel(xs)), wf = to_float(w.data, numel(ws));
+      std::vector<float> of(numel(os));
+      conv2d_typed(p, xf.data(), xs, wf.data(), ws, of.data(), os);
+      return from_float(of, out.data);
+    }
+    default: XS_CHECK(false, "conv2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
+  }
+}
+
+void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out) {
+  const bool is_max = op == Op::kMaxPool2d;
+  const int64_t* p = attrs.ints.data();
+  const Shape &xs = x.type->shape, &os = out.type->shape;
+  switch (out.type->dtype) {
+    case DType::kF32:
+      return pool_typed(is_max, p, static_cast<const float*>(x.data), xs, static_cast<float*>(out.data), os);
+    case DType::kF64:
+      return pool_typed(is_max, p, static_cast<const double*>(x.data), xs, static_cast<double*>(out.data), os);
+    case DType::kBF16: {
+      const std::vector<float> xf = to_float(x.data, numel(xs));
+      std::vector<float> of(numel(os));
+      pool_typed(is_max, p, xf.data(), xs, of.data(), os);
+      return from_float(of, out.data);
+    }
+    default: XS_CHECK(false, "pool2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
+  }
+}
+
+}  // namespace xs::detail

@@ -1,0 +1,320 @@
+#include "runtime/detail/loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+#include "runtime/shape.h"
+
+namespace xs::detail {
+namespace {
+
+// Compute type per dtype: bf16 is computed in float and rounded when stored (or cast).
+template <DType D> struct Compute;
+template <> struct Compute<DType::kF32> { using T = float; };
+template <> struct Compute<DType::kBF16> { using T = float; };
+template <> struct Compute<DType::kF64> { using T = double; };
+template <> struct Compute<DType::kI32> { using T = int32_t; };
+template <> struct Compute<DType::kI64> { using T = int64_t; };
+template <> struct Compute<DType::kBool> { using T = uint8_t; };
+
+size_t compute_size(DType d) { return d == DType::kBF16 ? 4 : dtype_size(d); }
+
+#define XS_MAP1(R, expr)                                                             \
+  [](void* o, const void* pa, const void*, const void*, int64_t n) {                 \
+    auto* out = static_cast<R*>(o);                                                  \
+    auto* ap = static_cast<const T*>(pa);                                            \
+    for (int64_t i = 0; i < n; ++i) {                                                \
+      const T x = ap[i];                                                             \
+      out[i] = static_cast<R>(expr);                                                 \
+    }                                                                                \
+  }
+#define XS_MAP2(R, expr)                                                             \
+  [](void* o, const void* pa, const void* pb, const void*, int64_t n) {              \
+    auto* out = static_cast<R*>(o);                                                  \
+    auto* ap = static_cast<const T*>(pa);                                            \
+    auto* bp = static_cast<const T*>(pb);                                            \
+    for (int64_t i = 0; i < n; ++i) {                                                \
+      const T x = ap[i], y = bp[i];                                                  \
+      out[i] = static_cast<R>(expr);                                                 \
+    }                                                                                \
+  }
+
+template <typename T>
+bool is_nan(T x) {
+  if constexpr (std::is_floating_point_v<T>) return std::isnan(x);
+  else return false;
+}
+
+template <typename T>
+T int_div(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) return x / y;
+  else return y == 0 ? T(0) : static_cast<T>(x / y);  // no SIGFPE on integer division by 0
+}
+
+template <typename T>
+BlockFn numeric_fn(Op op) {
+  switch (op) {
+    case Op::kNeg: return XS_MAP1(T, -x);
+    case Op::kAbs: return XS_MAP1(T, x < 0 ? -x : x);
+    case Op::kSign: return XS_MAP1(T, (x > 0) - (x < 0));
+    case Op::kSquare: return XS_MAP1(T, x * x);
+    case Op::kRelu: return XS_MAP1(T, x > 0 ? x : T(0));
+    case Op::kAdd: return XS_MAP2(T, x + y);
+    case Op::kSub: return XS_MAP2(T, x - y);
+    case Op::kMul: return XS_MAP2(T, x * y);
+    case Op::kDiv: return XS_MAP2(T, int_div(x, y));
+    case Op::kMaximum: return XS_MAP2(T, x > y || is_nan(x) ? x : y);
+    case Op::kMinimum: return XS_MAP2(T, x < y || is_nan(x) ? x : y);
+    case Op::kEq: return XS_MAP2(uint8_t, x == y);
+    case Op::kNe: return XS_MAP2(uint8_t, x != y);
+    case Op::kLt: return XS_MAP2(uint8_t, x < y);
+    case Op::kLe: return XS_MAP2(uint8_t, x <= y);
+    case Op::kGt: return XS_MAP2(uint8_t, x > y);
+    case Op::kGe: return XS_MAP2(uint8_t, x >= y);
+    case Op::kWhere:
+      return [](void* o, const void* c, const void* a, const void* b, int64_t n) {
+        auto* out = static_cast<T*>(o);
+        auto* cp = static_cast<const uint8_t*>(c);
+        auto* ap = static_cast<const T*>(a);
+        auto* bp = static_cast<const T*>(b);
+        for (int64_t i = 0; i < n; ++i) out[i] = cp[i] ? ap[i] : bp[i];
+      };
+    default: return nullptr;
+  }
+}
+
+template <typename T>
+BlockFn float_fn(Op op) {
+  switch (op) {
+    case Op::kExp: return XS_MAP1(T, std::exp(x));
+    case Op::kLog: return XS_MAP1(T, std::log(x));
+    case Op::kSqrt: return XS_MAP1(T, std::sqrt(x));
+    case Op::kRsqrt: return XS_MAP1(T, T(1) / std::sqrt(x));
+    case Op::kReciprocal: return XS_MAP1(T, T(1) / x);
+    case Op::kTanh: return XS_MAP1(T, std::tanh(x));
+    case Op::kSigmoid: return XS_MAP1(T, T(1) / (T(1) + std::exp(-x)));
+    case Op::kGelu: return XS_MAP1(T, T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752))));
+    case Op::kSin: return XS_MAP1(T, std::sin(x));
+    case Op::kCos: return XS_MAP1(T, std::cos(x));
+    case Op::kPow: return XS_MAP2(T, std::pow(x, y));
+    default: return numeric_fn<T>(op);
+  }
+}
+
+BlockFn bool_fn(Op op) {
+  using T = uint8_t;
+  switch (op) {
+    case Op::kLogicalNot: return XS_MAP1(T, !x);
+    case Op::kLogicalAnd: return XS_MAP2(T, x && y);
+    case Op::kLogicalOr: return XS_MAP2(T, x || y);
+    case Op::kEq: return XS_MAP2(T, x == y);
+    case Op::kNe: return XS_MAP2(T, x != y);
+    case Op::kLt: return XS_MAP2(T, x < y);
+    case Op::kLe: return XS_MAP2(T, x <= y);
+    case Op::kGt: return XS_MAP2(T, x > y);
+    case Op::kGe: return XS_MAP2(T, x >= y);
+    case Op::kWhere: return numeric_fn<T>(op);
+    default: return nullptr;
+  }
+}
+
+template <typename From, typename To, bool kRoundBf16>
+void cast_block(void* o, const void* a, const void*, const void*, int64_t n) {
+  auto* out = static_cast<To*>(o);
+  auto* in = static_cast<const From*>(a);
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (kRoundBf16) {
+      out[i] = BF16::from_float(static_cast<float>(in[i])).to_float();
+    } else if constexpr (std::is_same_v<To, uint8_t>) {
+      out[i] = in[i] != From(0);
+    } else {
+      out[i] = static_cast<To>(in[i]);
+    }
+  }
+}
+
+template <typename From>
+BlockFn cast_fn(DType to) {
+  switch (to) {
+    case DType::kF32: return &cast_block<From, float, false>;
+    case DType::kBF16: return &cast_block<From, float, true>;
+    case DType::kF64: return &cast_block<From, double, false>;
+    case DType::kI32: return &cast_block<From, int32_t, false>;
+    case DType::kI64: return &cast_block<From, int64_t, false>;
+    case DType::kBool: return &cast_block<From, uint8_t, false>;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+BlockFn elementwise_block_fn(Op op, DType in, DType out) {
+  BlockFn fn = nullptr;
+  if (op == Op::kCast) {
+    switch (in) {
+      case DType::kF32: case DType::kBF16: fn = cast_fn<float>(out); break;
+      case DType::kF64: fn = cast_fn<double>(out); break;
+      case DType::kI32: fn = cast_fn<int32_t>(out); break;
+      case DType::kI64: fn = cast_fn<int64_t>(out); break;
+      case DType::kBool: fn = cast_fn<uint8_t>(out); break;
+    }
+  } else {
+    switch (in) {
+      case DType::kF32: case DType::kBF16: fn = float_fn<float>(op); break;
+      case DType::kF64: fn = float_fn<double>(op); break;
+      case DType::kI32: fn = numeric_fn<int32_t>(op); break;
+      case DType::kI64: fn = numeric_fn<int64_t>(op); break;
+      case DType::kBool: fn = bool_fn(op); break;
+    }
+  }
+  XS_CHECK(fn != nullptr, "no elementwise kernel for {} on {} -> {}", op_name(op), dtype_name(in),
+           dtype_name(out));
+  return fn;
+}
+
+namespace {
+
+// Element offsets (into the operand) of the `len` loop elements starting at flat index
+// `begin`, for an operand broadcast from `from` to `to`.
+void broadcast_offsets(const Shape& from, const Shape& to, int64_t begin, int64_t len,
+                       int64_t* offsets) {
+  const std::vector<int64_t> strides = broadcast_strides(from, to);
+  const int64_t rank = static_cast<int64_t>(to.size());
+  std::vector<int64_t> coord(rank);
+  int64_t rest = begin, off = 0;
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    coord[d] = rest % to[d];
+    rest /= to[d];
+    off += coord[d] * strides[d];
+  }
+  for (int64_t i = 0; i < len; ++i) {
+    offsets[i] = off;
+    for (int64_t d = rank - 1; d >= 0; --d) {  // odometer increment with carry
+      off += strides[d];
+      if (++coord[d] < to[d]) break;
+      off -= strides[d] * to[d];
+      coord[d] = 0;
+    }
+  }
+}
+
+template <typename S, typename C>
+void gather_convert(const void* base, const int64_t* offsets, int64_t begin, int64_t len, void* out) {
+  auto* src = static_cast<const S*>(base);
+  auto* dst = static_cast<C*>(out);
+  for (int64_t i = 0; i < len; ++i) {
+    const S v = src[offsets ? offsets[i] : begin + i];
+    if constexpr (std::is_same_v<S, BF16>) dst[i] = v.to_float();
+    else dst[i] = v;
+  }
+}
+
+// Loads `len` elements (contiguous from `begin`, or at `offsets`) into compute type.
+void load_block(const void* base, DType dtype, const int64_t* offsets, int64_t begin, int64_t len,
+                void* out) {
+  switch (dtype) {
+    case DType::kF32: return gather_convert<float, float>(base, offsets, begin, len, out);
+    case DType::kBF16: return gather_convert<BF16, float>(base, offsets, begin, len, out);
+    case DType::kF64: return gather_convert<double, double>(base, offsets, begin, len, out);
+    case DType::kI32: return gather_convert<int32_t, int32_t>(base, offsets, begin, len, out);
+    case DType::kI64: return gather_convert<int64_t, int64_t>(base, offsets, begin, len, out);
+    case DType::kBool: return gather_convert<uint8_t, uint8_t>(base, offsets, begin, len, out);
+  }
+}
+
+void store_block(const void* reg, DType dtype, int64_t begin, int64_t len, void* base) {
+  if (dtype == DType::kBF16) {
+    auto* src = static_cast<const float*>(reg);
+    auto* dst = static_cast<BF16*>(base) + begin;
+    for (int64_t i = 0; i < len; ++i) dst[i] = BF16::from_float(src[i]);
+    return;
+  }
+  const size_t size = dtype_size(dtype);
+  std::memcpy(static_cast<char*>(base) + begin * size, reg, len * size);
+}
+
+void fill_constant(DType dtype, double value, int64_t len, void* out) {
+  for (int64_t i = 0; i < len; ++i) {
+    switch (dtype) {
+      case DType::kF32: case DType::kBF16: static_cast<float*>(out)[i] = static_cast<float>(value); break;
+      case DType::kF64: static_cast<double*>(out)[i] = value; break;
+      case DType::kI32: static_cast<int32_t*>(out)[i] = static_cast<int32_t>(value); break;
+      case DType::kI64: static_cast<int64_t*>(out)[i] = static_cast<int64_t>(value); break;
+      case DType::kBool: static_cast<uint8_t*>(out)[i] = value != 0; break;
+    }
+  }
+}
+
+enum class LoadMode { kFixed, kDirect, kConvert, kBroadcast };
+
+LoadMode load_mode(const LoopLoad& l, const Shape& loop_shape) {
+  if (l.storage < 0 || numel(l.shape) == 1) return LoadMode::kFixed;
+  if (l.shape != loop_shape) return LoadMode::kBroadcast;
+  return l.dtype == DType::kBF16 ? LoadMode::kConvert : LoadMode::kDirect;
+}
+
+}  // namespace
+
+void run_loop(const LoopKernel& loop, void* const* storage) {
+  const int64_t n = numel(loop.shape);
+  const size_t n_regs = loop.reg_dtype.size();
+  constexpr size_t kRegBytes = kLoopBlock * 8;
+  thread_local std::vector<double> scratch;  // doubles: 8-byte aligned for every compute type
+  scratch.resize(n_regs * kLoopBlock);
+  std::vector<void*> reg(n_regs);
+  for (size_t r = 0; r < n_regs; ++r) reg[r] = reinterpret_cast<char*>(scratch.data()) + r * kRegBytes;
+  std::vector<LoadMode> modes;
+  for (const LoopLoad& l : loop.loads) {
+    modes.push_back(load_mode(l, loop.shape));
+    if (modes.back() != LoadMode::kFixed) continue;
+    if (l.storage < 0) {
+      fill_constant(l.dtype, l.constant, kLoopBlock, reg[l.reg]);
+    } else {
+      double v[1];
+      load_block(storage[l.storage], l.dtype, nullptr, 0, 1, v);
+      const size_t sz = compute_size(l.dtype);
+      for (int64_t i = 1; i < kLoopBlock; ++i) std::memcpy(static_cast<char*>(reg[l.reg]) + i * sz, v, sz);
+      std::memcpy(reg[l.reg], v, sz);
+    }
+  }
+  int64_t offsets[kLoopBlock];
+  for (int64_t b = 0; b < n; b += kLoopBlock) {
+    const int64_t len = std::min(kLoopBlock, n - b);
+    for (size_t i = 0; i < loop.loads.size(); ++i) {
+      const LoopLoad& l = loop.loads[i];
+      switch (modes[i]) {
+        case LoadMode::kFixed: break;
+        case LoadMode::kDirect:
+          reg[l.reg] = static_cast<char*>(storage[l.storage]) + b * dtype_size(l.dtype);
+          break;
+        case LoadMode::kConvert: load_block(storage[l.storage], l.dtype, nullptr, b, len, reg[l.reg]); break;
+        case LoadMode::kBroadcast:
+          broadcast_offsets(l.shape, loop.shape, b, len, offsets);
+          load_block(storage[l.storage], l.dtype, offsets, 0, len, reg[l.reg]);
+          break;
+      }
+    }
+    for (const LoopStep& s : loop.steps) {
+      s.fn(reg[s.out], s.in[0] >= 0 ? reg[s.in[0]] : nullptr, s.in[1] >= 0 ? reg[s.in[1]] : nullptr,
+           s.in[2] >= 0 ? reg[s.in[2]] : nullptr, len);
+    }
+    for (const LoopStore& s : loop.stores) store_block(reg[s.reg], s.dtype, b, len, storage[s.storage]);
+  }
+}
+
+std::string loop_text(const LoopKernel& loop) {
+  std::string out = fmt::format("loop {} regs={}:", shape_str(loop.shape), loop.reg_dtype.size());
+  for (const LoopLoad& l : loop.loads) {
+    out += l.storage < 0 ? fmt::format(" r{}=const({})", l.reg, l.constant)
+                         : fmt::format(" r{}=load(s{}{})", l.reg, l.storage, shape_str(l.shape));
+  }
+  for (const LoopStep& s : loop.steps) out += fmt::format(" r{}={}", s.out, op_name(s.op));
+  for (const LoopStore& s : loop.stores) out += fmt::format(" store(r{}->s{})", s.reg, s.storage);
+  return out;
+}
+
+}  // namespace xs::detail

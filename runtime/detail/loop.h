@@ -1,0 +1,57 @@
+#pragma once
+// The blocked elementwise interpreter: one fused loop over the output elements, run in
+// blocks of kLoopBlock so every intermediate stays in L1 while a chain of ops is applied.
+// A loop loads its inputs (contiguous, broadcast or constant), applies its steps register to
+// register, and stores the values used outside the loop. It is safe in place: every element
+// of a block is loaded before any element of that block is stored, and a contiguous input is
+// only read at the positions its output writes.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/op.h"
+
+namespace xs::detail {
+
+inline constexpr int64_t kLoopBlock = 256;  // 256 x 8 bytes = 2 KiB per register: ~20 fit L1
+
+// Computes n elements: out = f(a, b, c) on arrays of the step's compute type.
+using BlockFn = void (*)(void* out, const void* a, const void* b, const void* c, int64_t n);
+
+struct LoopLoad {
+  int reg;
+  int storage = -1;       // -1: a constant
+  DType dtype;            // stored dtype
+  Shape shape;            // the operand's own shape (broadcast to the loop's shape)
+  double constant = 0;
+};
+
+struct LoopStep {
+  Op op;
+  BlockFn fn;
+  int out;
+  int in[3] = {-1, -1, -1};
+};
+
+struct LoopStore {
+  int reg;
+  int storage;
+  DType dtype;
+};
+
+struct LoopKernel {
+  Shape shape;
+  std::vector<DType> reg_dtype;  // value dtype per register (compute type derives from it)
+  std::vector<LoopLoad> loads;
+  std::vector<LoopStep> steps;
+  std::vector<LoopStore> stores;
+};
+
+// The block function of elementwise `op` whose operands have dtype `in` (where: the value
+// dtype) producing `out`.
+BlockFn elementwise_block_fn(Op op, DType in, DType out);
+void run_loop(const LoopKernel& loop, void* const* storage);
+std::string loop_text(const LoopKernel& loop);
+
+}  // namespace xs::detail

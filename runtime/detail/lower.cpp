@@ -1,0 +1,319 @@
+// Lowering of an optimised graph to a Program: elementwise fusion into loop kernels (and
+// into matmul epilogues), then storage planning by liveness.
+//
+// Fusion walks the nodes in topological order and creates kernels ("groups") in that order.
+// An elementwise node joins the group of one of its operands when it has that group's shape
+// and every other operand comes from a leaf, the same group, or an earlier group; so every
+// group only reads from earlier groups and the emission order stays a valid schedule.
+// A matmul whose single consumer is elementwise (bias add, activation) opens a group whose
+// loop runs as its epilogue, in place over the GEMM result.
+//
+// Planning then walks the groups: an output takes over a dying input's storage when the
+// kernel is in-place safe (loops, reshape, all_reduce), else a free arena slot, else a new
+// one; a root writes into a dying donated input (an updated parameter) or a fresh buffer.
+#include <algorithm>
+#include <map>
+
+#include "base/check.h"
+#include "runtime/detail/passes.h"
+#include "runtime/program.h"
+
+namespace xs::detail {
+namespace {
+
+struct Group {
+  Kernel::Kind kind;
+  int node = -1;             // kOp/kMatmul: the node
+  std::vector<int> members;  // elementwise nodes, topological order
+  Shape shape;               // loop shape
+  bool epilogue_ok = false;  // kMatmul: its value has one elementwise consumer
+};
+
+size_t bytes_of(const ValueType& t) { return numel(t.shape) * dtype_size(t.dtype); }
+
+class Lowering {
+ public:
+  Lowering(Work& w, Program& p) : w_(w), p_(p), group_of_(w.nodes.size(), -1), is_root_(w.nodes.size(), 0),
+                                  consumers_(w.nodes.size()) {
+    for (int r : w_.roots) is_root_[r] = 1;
+    for (size_t i = 0; i < w_.nodes.size(); ++i)
+      for (int o : w_.nodes[i].operands)
+        if (consumers_[o].empty() || consumers_[o].back() != static_cast<int>(i)) consumers_[o].push_back(static_cast<int>(i));
+  }
+
+  void run() {
+    fuse();
+    plan();
+    emit();
+  }
+
+ private:
+  bool is_leaf(int v) const { return w_.nodes[v].op == Op::kData || w_.nodes[v].op == Op::kConst; }
+
+  bool needs_fill(int v) const {
+    if (is_root_[v]) return true;
+    for (int c : consumers_[v]) if (!is_elementwise(w_.nodes[c].op)) return true;
+    return false;
+  }
+
+  bool can_join(int v, int g) const {
+    const Group& gr = groups_[g];
+    if (gr.kind == Kernel::Kind::kOp || gr.shape != w_.nodes[v].type.shape) return false;
+    if (gr.kind == Kernel::Kind::kMatmul &&
+        (!gr.epilogue_ok || w_.nodes[v].type.dtype != w_.nodes[gr.node].type.dtype)) return false;
+    for (int q : w_.nodes[v].operands) {
+      if (w_.nodes[q].op == Op::kData || (w_.nodes[q].op == Op::kConst && group_of_[q] < 0)) continue;
+      if (group_of_[q] > g) return false;
+    }
+    return true;
+  }
+
+  int new_group(Group g) {
+    groups_.push_back(std::move(g));
+    return static_cast<int>(groups_.size()) - 1;
+  }
+
+  void fuse() {
+    for (size_t i = 0; i < w_.nodes.size(); ++i) {
+      const int v = static_cast<int>(i);
+      const GNode& n = w_.nodes[v];
+      if (n.op == Op::kData) continue;
+      if (n.op == Op::kConst) {
+        if (needs_fill(v)) group_of_[v] = new_group({Kernel::Kind::kOp, v, {}, {}, false});
+        continue;
+      }
+      if (is_elementwise(n.op)) {
+        int joined = -1;
+        for (int p : n.operands) {
+          const int g = is_leaf(p) ? -1 : group_of_[p];
+          if (g >= 0 && can_join(v, g)) { joined = g; break; }
+        }
+        if (joined < 0) joined = new_group({Kernel::Kind::kLoop, -1, {}, n.type.shape, false});
+        groups_[joined].members.push_back(v);
+        group_of_[v] = joined;
+      } else if (n.op == Op::kMatmul) {
+        const bool ok = !is_root_[v] && consumers_[v].size() == 1 && is_elementwise(w_.nodes[consumers_[v][0]].op);
+        group_of_[v] = new_group({Kernel::Kind::kMatmul, v, {}, n.type.shape, ok});
+      } else {
+        group_of_[v] = new_group({Kernel::Kind::kOp, v, {}, {}, false});
+      }
+    }
+  }
+
+  // Values a group reads (deduplicated, constants excluded unless filled) and defines.
+  std::vector<int> uses(int g) const {
+    const Group& gr = groups_[g];
+    std::vector<int> u;
+    auto add = [&](int q) {
+      if (w_.nodes[q].op == Op::kConst && group_of_[q] < 0) return;
+      if (group_of_[q] == g) return;
+      if (std::find(u.begin(), u.end(), q) == u.end()) u.push_back(q);
+    };
+    if (gr.node >= 0 && w_.nodes[gr.node].op != Op::kConst) for (int q : w_.nodes[gr.node].operands) add(q);
+    for (int m : gr.members) for (int q : w_.nodes[m].operands) if (q != gr.node) add(q);
+    return u;
+  }
+
+  bool stored(int v, int g) const {
+    if (is_root_[v]) return true;
+    for (int c : consumers_[v]) if (group_of_[c] != g) return true;
+    return false;
+  }
+
+  std::vector<int> defs(int g) const {
+    const Group& gr = groups_[g];
+    std::vector<int> d;
+    for (int m : gr.members) if (stored(m, g)) d.push_back(m);
+    if (gr.kind == Kernel::Kind::kMatmul && gr.members.empty()) d.push_back(gr.node);
+    if (gr.kind == Kernel::Kind::kOp) d.push_back(gr.node);
+    return d;
+  }
+
+  int add_storage(Storage::Kind kind, int index, size_t bytes) {
+    p_.storages.push_back({kind, index, bytes});
+    return static_cast<int>(p_.storages.size()) - 1;
+  }
+
+  bool in_place_ok(int g, int u, int d) const {
+    if (g < 0) return false;  // the GEMM reads its operands while writing: never in place
+    const Group& gr = groups_[g];
+    if (bytes_of(w_.nodes[u].type) != bytes_of(w_.nodes[d].type)) return false;
+    if (gr.kind == Kernel::Kind::kLoop) return w_.nodes[u].type.shape == gr.shape;
+    return gr.kind == Kernel::Kind::kOp &&
+           (w_.nodes[gr.node].op == Op::kReshape || w_.nodes[gr.node].op == Op::kAllReduce);
+  }
+
+  int take_storage(int g, int d, std::vector<int>& dying) {
+    const size_t bytes = bytes_of(w_.nodes[d].type);
+    for (int& u : dying) {
+      if (u < 0 || !in_place_ok(g, u, d)) continue;
+      const Storage& s = p_.storages[storage_of_[u]];
+      const bool donated_input = s.kind == Storage::Kind::kInput && donated_[s.index];
+      if (is_root_[d] ? donated_input : s.kind == Storage::Kind::kArena) {
+        const int sid = storage_of_[u];
+        u = -1;
+        ++p_.stats.in_place;
+        return sid;
+      }
+    }
+    if (is_root_[d]) {
+      auto it = std::find_if(donated_pool_.begin(), donated_pool_.end(),
+                             [&](int s) { return p_.storages[s].size_bytes == bytes; });
+      if (it != donated_pool_.end()) {
+        const int sid = *it;
+        donated_pool_.erase(it);
+        return sid;
+      }
+      p_.output_bytes.push_back(bytes);
+      return add_storage(Storage::Kind::kOutput, static_cast<int>(p_.output_bytes.size()) - 1, bytes);
+    }
+    // Best fit among free arena slots; a slot grows to its largest occupant.
+    auto best = arena_free_.end();
+    for (auto it = arena_free_.begin(); it != arena_free_.end(); ++it) {
+      const size_t have = p_.storages[*it].size_bytes;
+      if (best == arena_free_.end() ||
+          (have >= bytes) > (p_.storages[*best].size_bytes >= bytes) ||
+          ((have >= bytes) == (p_.storages[*best].size_bytes >= bytes) &&
+           (have >= bytes ? have < p_.storages[*best].size_bytes : have > p_.storages[*best].size_bytes)))
+        best = it;
+    }
+    if (best != arena_free_.end()) {
+      const int sid = *best;
+      arena_free_.erase(best);
+      p_.storages[sid].size_bytes = std::max(p_.storages[sid].size_bytes, bytes);
+      return sid;
+    }
+    p_.arena_slot_bytes.push_back(0);
+    return add_storage(Storage::Kind::kArena, static_cast<int>(p_.arena_slot_bytes.size()) - 1, bytes);
+  }
+
+  void plan() {
+    storage_of_.assign(w_.nodes.size(), -1);
+    for (size_t i = 0; i < w_.nodes.size(); ++i) {
+      const GNode& n = w_.nodes[i];
+      if (n.op != Op::kData) continue;
+      storage_of_[i] = add_storage(Storage::Kind::kInput, n.input, bytes_of(n.type));
+    }
+    std::vector<int> last_use(w_.nodes.size(), -1);
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (int u : uses(static_cast<int>(g))) last_use[u] = static_cast<int>(g);
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      const int g = static_cast<int>(gi);
+      std::vector<int> dying;
+      for (int u : uses(g)) if (last_use[u] == g && !is_root_[u]) dying.push_back(u);
+      for (int d : defs(g)) storage_of_[d] = take_storage(groups_[g].kind == Kernel::Kind::kMatmul ? -1 : g, d, dying);
+      for (int u : dying) {
+        if (u < 0) continue;
+        const Storage& s = p_.storages[storage_of_[u]];
+        if (s.kind == Storage::Kind::kArena) arena_free_.push_back(storage_of_[u]);
+        if (s.kind == Storage::Kind::kInput && donated_[s.index]) donated_pool_.push_back(storage_of_[u]);
+      }
+    }
+    for (Storage& s : p_.storages)
+      if (s.kind == Storage::Kind::kArena) p_.arena_slot_bytes[s.index] = s.size_bytes;
+    for (size_t b : p_.arena_slot_bytes) p_.stats.arena_bytes += static_cast<int64_t>(b);
+    for (int r : w_.roots) {
+      const Storage& s = p_.storages[storage_of_[r]];
+      if (s.kind == Storage::Kind::kInput && w_.nodes[r].op != Op::kData) ++p_.stats.donated_outputs;
+      p_.root_storage.push_back(storage_of_[r]);
+    }
+  }
+
+  detail::LoopKernel make_loop(int g) const;
+  void emit();
+
+  Work& w_;
+  Program& p_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;
+  std::vector<uint8_t> is_root_;
+  std::vector<std::vector<int>> consumers_;
+  std::vector<int> storage_of_;
+  std::vector<int> arena_free_, donated_pool_;
+
+ public:
+  std::vector<uint8_t> donated_;
+};
+
+detail::LoopKernel Lowering::make_loop(int g) const {
+  const Group& gr = groups_[g];
+  detail::LoopKernel loop;
+  loop.shape = gr.shape;
+  std::map<int, int> reg_of;
+  auto reg_for = [&](int v) {
+    auto it = reg_of.find(v);
+    if (it != reg_of.end()) return it->second;
+    const int r = static_cast<int>(loop.reg_dtype.size());
+    loop.reg_dtype.push_back(w_.nodes[v].type.dtype);
+    reg_of.emplace(v, r);
+    return r;
+  };
+  for (int m : gr.members) {
+    for (int q : w_.nodes[m].operands) {
+      if (reg_of.count(q) || (group_of_[q] == g && q != gr.node)) continue;
+      const GNode& n = w_.nodes[q];
+      const bool constant = n.op == Op::kConst && group_of_[q] < 0;
+      // The matmul's own value is read from where the GEMM wrote it: the primary output.
+      const int storage = constant ? -1 : q == gr.node ? storage_of_[gr.members.back()] : storage_of_[q];
+      loop.loads.push_back({reg_for(q), storage, n.type.dtype, n.type.shape, constant ? n.attrs.scalar : 0});
+    }
+    const GNode& n = w_.nodes[m];
+    detail::LoopStep step{n.op, nullptr, 0, {-1, -1, -1}};
+    for (size_t k = 0; k < n.operands.size(); ++k) step.in[k] = reg_of.at(n.operands[k]);
+    const DType in_dtype = w_.nodes[n.operands[n.op == Op::kWhere ? 1 : 0]].type.dtype;
+    step.fn = detail::elementwise_block_fn(n.op, in_dtype, n.type.dtype);
+    step.out = reg_for(m);
+    loop.steps.push_back(step);
+  }
+  for (int d : defs(g)) loop.stores.push_back({reg_of.at(d), storage_of_[d], w_.nodes[d].type.dtype});
+  return loop;
+}
+
+void Lowering::emit() {
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const int g = static_cast<int>(gi);
+    const Group& gr = groups_[g];
+    Kernel k;
+    k.kind = gr.kind;
+    if (gr.kind != Kernel::Kind::kLoop) {
+      const GNode& n = w_.nodes[gr.node];
+      k.op = n.op;
+      k.attrs = n.attrs;
+      for (int q : n.operands) k.in_storage.push_back(storage_of_[q]), k.in_types.push_back(w_.nodes[q].type);
+      k.out_type = n.type;
+      k.out_storage = gr.members.empty() ? storage_of_[gr.node] : storage_of_[gr.members.back()];
+    }
+    if (!gr.members.empty()) k.loop = make_loop(g);
+    if (gr.kind == Kernel::Kind::kMatmul && !gr.members.empty()) ++p_.stats.matmul_epilogues;
+    if (gr.kind == Kernel::Kind::kLoop && gr.members.size() > 1) {
+      ++p_.stats.fused_loops;
+      p_.stats.fused_ops += static_cast<int64_t>(gr.members.size());
+    }
+    p_.kernels.push_back(std::move(k));
+  }
+  p_.stats.kernels = static_cast<int64_t>(p_.kernels.size());
+}
+
+}  // namespace
+}  // namespace xs::detail
+
+namespace xs {
+
+std::shared_ptr<Program> compile_graph(const Graph& graph) {
+  auto program = std::make_shared<Program>();
+  program->stats.nodes_in = static_cast<int64_t>(graph.nodes.size());
+  for (const GNode& n : graph.nodes)
+    if (n.op == Op::kData) program->input_types.resize(std::max<size_t>(program->input_types.size(), n.input + 1));
+  for (const GNode& n : graph.nodes)
+    if (n.op == Op::kData) program->input_types[n.input] = n.type;
+  detail::Work work{graph.nodes, graph.roots};
+  detail::fold_constants(work, program->stats);
+  detail::eliminate_common_subexpressions(work, program->stats);
+  detail::eliminate_dead_code(work, program->stats);
+  detail::Lowering lowering(work, *program);
+  lowering.donated_ = graph.donated;
+  lowering.run();
+  return program;
+}
+
+}  // namespace xs

@@ -1,0 +1,257 @@
+#include "runtime/detail/shape_rules.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "base/error.h"
+
+namespace xs::detail {
+namespace {
+
+[[noreturn]] void fail(Op op, std::span<const ValueType> in, const std::string& why) {
+  std::string operands;
+  for (const ValueType& t : in) operands += (operands.empty() ? "" : " and ") + type_str(t);
+  throw InvalidArgument(fmt::format("{}: {} (operands {})", op_name(op), why, operands));
+}
+
+void require_same_dtype(Op op, std::span<const ValueType> in) {
+  for (const ValueType& t : in) {
+    if (t.dtype != in[0].dtype) fail(op, in, "operand dtypes differ");
+  }
+}
+
+ValueType binary(Op op, std::span<const ValueType> in, DType result) {
+  require_same_dtype(op, in);
+  return {broadcast_shapes(in[0].shape, in[1].shape, op_name(op)), result};
+}
+
+int64_t rank_of(std::span<const ValueType> in) { return static_cast<int64_t>(in[0].shape.size()); }
+
+}  // namespace
+
+ValueType rule_leaf(Op op, std::span<const ValueType> in, const Attrs&) {
+  fail(op, in, "leaves are made by make_data/make_const, not recorded");
+}
+
+ValueType rule_unary_numeric(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (in[0].dtype == DType::kBool) fail(op, in, "needs a numeric dtype");
+  return in[0];
+}
+
+ValueType rule_unary_float(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype (f32, f64, bf16)");
+  return in[0];
+}
+
+ValueType rule_unary_bool(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (in[0].dtype != DType::kBool) fail(op, in, "needs dtype bool");
+  return in[0];
+}
+
+ValueType rule_binary_numeric(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (in[0].dtype == DType::kBool) fail(op, in, "needs a numeric dtype");
+  return binary(op, in, in[0].dtype);
+}
+
+ValueType rule_binary_float(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype (f32, f64, bf16)");
+  return binary(op, in, in[0].dtype);
+}
+
+ValueType rule_binary_bool(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (in[0].dtype != DType::kBool) fail(op, in, "needs dtype bool");
+  return binary(op, in, DType::kBool);
+}
+
+ValueType rule_compare(Op op, std::span<const ValueType> in, const Attrs&) {
+  return binary(op, in, DType::kBool);
+}
+
+ValueType rule_where(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (in[0].dtype != DType::kBool) fail(op, in, "condition must be bool");
+  if (in[1].dtype != in[2].dtype) fail(op, in, "value dtypes differ");
+  Shape s = broadcast_shapes(in[0].shape, in[1].shape, op_name(op));
+  return {broadcast_shapes(s, in[2].shape, op_name(op)), in[1].dtype};
+}
+
+ValueType rule_cast(Op, std::span<const ValueType> in, const Attrs& attrs) {
+  return {in[0].shape, attrs.dtype};
+}
+
+ValueType rule_reduce(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const int64_t rank = rank_of(in);
+  if (op != Op::kSum && in[0].dtype == DType::kBool) fail(op, in, "needs a numeric dtype");
+  if (op == Op::kSum && in[0].dtype == DType::kBool) fail(op, in, "cast bool before summing");
+  if (op == Op::kMean && !is_float(in[0].dtype)) fail(op, in, "needs a floating dtype");
+  Shape out;
+  for (int64_t i = 0; i < rank; ++i) {
+    const bool reduced = std::find(attrs.ints.begin(), attrs.ints.end(), i) != attrs.ints.end();
+    if (!reduced) out.push_back(in[0].shape[i]);
+    else if (attrs.flag) out.push_back(1);
+  }
+  for (size_t i = 0; i < attrs.ints.size(); ++i) {
+    if (attrs.ints[i] < 0 || attrs.ints[i] >= rank || (i > 0 && attrs.ints[i] <= attrs.ints[i - 1]))
+      fail(op, in, fmt::format("axes [{}] must be sorted, unique and < rank {}",
+                               fmt::join(attrs.ints, ", "), rank));
+  }
+  if ((op == Op::kMax || op == Op::kMin) && numel(in[0].shape) == 0)
+    fail(op, in, "max/min of an empty tensor is undefined");
+  return {out, in[0].dtype};
+}
+
+ValueType rule_argmax(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (attrs.ints.size() != 1) fail(op, in, "needs exactly one axis");
+  Attrs one = attrs;
+  ValueType t = rule_reduce(Op::kMax, in, one);
+  if (in[0].shape[attrs.ints[0]] == 0) fail(op, in, "argmax over an empty axis");
+  return {t.shape, DType::kI64};
+}
+
+ValueType rule_reshape(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (numel(attrs.ints) != numel(in[0].shape) ||
+      std::any_of(attrs.ints.begin(), attrs.ints.end(), [](int64_t d) { return d < 0; }))
+    fail(op, in, fmt::format("cannot reshape to {}", shape_str(attrs.ints)));
+  return {attrs.ints, in[0].dtype};
+}
+
+ValueType rule_permute(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const int64_t rank = rank_of(in);
+  std::vector<int64_t> sorted = attrs.ints;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < rank; ++i) {
+    if (static_cast<int64_t>(sorted.size()) != rank || sorted[i] != i)
+      fail(op, in, fmt::format("[{}] is not a permutation of {} axes", fmt::join(attrs.ints, ", "), rank));
+  }
+  Shape out(rank);
+  for (int64_t i = 0; i < rank; ++i) out[i] = in[0].shape[attrs.ints[i]];
+  return {out, in[0].dtype};
+}
+
+ValueType rule_slice(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const int64_t rank = rank_of(in);
+  if (static_cast<int64_t>(attrs.ints.size()) != 3 * rank) fail(op, in, "needs start, stop, step per axis");
+  Shape out(rank);
+  for (int64_t i = 0; i < rank; ++i) {
+    const int64_t start = attrs.ints[3 * i], stop = attrs.ints[3 * i + 1], step = attrs.ints[3 * i + 2];
+    if (step < 1 || start < 0 || stop < start || stop > in[0].shape[i])
+      fail(op, in, fmt::format("axis {}: bad range {}:{}:{} for size {}", i, start, stop, step, in[0].shape[i]));
+    out[i] = (stop - start + step - 1) / step;
+  }
+  return {out, in[0].dtype};
+}
+
+ValueType rule_concat(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  const int64_t rank = rank_of(in);
+  if (attrs.ints.size() != 1 || attrs.ints[0] < 0 || attrs.ints[0] >= rank) fail(op, in, "bad axis");
+  Shape out = in[0].shape;
+  for (size_t k = 1; k < in.size(); ++k) {
+    Shape s = in[k].shape;
+    if (static_cast<int64_t>(s.size()) != rank) fail(op, in, "ranks differ");
+    out[attrs.ints[0]] += s[attrs.ints[0]];
+    s[attrs.ints[0]] = in[0].shape[attrs.ints[0]];
+    if (s != in[0].shape) fail(op, in, fmt::format("shapes differ off axis {}", attrs.ints[0]));
+  }
+  return {out, in[0].dtype};
+}
+
+ValueType rule_broadcast(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (broadcast_shapes(in[0].shape, attrs.ints, op_name(op)) != attrs.ints)
+    fail(op, in, fmt::format("cannot broadcast to {}", shape_str(attrs.ints)));
+  return {attrs.ints, in[0].dtype};
+}
+
+ValueType rule_pad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const int64_t rank = rank_of(in);
+  if (static_cast<int64_t>(attrs.ints.size()) != 2 * rank) fail(op, in, "needs before, after per axis");
+  Shape out = in[0].shape;
+  for (int64_t i = 0; i < rank; ++i) {
+    if (attrs.ints[2 * i] < 0 || attrs.ints[2 * i + 1] < 0) fail(op, in, "negative padding");
+    out[i] += attrs.ints[2 * i] + attrs.ints[2 * i + 1];
+  }
+  return {out, in[0].dtype};
+}
+
+ValueType rule_matmul(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  const Shape& a = in[0].shape;
+  const Shape& b = in[1].shape;
+  if (a.size() < 2 || b.size() < 2) fail(op, in, "operands need rank >= 2");
+  if (in[0].dtype == DType::kBool) fail(op, in, "needs a numeric dtype");
+  const bool ta = attrs.flag & 1, tb = attrs.flag & 2;
+  const int64_t m = a[a.size() - (ta ? 1 : 2)], ka = a[a.size() - (ta ? 2 : 1)];
+  const int64_t kb = b[b.size() - (tb ? 1 : 2)], n = b[b.size() - (tb ? 2 : 1)];
+  if (ka != kb) fail(op, in, fmt::format("inner dimensions differ ({} vs {})", ka, kb));
+  Shape out = broadcast_shapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), op_name(op));
+  out.push_back(m);
+  out.push_back(n);
+  return {out, in[0].dtype};
+}
+
+ValueType rule_conv2d(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  const Shape& x = in[0].shape;
+  const Shape& w = in[1].shape;
+  if (x.size() != 4 || w.size() != 4) fail(op, in, "needs NCHW input and OIHW weight");
+  if (x[1] != w[1]) fail(op, in, fmt::format("input has {} channels, weight expects {}", x[1], w[1]));
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype");
+  const auto& p = attrs.ints;  // stride_h, stride_w, pad_h, pad_w
+  if (p.size() != 4 || p[0] < 1 || p[1] < 1 || p[2] < 0 || p[3] < 0) fail(op, in, "bad stride/padding");
+  const int64_t oh = (x[2] + 2 * p[2] - w[2]) / p[0] + 1, ow = (x[3] + 2 * p[3] - w[3]) / p[1] + 1;
+  if (x[2] + 2 * p[2] < w[2] || x[3] + 2 * p[3] < w[3]) fail(op, in, "kernel larger than padded input");
+  return {{x[0], w[0], oh, ow}, in[0].dtype};
+}
+
+ValueType rule_pool2d(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const Shape& x = in[0].shape;
+  const auto& p = attrs.ints;  // kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w
+  if (x.size() != 4) fail(op, in, "needs NCHW input");
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype");
+  if (p.size() != 6 || p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 1 || p[4] < 0 || p[5] < 0 ||
+      2 * p[4] > p[0] || 2 * p[5] > p[1])
+    fail(op, in, fmt::format("bad kernel/stride/padding [{}]", fmt::join(p, ", ")));
+  if (x[2] + 2 * p[4] < p[0] || x[3] + 2 * p[5] < p[1]) fail(op, in, "kernel larger than padded input");
+  return {{x[0], x[1], (x[2] + 2 * p[4] - p[0]) / p[2] + 1, (x[3] + 2 * p[5] - p[1]) / p[3] + 1},
+          in[0].dtype};
+}
+
+ValueType rule_gather(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const int64_t rank = rank_of(in);
+  if (in[1].dtype != DType::kI32 && in[1].dtype != DType::kI64) fail(op, in, "index must be i32 or i64");
+  if (attrs.ints.size() != 1 || attrs.ints[0] < 0 || attrs.ints[0] >= rank) fail(op, in, "bad axis");
+  if (static_cast<int64_t>(in[1].shape.size()) != rank) fail(op, in, "index rank differs");
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != attrs.ints[0] && in[1].shape[i] != in[0].shape[i])
+      fail(op, in, fmt::format("index and input differ on axis {}", i));
+  }
+  return {in[1].shape, in[0].dtype};
+}
+
+ValueType rule_one_hot(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in[0].dtype != DType::kI32 && in[0].dtype != DType::kI64) fail(op, in, "index must be i32 or i64");
+  if (attrs.ints.size() != 1 || attrs.ints[0] < 1) fail(op, in, "num_classes must be >= 1");
+  Shape out = in[0].shape;
+  out.push_back(attrs.ints[0]);
+  return {out, attrs.dtype};
+}
+
+ValueType rule_random(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in[0].dtype != DType::kI64 || !in[0].shape.empty()) fail(op, in, "seed must be an i64 scalar");
+  if (!is_float(attrs.dtype)) fail(op, in, "result dtype must be floating");
+  return {attrs.ints, attrs.dtype};
+}
+
+ValueType rule_bernoulli(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in[1].dtype != DType::kF32 || !in[1].shape.empty()) fail(op, in, "p must be an f32 scalar");
+  return rule_random(op, in.first(1), attrs);
+}
+
+ValueType rule_all_reduce(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (attrs.flag < 0 || attrs.flag >= kNumReduceOps) fail(op, in, "bad reduce op");
+  if (in[0].dtype == DType::kBool) fail(op, in, "needs a numeric dtype");
+  return in[0];
+}
+
+}  // namespace xs::detail

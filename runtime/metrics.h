@@ -1,0 +1,75 @@
+#pragma once
+// Counters and timers in the PyTorch/XLA metrics layout, kept per runtime so tests can assert
+// on them (and a fresh runtime starts from zero).
+//
+//   metrics.increment(kCounterCachedCompile);
+//   { ScopedTimer t(metrics, kTimerExecuteTime); program.run(...); }
+//   std::cout << metrics.report();   // "Metric: ExecuteTime\n  TotalSamples: 10 ..."
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace xs {
+
+// Counters.
+inline constexpr std::string_view kCounterCachedCompile = "CachedCompile";
+inline constexpr std::string_view kCounterUncachedCompile = "UncachedCompile";
+inline constexpr std::string_view kCounterMarkStep = "MarkStep";
+inline constexpr std::string_view kCounterTransferToDevice = "TransferToDevice";
+inline constexpr std::string_view kCounterTransferFromDevice = "TransferFromDevice";
+// A host read that had to run pending IR outside mark_step (PyTorch/XLA counts these as
+// aten::_local_scalar_dense and friends: ops run outside the step's compiled graph).
+inline constexpr std::string_view kCounterOpsOutsideGraph = "OpsOutsideGraph";
+inline constexpr std::string_view kCounterCreateCompileHandles = "CreateCompileHandles";
+// Timers (nanoseconds).
+inline constexpr std::string_view kTimerCompileTime = "CompileTime";
+inline constexpr std::string_view kTimerExecuteTime = "ExecuteTime";
+inline constexpr std::string_view kTimerTransferFromDevice = "TransferFromDevice";
+inline constexpr std::string_view kTimerAllReduceTime = "AllReduceTime";
+
+struct TimerStats {
+  int64_t count = 0;
+  double total_ns = 0;
+  // Percentile (0..100) of the recorded samples, in nanoseconds; 0 without samples.
+  double percentile_ns(double p) const;
+  std::vector<double> samples_ns;  // most recent kMaxSamples
+};
+
+class Metrics {
+ public:
+  static constexpr size_t kMaxSamples = 1024;  // as PyTorch/XLA keeps a bounded window
+
+  void increment(std::string_view counter, int64_t by = 1);
+  int64_t counter(std::string_view counter) const;  // 0 when never incremented
+  void record_ns(std::string_view timer, double ns);
+  TimerStats timer(std::string_view timer) const;
+  std::string report() const;
+  void reset();
+
+ private:
+  std::map<std::string, int64_t, std::less<>> counters_;
+  std::map<std::string, TimerStats, std::less<>> timers_;
+};
+
+class ScopedTimer {
+ public:
+  ScopedTimer(Metrics& metrics, std::string_view timer)
+      : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedTimer() {
+    metrics_.record_ns(timer_, std::chrono::duration<double, std::nano>(
+                                   std::chrono::steady_clock::now() - start_).count());
+  }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+ private:
+  Metrics& metrics_;
+  std::string_view timer_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace xs

@@ -1,0 +1,43 @@
+#pragma once
+// IR nodes: immutable, shared, hashed when made. A node's hash combines its op, attributes,
+// result type and operand hashes; a data leaf contributes its shape and dtype only (never the
+// values), so a graph's structure, not its data, decides what gets compiled.
+//
+//   NodePtr x = make_data(buffer, {{128, 784}, DType::kF32});
+//   NodePtr y = make_node(Op::kRelu, {x}, {});   // checks the shape rule now, at record time
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/buffer.h"
+#include "runtime/op.h"
+
+namespace xs {
+
+struct Node;
+using NodePtr = std::shared_ptr<const Node>;
+
+struct Node {
+  Op op;
+  Attrs attrs;
+  std::vector<NodePtr> operands;
+  ValueType type;
+  uint64_t hash = 0;
+  BufferPtr data;  // kData only: the materialised value
+
+  const Shape& shape() const { return type.shape; }
+  DType dtype() const { return type.dtype; }
+};
+
+// Records `op` on `operands`: runs the shape rule (throwing InvalidArgument naming the op and
+// the operand types on a mismatch), then hashes the node.
+NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs);
+NodePtr make_data(BufferPtr data, ValueType type);
+// A compile-time constant filled with `value` (its value is part of the hash).
+NodePtr make_const(double value, ValueType type);
+
+uint64_t hash_attrs(uint64_t h, const Attrs& attrs);
+uint64_t hash_type(uint64_t h, const ValueType& type);
+
+}  // namespace xs

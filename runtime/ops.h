@@ -1,0 +1,117 @@
+#pragma once
+// The tensor operations: each records one IR node (checked by the op's shape rule at the call)
+// and returns a pending tensor. Scalars mix in with the tensor's dtype (`x * 0.5`).
+//
+//   Tensor h = relu(matmul(x, w) + b);
+//   Tensor p = softmax(h, /*axis=*/1);
+//   Tensor m = max_pool2d(conv2d(img, k, {1, 1}, {1, 1}), {2, 2}, {2, 2}, {0, 0});
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace xs {
+
+// Records `op` on tensors with attributes (the generic entry point the wrappers use).
+Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs = {});
+
+// Elementwise unary.
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor reciprocal(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact (erf) form, as PyTorch's default
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor logical_not(const Tensor& x);
+
+// Elementwise binary with numpy broadcasting.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cast(const Tensor& x, DType dtype);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// Reductions; negative axes count from the end; empty `axes` means all axes.
+Tensor sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Tensor max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Tensor min(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+
+// Layout. reshape accepts one -1.
+Tensor reshape(const Tensor& x, std::vector<int64_t> shape);
+Tensor permute(const Tensor& x, std::vector<int64_t> perm);
+Tensor transpose(const Tensor& x, int64_t axis0, int64_t axis1);
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step = 1);
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+// pads[2*i], pads[2*i+1]: elements before and after along axis i, filled with `value`.
+Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value = 0);
+
+// a[..., m, k] x b[..., k, n] with broadcast batch dims; the flags transpose the last two
+// dims of an operand without a copy.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// NCHW input, OIHW weight; stride and padding as {h, w}.
+Tensor conv2d(const Tensor& x, const Tensor& weight, std::vector<int64_t> stride = {1, 1},
+              std::vector<int64_t> padding = {0, 0});
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding = {0, 0});
+// Averages include padding (count_include_pad, PyTorch's default).
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding = {0, 0});
+
+// out[i][j] = x[index[i][j]][j] (axis 0), like torch.gather; index is i32/i64.
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kF32);
+
+// In-graph RNG. Without a seed, the runtime's seed stream supplies a fresh one (a data
+// input: no recompile). bernoulli's p is a data scalar too.
+Tensor rand_uniform(const Shape& shape, DType dtype = DType::kF32, Tensor seed = {});
+Tensor rand_normal(const Shape& shape, DType dtype = DType::kF32, Tensor seed = {});
+Tensor bernoulli(const Shape& shape, double p, DType dtype = DType::kF32, Tensor seed = {});
+
+// Reduces across replicas through the runtime's Communicator; identity without one.
+Tensor all_reduce(const Tensor& x, ReduceOp op);
+
+// Composites.
+Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim = false);
+Tensor softmax(const Tensor& x, int64_t axis);
+Tensor log_softmax(const Tensor& x, int64_t axis);
+
+}  // namespace xs

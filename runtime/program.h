@@ -1,0 +1,79 @@
+#pragma once
+// A compiled graph: a list of kernels over planned storage, ready to run many times.
+// Storage is one of: a graph input (maybe donated, then overwritten in place), a slot of
+// the program's arena (intermediates, reused across runs), or an output buffer allocated
+// per run and handed to the tensors.
+//
+//   std::shared_ptr<Program> p = compile_graph(graph);
+//   std::vector<BufferPtr> outs = p->run(graph.inputs, env);   // one buffer per root
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/buffer.h"
+#include "runtime/detail/kernels.h"
+#include "runtime/detail/loop.h"
+#include "runtime/graph.h"
+
+namespace xs {
+
+// What the compiler did; tests assert on these.
+struct CompileStats {
+  int64_t nodes_in = 0;         // nodes in the cut graph (leaves included)
+  int64_t folded = 0;           // nodes replaced by a constant or by an operand (x * 1)
+  int64_t cse_merged = 0;       // nodes merged into an identical earlier node
+  int64_t dce_removed = 0;      // nodes no root depends on any more
+  int64_t nodes_out = 0;        // nodes left (leaves included)
+  int64_t kernels = 0;          // kernels launched per run
+  int64_t fused_loops = 0;      // loop kernels holding more than one elementwise op
+  int64_t fused_ops = 0;        // elementwise ops inside those loops
+  int64_t matmul_epilogues = 0; // matmuls with elementwise ops fused after the GEMM
+  int64_t in_place = 0;         // outputs written over a dying input's storage
+  int64_t donated_outputs = 0;  // roots written into a donated input buffer
+  int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
+};
+
+struct Storage {
+  enum class Kind { kInput, kArena, kOutput };
+  Kind kind;
+  int index;  // input index, arena slot or output slot
+  size_t size_bytes;
+};
+
+struct Kernel {
+  enum class Kind { kLoop, kOp, kMatmul };  // kMatmul: GEMM, then `loop` as its epilogue
+  Kind kind = Kind::kOp;
+  Op op = Op::kConst;
+  Attrs attrs;
+  std::vector<int> in_storage;
+  std::vector<ValueType> in_types;
+  int out_storage = -1;
+  ValueType out_type;
+  detail::LoopKernel loop;
+};
+
+class Program {
+ public:
+  std::vector<BufferPtr> run(std::span<const BufferPtr> inputs, const detail::ExecEnv& env);
+  std::string text() const;
+
+  CompileStats stats;
+  std::vector<Storage> storages;
+  std::vector<Kernel> kernels;
+  std::vector<int> root_storage;  // per graph root
+  std::vector<size_t> arena_slot_bytes;
+  std::vector<size_t> output_bytes;
+  std::vector<ValueType> input_types;  // checked on every run
+
+ private:
+  std::vector<BufferPtr> arena_;  // allocated on first run, reused afterwards
+};
+
+// Optimises and lowers `graph`: constant folding, CSE, DCE, elementwise fusion (with matmul
+// epilogues), buffer planning with in-place reuse and donation.
+std::shared_ptr<Program> compile_graph(const Graph& graph);
+
+}  // namespace xs

@@ -1,0 +1,146 @@
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "base/env.h"
+#include "base/error.h"
+#include "runtime/graph.h"
+#include "runtime/hash.h"
+
+namespace xs {
+namespace {
+
+Runtime* g_current = nullptr;
+
+}  // namespace
+
+RuntimeOptions RuntimeOptions::from_env() {
+  RuntimeOptions o;
+  o.compile_cache_size = env_int("XLA_SPAWN_COMPILE_CACHE_SIZE", 1, 1'000'000).value_or(o.compile_cache_size);
+  o.dump_dir = env_string("XLA_SPAWN_DUMP_GRAPHS");
+  o.warmup_steps = env_int("XLA_SPAWN_COMPILE_WARMUP_STEPS", 0, 1'000'000'000).value_or(o.warmup_steps);
+  return o;
+}
+
+Runtime::Runtime(RuntimeOptions options)
+    : options_(std::move(options)), cache_(static_cast<size_t>(options_.compile_cache_size)) {
+  detail::init_blas_threads();
+}
+
+Runtime::~Runtime() {
+  for (TensorImpl* impl : live_) impl->runtime = nullptr;
+}
+
+void Runtime::register_tensor(TensorImpl* impl) { impl->registry_pos = live_.insert(live_.end(), impl); }
+void Runtime::unregister_tensor(TensorImpl* impl) { live_.erase(impl->registry_pos); }
+
+Tensor Runtime::next_seed() {
+  seed_state_ += 0x9e3779b97f4a7c15ull;
+  const int64_t seed = static_cast<int64_t>(mix64(seed_state_));
+  return Tensor::from_vector<int64_t>(std::vector<int64_t>{seed}, {});
+}
+
+void Runtime::mark_step() {
+  metrics_.increment(kCounterMarkStep);
+  std::vector<TensorImpl*> pending;
+  for (TensorImpl* impl : live_) if (impl->node) pending.push_back(impl);
+  execute(std::move(pending), /*is_step=*/true);
+}
+
+void Runtime::sync(std::span<TensorImpl* const> tensors) {
+  std::vector<TensorImpl*> pending;
+  for (TensorImpl* impl : tensors) if (impl->node) pending.push_back(impl);
+  if (pending.empty()) return;
+  metrics_.increment(kCounterOpsOutsideGraph);
+  execute(std::move(pending), /*is_step=*/false);
+}
+
+void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
+  if (pending.empty()) return;
+  std::vector<NodePtr> roots;
+  std::unordered_map<const Node*, size_t> root_of;
+  for (TensorImpl* impl : pending) {
+    if (root_of.emplace(impl->node.get(), roots.size()).second) roots.push_back(impl->node);
+  }
+  Graph graph = cut_graph(roots, /*allow_donation=*/is_step);
+  roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
+  std::shared_ptr<Program> program = lookup_or_compile(graph);
+  std::vector<BufferPtr> outputs;
+  {
+    ScopedTimer timer(metrics_, kTimerExecuteTime);
+    outputs = program->run(graph.inputs, {communicator_, &metrics_});
+  }
+  for (TensorImpl* impl : pending) {
+    impl->data = outputs[root_of.at(impl->node.get())];
+    impl->node = nullptr;
+    impl->leaf = nullptr;
+  }
+  last_stats_ = program->stats;
+  last_hash_ = graph.hash;
+}
+
+std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
+  if (std::shared_ptr<Program> hit = cache_.find(graph.hash)) {
+    metrics_.increment(kCounterCachedCompile);
+    return hit;
+  }
+  metrics_.increment(kCounterUncachedCompile);
+  std::shared_ptr<Program> program;
+  {
+    ScopedTimer timer(metrics_, kTimerCompileTime);
+    program = compile_graph(graph);
+  }
+  cache_.insert(graph.hash, program);
+  note_compile(graph.hash);
+  if (options_.dump_dir) dump(graph, *program);
+  return program;
+}
+
+void Runtime::note_compile(uint64_t hash) {
+  if (metrics_.counter(kCounterMarkStep) <= options_.warmup_steps) return;
+  late_compiles_.push_back(hash);
+  if (warned_ || static_cast<int64_t>(late_compiles_.size()) < options_.recompile_warning_threshold) return;
+  warned_ = true;
+  std::string hashes;
+  for (uint64_t h : late_compiles_) hashes += fmt::format("{}{:016x}", hashes.empty() ? "" : ", ", h);
+  spdlog::warn(
+      "runtime: {} graphs compiled after warm-up (step {} > {} warm-up steps), hashes [{}]: a shape, "
+      "dtype or graph structure keeps changing between steps (dynamic shapes, a Python-style value "
+      "baked in as a constant, or a host read mid-step). Set XLA_SPAWN_DUMP_GRAPHS=dir to compare them.",
+      late_compiles_.size(), metrics_.counter(kCounterMarkStep), options_.warmup_steps, hashes);
+}
+
+void Runtime::dump(const Graph& graph, const Program& program) const {
+  std::filesystem::create_directories(*options_.dump_dir);
+  const std::string base = fmt::format("{}/graph_{:016x}", *options_.dump_dir, graph.hash);
+  std::ofstream txt(base + ".txt");
+  txt << graph_text(graph) << program.text();
+  std::ofstream dot(base + ".dot");
+  dot << graph_dot(graph);
+  if (!txt || !dot) throw IoError(errno_message("writing graph dump " + base, errno));
+}
+
+Runtime& runtime() {
+  if (g_current == nullptr) {
+    static Runtime default_runtime;
+    g_current = &default_runtime;
+  }
+  return *g_current;
+}
+
+ScopedRuntime::ScopedRuntime(RuntimeOptions options) : runtime_(std::move(options)), previous_(&runtime()) {
+  g_current = &runtime_;
+}
+
+ScopedRuntime::~ScopedRuntime() { g_current = previous_; }
+
+void mark_step() { runtime().mark_step(); }
+std::string metrics_report() { return runtime().metrics().report(); }
+
+}  // namespace xs

@@ -1,0 +1,115 @@
+#pragma once
+// The per-replica lazy runtime: the registry of live tensors, mark_step(), the compile cache,
+// metrics, the in-graph RNG seed stream and the communicator for in-graph all_reduce.
+// There is always a current runtime; tests install a fresh one with ScopedRuntime so no
+// state (cache, counters, tensors) leaks between them.
+//
+//   ScopedRuntime rt;                 // fresh runtime, restored on scope exit
+//   Tensor w = ...; w.assign(w - lr * grad);
+//   mark_step();                      // compile (or look up) and run the step
+//   std::cout << metrics_report();
+//
+// Options from the environment: XLA_SPAWN_COMPILE_CACHE_SIZE (programs kept, default 64),
+// XLA_SPAWN_DUMP_GRAPHS=dir (write each compiled graph as <dir>/graph_<hash>.{txt,dot}),
+// XLA_SPAWN_COMPILE_WARMUP_STEPS (steps after which new compiles are suspicious, default 5).
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/compile_cache.h"
+#include "runtime/metrics.h"
+#include "runtime/tensor.h"
+
+namespace xs {
+
+class Communicator;
+
+struct RuntimeOptions {
+  int64_t compile_cache_size = 64;
+  std::optional<std::string> dump_dir;
+  int64_t warmup_steps = 5;
+  // Compiles after warm-up before the (single) warning fires.
+  int64_t recompile_warning_threshold = 3;
+
+  static RuntimeOptions from_env();
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = RuntimeOptions::from_env());
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Cuts the pending IR of every live tensor, compiles or looks it up, runs it, and makes
+  // every live pending tensor materialised.
+  void mark_step();
+  // Materialises just `tensors` (a host read); counted in OpsOutsideGraph, not MarkStep.
+  void sync(std::span<TensorImpl* const> tensors);
+
+  Metrics& metrics() { return metrics_; }
+  const Metrics& metrics() const { return metrics_; }
+  CompileCache& cache() { return cache_; }
+  const RuntimeOptions& options() const { return options_; }
+  // Stats of the program run by the most recent step or sync.
+  const CompileStats& last_stats() const { return last_stats_; }
+  uint64_t last_graph_hash() const { return last_hash_; }
+  bool recompile_warning_issued() const { return warned_; }
+
+  // In-graph all_reduce calls this communicator; null (the default) makes it a no-op.
+  void set_communicator(Communicator* communicator) { communicator_ = communicator; }
+  Communicator* communicator() const { return communicator_; }
+
+  // Seeds for in-graph RNG ops: each call returns a fresh i64 scalar data tensor, so a new
+  // seed never changes the graph hash.
+  void manual_seed(uint64_t seed) { seed_state_ = seed; }
+  Tensor next_seed();
+
+  size_t live_tensors() const { return live_.size(); }
+  void register_tensor(TensorImpl* impl);
+  void unregister_tensor(TensorImpl* impl);
+
+ private:
+  void execute(std::vector<TensorImpl*> pending, bool is_step);
+  std::shared_ptr<Program> lookup_or_compile(const Graph& graph);
+  void note_compile(uint64_t hash);
+  void dump(const Graph& graph, const Program& program) const;
+
+  RuntimeOptions options_;
+  std::list<TensorImpl*> live_;  // creation order: deterministic graph order across steps
+  CompileCache cache_;
+  Metrics metrics_;
+  CompileStats last_stats_;
+  uint64_t last_hash_ = 0;
+  Communicator* communicator_ = nullptr;
+  uint64_t seed_state_ = 0x853c49e6748fea9bull;  // PCG's default increment: any odd constant
+  std::vector<uint64_t> late_compiles_;          // hashes compiled after warm-up
+  bool warned_ = false;
+};
+
+// The current runtime (a process-wide default until a ScopedRuntime installs another).
+Runtime& runtime();
+
+// Installs a fresh runtime for its lifetime and restores the previous one afterwards.
+class ScopedRuntime {
+ public:
+  explicit ScopedRuntime(RuntimeOptions options = RuntimeOptions::from_env());
+  ~ScopedRuntime();
+  ScopedRuntime(const ScopedRuntime&) = delete;
+  ScopedRuntime& operator=(const ScopedRuntime&) = delete;
+  Runtime& get() { return runtime_; }
+  Runtime* operator->() { return &runtime_; }
+
+ private:
+  Runtime runtime_;
+  Runtime* previous_;
+};
+
+void mark_step();
+std::string metrics_report();
+
+}  // namespace xs

@@ -1,0 +1,170 @@
+// Acceptance 2 (compiler): the passes happened, shown by node and kernel counts, and the
+// optimised programs still compute the right values.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "runtime/graph.h"
+#include "runtime/ops.h"
+#include "runtime/program.h"
+#include "runtime/runtime.h"
+
+namespace xs {
+namespace {
+
+Tensor iota(const Shape& shape, float scale = 0.01f) {
+  std::vector<float> v(numel(shape));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(static_cast<int>(i % 23) - 11);
+  return Tensor::from_vector<float>(v, shape);
+}
+
+// Compiles the graph of `roots` without running it.
+std::shared_ptr<Program> compile_roots(const std::vector<Tensor>& roots) {
+  std::vector<NodePtr> nodes;
+  for (const Tensor& t : roots) nodes.push_back(t.ir());
+  return compile_graph(cut_graph(nodes, /*allow_donation=*/false));
+}
+
+TEST(Compiler, CommonSubexpressionsAreMerged) {
+  ScopedRuntime rt;
+  const Tensor x = iota({4, 8});
+  const Tensor y = matmul(x, x, false, true) + matmul(x, x, false, true);  // same matmul twice
+  auto p = compile_roots({y});
+  EXPECT_EQ(p->stats.nodes_in, 4);  // x, matmul, matmul, add
+  EXPECT_EQ(p->stats.cse_merged, 1);
+  EXPECT_EQ(p->stats.dce_removed, 1);  // the duplicate, now unused
+  EXPECT_EQ(p->stats.nodes_out, 3);
+  const std::vector<float> got = y.to_vector<float>();
+  const std::vector<float> want = (matmul(x, x, false, true) * 2.0).to_vector<float>();
+  EXPECT_EQ(got, want);
+}
+
+TEST(Compiler, IdentitiesFoldAndDeadNodesAreRemoved) {
+  ScopedRuntime rt;
+  const Tensor x = iota({5, 3});
+  // (x * 1 + 0) / 1: every op folds away, the root is the input itself.
+  const Tensor y = (x * 1.0 + 0.0) / 1.0;
+  auto p = compile_roots({y});
+  EXPECT_EQ(p->stats.folded, 3);
+  EXPECT_EQ(p->stats.nodes_out, 1);  // only x is left
+  EXPECT_EQ(p->stats.kernels, 0);
+  EXPECT_EQ(y.to_vector<float>(), x.to_vector<float>());
+}
+
+TEST(Compiler, ConstantSubgraphsFoldToOneConstant) {
+  ScopedRuntime rt;
+  const Tensor c = (Tensor::ones({3}) + Tensor::ones({3})) * Tensor::ones({3});  // 2, no data input
+  auto p = compile_roots({c});
+  EXPECT_EQ(p->stats.nodes_out, 1);
+  EXPECT_EQ(p->stats.kernels, 1);  // one fill
+  EXPECT_EQ(c.to_vector<float>(), std::vector<float>(3, 2.0f));
+}
+
+TEST(Compiler, ElementwiseChainFusesIntoOneLoop) {
+  ScopedRuntime rt;
+  const Tensor x = iota({64, 33}), b = iota({33});
+  const Tensor y = tanh(relu(x * 2.5 + b) - 0.5) * x;  // mul, add, relu, sub, tanh, mul
+  auto p = compile_roots({y});
+  EXPECT_EQ(p->stats.kernels, 1);
+  EXPECT_EQ(p->stats.fused_loops, 1);
+  EXPECT_EQ(p->stats.fused_ops, 6);
+  const std::vector<float> xv = x.to_vector<float>(), bv = b.to_vector<float>(), got = y.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float want = std::tanh(std::max(xv[i] * 2.5f + bv[i % 33], 0.0f) - 0.5f) * xv[i];
+    ASSERT_NEAR(got[i], want, 1e-6) << i;
+  }
+}
+
+TEST(Compiler, MatmulEpilogueTakesBiasAndActivation) {
+  ScopedRuntime rt;
+  const Tensor x = iota({16, 24}), w = iota({24, 8}), b = iota({8}, 0.1f);
+  const Tensor y = relu(matmul(x, w) + b);
+  auto p = compile_roots({y});
+  EXPECT_EQ(p->stats.kernels, 1);
+  EXPECT_EQ(p->stats.matmul_epilogues, 1);
+  const std::vector<float> got = y.to_vector<float>();
+  const std::vector<float> mm = matmul(x, w).to_vector<float>(), bv = b.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], std::max(mm[i] + bv[i % 8], 0.0f), 1e-5) << i;
+}
+
+TEST(Compiler, MatmulUsedTwiceKeepsItsOwnResult) {
+  ScopedRuntime rt;
+  const Tensor x = iota({6, 5}), w = iota({5, 4});
+  const Tensor m = matmul(x, w);
+  Tensor a = relu(m), c = m * 3.0;
+  mark_step();
+  EXPECT_EQ(rt->last_stats().matmul_epilogues, 0);
+  const std::vector<float> mv = m.to_vector<float>(), av = a.to_vector<float>(), cv = c.to_vector<float>();
+  for (size_t i = 0; i < mv.size(); ++i) {
+    EXPECT_EQ(av[i], std::max(mv[i], 0.0f));
+    EXPECT_FLOAT_EQ(cv[i], mv[i] * 3.0f);
+  }
+}
+
+TEST(Compiler, IntermediatesReuseStorageByLiveness) {
+  ScopedRuntime rt;
+  // A chain of matmuls: each intermediate dies when the next is made, so two arena slots
+  // suffice however long the chain is.
+  const Tensor w = iota({32, 32});
+  Tensor h = iota({32, 32});
+  for (int i = 0; i < 8; ++i) h = matmul(h, w);
+  auto p = compile_roots({h});
+  EXPECT_EQ(p->stats.kernels, 8);
+  EXPECT_EQ(p->arena_slot_bytes.size(), 2u);
+  EXPECT_EQ(p->stats.arena_bytes, 2 * 32 * 32 * 4);
+}
+
+TEST(Compiler, ReductionSplitsLoopsAndInPlaceReusesDyingInputs) {
+  ScopedRuntime rt;
+  const Tensor x = iota({8, 16});
+  const Tensor e = exp(x - max(x, {1}, true));
+  const Tensor s = e / sum(e, {1}, true);  // softmax: loop, reduce, loop
+  auto p = compile_roots({s});
+  EXPECT_EQ(p->stats.kernels, 4);  // max, exp-loop, sum, div-loop
+  mark_step();
+  const std::vector<float> v = s.to_vector<float>();
+  for (int r = 0; r < 8; ++r) {
+    double total = 0;
+    for (int c = 0; c < 16; ++c) total += v[r * 16 + c];
+    EXPECT_NEAR(total, 1.0, 1e-5);
+  }
+}
+
+TEST(Compiler, UpdatedParameterOverwritesItsOldBuffer) {
+  ScopedRuntime rt;
+  Tensor w = iota({64, 16});
+  const Tensor g = iota({64, 16}, 0.5f);
+  const std::vector<float> before = w.to_vector<float>(), gv = g.to_vector<float>();
+  const void* old_data = w.buffer()->data();
+  w.assign(w - g * 0.1);
+  mark_step();
+  EXPECT_EQ(rt->last_stats().donated_outputs, 1);
+  EXPECT_EQ(w.buffer()->data(), old_data) << "the update should have been written in place";
+  const std::vector<float> after = w.to_vector<float>();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_FLOAT_EQ(after[i], before[i] - gv[i] * 0.1f);
+}
+
+TEST(Compiler, BufferStillReadElsewhereIsNotDonated) {
+  ScopedRuntime rt;
+  Tensor w = iota({8, 8});
+  const Tensor keep = w;  // a second handle to the same data: must not be overwritten
+  const std::vector<float> before = keep.to_vector<float>();
+  Tensor w2 = w - 1.0;
+  mark_step();
+  EXPECT_EQ(rt->last_stats().donated_outputs, 0);
+  EXPECT_EQ(keep.to_vector<float>(), before);
+}
+
+TEST(Compiler, ThousandNodeChainCompilesAndRuns) {
+  ScopedRuntime rt;
+  Tensor x = iota({4, 4});
+  Tensor y = x;
+  for (int i = 0; i < 500; ++i) y = tanh(y * 0.5);  // 1000 nodes (plus leaves)
+  mark_step();
+  EXPECT_EQ(rt->last_stats().kernels, 1);
+  EXPECT_GE(rt->last_stats().nodes_in, 1000);
+  for (float v : y.to_vector<float>()) EXPECT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace xs

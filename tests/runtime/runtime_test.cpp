@@ -1,0 +1,178 @@
+// The runtime's behaviour around the compiler: tensors, record-time errors, host reads,
+// metrics, the recompile warning, graph dumps and runtime isolation.
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "runtime/ops.h"
+#include "runtime/runtime.h"
+#include "tests/support/scoped_env.h"
+
+namespace xs {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no InvalidArgument thrown)";
+}
+
+TEST(Tensor, OpsRecordWithoutRunningUntilMarkStep) {
+  ScopedRuntime rt;
+  const Tensor x = Tensor::from_vector<float>({1, -2, 3, -4}, {2, 2});
+  Tensor y = relu(x) * 2.0;
+  EXPECT_TRUE(y.is_pending());
+  EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 0);
+  mark_step();
+  EXPECT_FALSE(y.is_pending());
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{2, 0, 6, 0}));
+}
+
+TEST(Tensor, ShapeMismatchIsReportedAtRecordTimeWithOpAndBothShapes) {
+  ScopedRuntime rt;
+  const Tensor a = Tensor::zeros({2, 3}), b = Tensor::zeros({4, 3});
+  const std::string msg = error_of([&] { add(a, b); });
+  EXPECT_NE(msg.find("add"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[4, 3]"), std::string::npos) << msg;
+  const std::string mm = error_of([&] { matmul(a, b); });
+  EXPECT_NE(mm.find("matmul"), std::string::npos) << mm;
+  EXPECT_NE(mm.find("f32[2, 3]"), std::string::npos) << mm;
+  EXPECT_NE(mm.find("f32[4, 3]"), std::string::npos) << mm;
+}
+
+TEST(Tensor, DtypeMismatchIsReportedAtRecordTime) {
+  ScopedRuntime rt;
+  const Tensor a = Tensor::zeros({3}), b = Tensor::zeros({3}, DType::kI32);
+  const std::string msg = error_of([&] { mul(a, b); });
+  EXPECT_NE(msg.find("mul"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("f32[3]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("i32[3]"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { exp(b); }).find("floating"), std::string::npos);
+}
+
+TEST(Tensor, OutOfRangeIndexFailsTheStepNamingTheIndex) {
+  ScopedRuntime rt;
+  const Tensor x = Tensor::zeros({2, 3});
+  const Tensor idx = Tensor::from_vector<int64_t>({0, 5}, {2, 1});
+  Tensor g = gather(x, 1, idx);
+  const std::string msg = error_of([&] { mark_step(); });
+  EXPECT_NE(msg.find("gather: index 5"), std::string::npos) << msg;
+}
+
+TEST(Tensor, ItemAndPrintingForceTheValue) {
+  ScopedRuntime rt;
+  const Tensor s = sum(Tensor::from_vector<double>({1.5, 2.5}, {2}));
+  EXPECT_DOUBLE_EQ(s.item(), 4.0);
+  std::ostringstream os;
+  os << exp(Tensor::zeros({2}));
+  EXPECT_EQ(os.str(), "Tensor(f32[2], [1, 1])");
+  EXPECT_NE(error_of([&] { Tensor::zeros({2}).item(); }).find("2 elements"), std::string::npos);
+}
+
+TEST(Tensor, CompositesMatchTheirDefinitions) {
+  ScopedRuntime rt;
+  const Tensor x = Tensor::from_vector<double>({1, 2, 3, 1000, 1000, 1000}, {2, 3});
+  const std::vector<double> sm = softmax(x, 1).to_vector<double>();
+  const std::vector<double> lsm = log_softmax(x, 1).to_vector<double>();
+  const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
+  EXPECT_NEAR(sm[0], std::exp(1.0) / z, 1e-12);
+  EXPECT_NEAR(sm[4], 1.0 / 3, 1e-12);  // stable for large logits
+  EXPECT_NEAR(lsm[2], 3 - std::log(z), 1e-12);
+  EXPECT_NEAR(logsumexp(x, 1).to_vector<double>()[1], 1000 + std::log(3.0), 1e-9);
+}
+
+TEST(Runtime, ScopedRuntimeStartsFreshAndRestoresThePrevious) {
+  ScopedRuntime outer;
+  Tensor a = exp(Tensor::zeros({2}));
+  mark_step();
+  EXPECT_EQ(outer->metrics().counter(kCounterMarkStep), 1);
+  {
+    ScopedRuntime inner;
+    EXPECT_EQ(&runtime(), &inner.get());
+    EXPECT_EQ(inner->metrics().counter(kCounterMarkStep), 0);
+    EXPECT_EQ(inner->live_tensors(), 0u);
+  }
+  EXPECT_EQ(&runtime(), &outer.get());
+  EXPECT_EQ(outer->live_tensors(), 1u);
+}
+
+TEST(Runtime, MetricsReportUsesThePyTorchXlaLayout) {
+  ScopedRuntime rt;
+  Tensor y = exp(Tensor::zeros({4}));
+  mark_step();
+  const std::string report = metrics_report();
+  for (const char* want : {"Metric: CompileTime", "Metric: ExecuteTime", "TotalSamples: 1", "Accumulator: ",
+                           "Percentiles: 1%=", "50%=", "99%=", "Counter: UncachedCompile", "Counter: MarkStep\n  Value: 1"}) {
+    EXPECT_NE(report.find(want), std::string::npos) << "missing '" << want << "' in\n" << report;
+  }
+}
+
+TEST(Runtime, WarnsOnceWhenGraphsKeepCompilingAfterWarmUp) {
+  RuntimeOptions o;
+  o.warmup_steps = 2;
+  o.recompile_warning_threshold = 2;
+  ScopedRuntime rt(o);
+  for (int64_t n = 1; n <= 6; ++n) {  // a new shape every step: the dynamic-shape trap
+    Tensor y = exp(Tensor::zeros({n}));
+    mark_step();
+    EXPECT_EQ(rt->recompile_warning_issued(), n >= 4) << "step " << n;
+  }
+  EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 6);
+}
+
+TEST(Runtime, StableStepsNeverWarn) {
+  RuntimeOptions o;
+  o.warmup_steps = 1;
+  o.recompile_warning_threshold = 1;
+  ScopedRuntime rt(o);
+  for (int i = 0; i < 5; ++i) {
+    Tensor y = exp(Tensor::zeros({3}));
+    mark_step();
+  }
+  EXPECT_FALSE(rt->recompile_warning_issued());
+}
+
+TEST(Runtime, DumpsEachCompiledGraphAsTextAndDotNamedByHash) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("xs_dump_" + std::to_string(::getpid()));
+  testing::ScopedEnv env("XLA_SPAWN_DUMP_GRAPHS", dir.string());
+  {
+    ScopedRuntime rt;
+    Tensor y = relu(Tensor::from_vector<float>({1, 2}, {2}) + 3.0);
+    mark_step();
+    const std::string base = fmt::format("{}/graph_{:016x}", dir.string(), rt->last_graph_hash());
+    std::ifstream txt(base + ".txt"), dot(base + ".dot");
+    ASSERT_TRUE(txt.good() && dot.good()) << base;
+    std::stringstream t, d;
+    t << txt.rdbuf();
+    d << dot.rdbuf();
+    EXPECT_NE(t.str().find(fmt::format("hash={:016x}", rt->last_graph_hash())), std::string::npos) << t.str();
+    EXPECT_NE(t.str().find("relu"), std::string::npos);
+    EXPECT_NE(d.str().find("digraph"), std::string::npos);
+    EXPECT_NE(d.str().find("->"), std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Runtime, TensorsOutlivingTheirRuntimeFailClearly) {
+  Tensor y;
+  {
+    ScopedRuntime rt;
+    y = exp(Tensor::zeros({2}));
+  }
+  EXPECT_NE(error_of([&] { y.to_vector<float>(); }).find("runtime was destroyed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xs
