@@ -2,7 +2,8 @@
 // How a job ended, in numbers (xla-spawn's exit status) and in words (the summary).
 //
 //   int code = xs::exit_code_for_status(wait_status);        // 3, or 128 + 9 for SIGKILL
-//   std::string why = xs::describe_status(wait_status);      // "killed by signal 9 (SIGKILL: Killed)"
+//   std::string why = xs::describe_status(wait_status);      // "killed by signal 9 (SIGKILL:
+//   Killed)"
 //
 // Exit codes of xla-spawn: 0 success; the root cause's exit code, or 128 + its signal;
 // 124 job timeout (like coreutils timeout); 128 + S when stopped by signal S (Ctrl-C: 130);

@@ -39,7 +39,9 @@ int run(int argc, const char* const* argv) {
   return xs::supervise(cl.nprocs, exec_command, cl.supervisor).exit_code;
 }
 
-void fail(const std::string& message) { xs::write_all(2, fmt::format("xla-spawn: {}\n", message)); }
+void fail(const std::string& message) {
+  xs::write_all(2, fmt::format("xla-spawn: {}\n", message));
+}
 
 }  // namespace
 

@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 
 #include "base/env.h"
 #include "launcher/ordinal_set.h"
@@ -24,6 +24,8 @@ constexpr int64_t kMaxRestarts = 1000;
 
 po::options_description describe_options() {
   po::options_description desc("Options");
+  // One option per paragraph reads better than the formatter's layout.
+  // clang-format off
   desc.add_options()
       ("help,h", "show this help and exit")
       ("nprocs,n", po::value<std::string>()->value_name("N"),
@@ -41,14 +43,14 @@ po::options_description describe_options() {
       ("bind-cores", po::bool_switch(), "pin ordinal k to the (k mod CPUs)-th allowed CPU")
       ("max-restarts", po::value<std::string>()->value_name("K"),
        "after a failure, restart the whole group up to K times (default 0)");
+  // clang-format on
   return desc;
 }
 
 // Options that take a value, so the scan for the command can skip their values.
 bool takes_value(const std::string& name) {
-  static const std::set<std::string> kValued = {"n",       "nprocs",       "log-dir",
-                                                "show-ordinals", "grace-period", "timeout",
-                                                "max-restarts"};
+  static const std::set<std::string> kValued = {
+      "n", "nprocs", "log-dir", "show-ordinals", "grace-period", "timeout", "max-restarts"};
   return kValued.count(name) > 0;
 }
 
@@ -101,8 +103,8 @@ std::chrono::milliseconds parse_seconds(const std::string& text, const char* fla
   const auto [ptr, ec] = std::from_chars(text.data(), end, seconds);
   if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(seconds) || seconds < 0 ||
       seconds > kMaxSeconds) {
-    throw UsageError(fmt::format("{}='{}': expected seconds, a number in [0, {}]", flag, text,
-                                 kMaxSeconds));
+    throw UsageError(
+        fmt::format("{}='{}': expected seconds, a number in [0, {}]", flag, text, kMaxSeconds));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
 }
@@ -117,8 +119,8 @@ int64_t parse_flag_int(const std::string& text, int64_t min, int64_t max, const 
 }
 
 void apply_values(const po::variables_map& vm, CommandLine& cl) {
-  cl.nprocs = vm.count("nprocs") ? static_cast<int>(parse_flag_int(
-                                       vm["nprocs"].as<std::string>(), 1, kMaxWorldSize, "--nprocs"))
+  cl.nprocs = vm.count("nprocs") ? static_cast<int>(parse_flag_int(vm["nprocs"].as<std::string>(),
+                                                                   1, kMaxWorldSize, "--nprocs"))
                                  : default_nprocs();
   SupervisorOptions& s = cl.supervisor;
   s.output.prefix = !vm["no-prefix"].as<bool>();

@@ -25,9 +25,8 @@ std::vector<bool> parse_ordinal_set(std::string_view text, int world_size) {
     const std::string_view item = text.substr(start, comma - start);
     const size_t dash = item.find('-');
     const int first = parse_ordinal(item.substr(0, dash), world_size);
-    const int last = dash == std::string_view::npos
-                         ? first
-                         : parse_ordinal(item.substr(dash + 1), world_size);
+    const int last =
+        dash == std::string_view::npos ? first : parse_ordinal(item.substr(dash + 1), world_size);
     if (last < first) {
       throw InvalidArgument(fmt::format("--show-ordinals item '{}': range is reversed", item));
     }

@@ -27,8 +27,7 @@ std::string timestamp_now() {
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm local{};
   ::localtime_r(&seconds, &local);
-  return fmt::format("{:02}:{:02}:{:02}.{:03} ", local.tm_hour, local.tm_min, local.tm_sec,
-                     millis);
+  return fmt::format("{:02}:{:02}:{:02}.{:03} ", local.tm_hour, local.tm_min, local.tm_sec, millis);
 }
 
 FILE* open_log(const std::string& dir, int ordinal) {
@@ -67,8 +66,8 @@ OutputMux::OutputMux(const OutputOptions& options, int world_size)
   std::error_code ec;
   std::filesystem::create_directories(options_.log_dir, ec);
   if (ec) {
-    throw IoError(fmt::format("--log-dir {}: cannot create directory: {}", options_.log_dir,
-                              ec.message()));
+    throw IoError(
+        fmt::format("--log-dir {}: cannot create directory: {}", options_.log_dir, ec.message()));
   }
   for (int k = 0; k < world_size; ++k) {
     try {
@@ -140,6 +139,8 @@ void OutputMux::message(std::string_view text) const {
   write_all(options_.stderr_fd, line);
 }
 
-void OutputMux::report(std::string_view text) const { write_all(options_.stderr_fd, text); }
+void OutputMux::report(std::string_view text) const {
+  write_all(options_.stderr_fd, text);
+}
 
 }  // namespace xs

@@ -26,7 +26,7 @@ struct OutputOptions {
   bool timestamp = false;  // "HH:MM:SS.mmm " (local time) before each line
   // Empty: every ordinal on the console; else shown[k] says whether ordinal k is.
   std::vector<bool> shown;
-  std::string log_dir;  // non-empty: DIR/ordinal-<k>.log gets every line (created if missing)
+  std::string log_dir;     // non-empty: DIR/ordinal-<k>.log gets every line (created if missing)
   size_t tail_lines = 20;  // lines kept per ordinal for the failure summary
   // Called for every line (without '\n'), shown or not; for tests and embedding.
   std::function<void(int ordinal, ReplicaStream stream, std::string_view line)> on_line;

@@ -20,17 +20,24 @@ std::string make_job_id() {
   return fmt::format("xs-{}-{:08x}", ::getpid(), salt);
 }
 
-std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size,
-                                int attempt, const std::vector<EnvVar>& extra) {
+std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size, int attempt,
+                                const std::vector<EnvVar>& extra) {
   namespace n = env_names;
   // One machine: local ordinal == ordinal, local world size == world size.
   const std::string k = std::to_string(ordinal);
   const std::string w = std::to_string(world_size);
   std::vector<EnvVar> vars = {
-      {n::kOrdinal, k},        {n::kLocalOrdinal, k},     {n::kWorldSize, w},
-      {n::kLocalWorldSize, w}, {n::kJobId, job_id},        {n::kAttempt, std::to_string(attempt)},
-      {n::kTorchRank, k},      {n::kTorchLocalRank, k},   {n::kTorchWorldSize, w},
-      {n::kTorchLocalWorldSize, w}, {n::kSegment, std::nullopt},
+      {n::kOrdinal, k},
+      {n::kLocalOrdinal, k},
+      {n::kWorldSize, w},
+      {n::kLocalWorldSize, w},
+      {n::kJobId, job_id},
+      {n::kAttempt, std::to_string(attempt)},
+      {n::kTorchRank, k},
+      {n::kTorchLocalRank, k},
+      {n::kTorchWorldSize, w},
+      {n::kTorchLocalWorldSize, w},
+      {n::kSegment, std::nullopt},
   };
   vars.insert(vars.end(), extra.begin(), extra.end());
   return vars;

@@ -24,7 +24,7 @@ std::string make_job_id();
 
 // The variables for `ordinal` of `world_size`; `extra` (from JobResources) is applied last.
 // XLA_SPAWN_SEGMENT is unset unless `extra` sets it.
-std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size,
-                                int attempt, const std::vector<EnvVar>& extra);
+std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size, int attempt,
+                                const std::vector<EnvVar>& extra);
 
 }  // namespace xs

@@ -31,7 +31,8 @@ namespace {
 
 JobResult spawn(const std::function<void(int ordinal)>& fn, int nprocs,
                 const SpawnOptions& options) {
-  return supervise(nprocs, [&fn](int ordinal) { run_child(fn, ordinal); }, options);
+  return supervise(
+      nprocs, [&fn](int ordinal) { run_child(fn, ordinal); }, options);
 }
 
 }  // namespace xs

@@ -38,9 +38,9 @@ void validate(int nprocs, const SupervisorOptions& options) {
 detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
                                   JobResources* resources) {
   ReleaseGuard guard(resources);
-  const std::vector<EnvVar> extra =
-      resources != nullptr ? resources->prepare(job.job_id, job.nprocs, attempt)
-                           : std::vector<EnvVar>();
+  const std::vector<EnvVar> extra = resources != nullptr
+                                        ? resources->prepare(job.job_id, job.nprocs, attempt)
+                                        : std::vector<EnvVar>();
   job.mux->begin_attempt(attempt);
   detail::Attempt run(job, attempt);
   return run.run(extra);

@@ -23,11 +23,11 @@ namespace xs {
 
 struct SupervisorOptions {
   OutputOptions output;
-  std::chrono::milliseconds grace{3000};    // SIGTERM -> SIGKILL
-  std::chrono::milliseconds timeout{0};     // whole job, all attempts; 0: no limit
-  int max_restarts = 0;                     // restarts of the whole group after a failure
-  bool bind_cores = false;                  // pin ordinal k to the (k mod n)-th allowed CPU
-  JobResources* resources = nullptr;        // not owned; see job_resources.h
+  std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
+  std::chrono::milliseconds timeout{0};   // whole job, all attempts; 0: no limit
+  int max_restarts = 0;                   // restarts of the whole group after a failure
+  bool bind_cores = false;                // pin ordinal k to the (k mod n)-th allowed CPU
+  JobResources* resources = nullptr;      // not owned; see job_resources.h
 };
 
 struct JobResult {

@@ -19,8 +19,8 @@ void BM_SpawnNoop(benchmark::State& state) {
   // Verify once before timing: every replica ran and the job succeeded.
   int lines = 0;
   options.output.on_line = [&lines](int, xs::ReplicaStream, std::string_view) { ++lines; };
-  const xs::JobResult check = xs::spawn([](int ordinal) { std::printf("%d\n", ordinal); }, nprocs,
-                                        options);
+  const xs::JobResult check =
+      xs::spawn([](int ordinal) { std::printf("%d\n", ordinal); }, nprocs, options);
   if (check.exit_code != 0 || lines != nprocs) {
     state.SkipWithError("spawn check failed");
     return;
@@ -30,11 +30,16 @@ void BM_SpawnNoop(benchmark::State& state) {
     const xs::JobResult r = xs::spawn([](int) {}, nprocs, options);
     benchmark::DoNotOptimize(r.exit_code);
   }
-  state.counters["replicas_per_s"] =
-      benchmark::Counter(static_cast<double>(nprocs * state.iterations()),
-                         benchmark::Counter::kIsRate);
+  state.counters["replicas_per_s"] = benchmark::Counter(
+      static_cast<double>(nprocs * state.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_SpawnNoop)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SpawnNoop)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Arg(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -63,8 +63,8 @@ std::string format_ordinals(const std::vector<int>& ordinals) {
     size_t j = i;
     while (j + 1 < ordinals.size() && ordinals[j + 1] == ordinals[j] + 1) ++j;
     if (!text.empty()) text += ", ";
-    text += j == i ? fmt::format("{}", ordinals[i])
-                   : fmt::format("{}-{}", ordinals[i], ordinals[j]);
+    text +=
+        j == i ? fmt::format("{}", ordinals[i]) : fmt::format("{}-{}", ordinals[i], ordinals[j]);
     i = j + 1;
   }
   return text;
@@ -326,23 +326,25 @@ std::string Attempt::report() const {
   std::string text;
   if (reason_ == StopReason::kFailure) {
     const Replica& root = replicas_[static_cast<size_t>(*root_)];
-    text += fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
-                        job_.job_id, attempt_, elapsed_s, root.ordinal, describe_status(root.status));
+    text +=
+        fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
+                    job_.job_id, attempt_, elapsed_s, root.ordinal, describe_status(root.status));
     const auto& tail = job_.mux->tail(root.ordinal);
     text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), root.ordinal);
     for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", root.ordinal, line);
   } else if (reason_ == StopReason::kTimeout) {
-    text += fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
-                        job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s, kExitTimeout);
+    text +=
+        fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
+                    job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s, kExitTimeout);
   } else {
     text += fmt::format("xla-spawn: job {} interrupted by {} after {:.2f} s\n", job_.job_id,
                         signal_name(stop_signal_), elapsed_s);
   }
   if (!stopped.empty()) {
-    text += fmt::format("xla-spawn: stopped by xla-spawn (not failures): ordinal(s) {}{}\n",
-                        format_ordinals(stopped),
-                        killed.empty() ? "" : fmt::format("; SIGKILL needed for {}",
-                                                          format_ordinals(killed)));
+    text += fmt::format(
+        "xla-spawn: stopped by xla-spawn (not failures): ordinal(s) {}{}\n",
+        format_ordinals(stopped),
+        killed.empty() ? "" : fmt::format("; SIGKILL needed for {}", format_ordinals(killed)));
   }
   if (!also_failed.empty()) {
     text += fmt::format("xla-spawn: also failed on their own: ordinal(s) {}\n",

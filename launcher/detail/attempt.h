@@ -81,8 +81,8 @@ class Attempt {
   const int attempt_;
   std::vector<Replica> replicas_;
   StopReason reason_ = StopReason::kNone;
-  std::optional<int> root_;   // ordinal of the root cause
-  int stop_signal_ = 0;       // the signal received (kSignal)
+  std::optional<int> root_;                          // ordinal of the root cause
+  int stop_signal_ = 0;                              // the signal received (kSignal)
   std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
   Clock::time_point started_;

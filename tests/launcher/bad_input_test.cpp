@@ -28,8 +28,8 @@ TEST_P(BadInputTest, RejectedWithMessageBeforeAnythingIsForked) {
   const BadInput c = GetParam();
   TempDir dir;
   std::vector<std::string> args = c.options;
-  for (const std::string& a : {std::string("--"), helper_path(), std::string("--pid-dir"),
-                               dir.path()}) {
+  for (const std::string& a :
+       {std::string("--"), helper_path(), std::string("--pid-dir"), dir.path()}) {
     args.push_back(a);
   }
   const RunResult r = run_xla_spawn(args);
@@ -50,10 +50,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"EmptyReplicas", {"--nprocs="}, 2, "--nprocs"},
         BadInput{"UnknownOption", {"--frobnicate"}, 2, "unrecognised option '--frobnicate'"},
         BadInput{"UnknownOptionShowsUsage", {"--frobnicate"}, 2, "usage: xla-spawn"},
-        BadInput{"ShowOrdinalOutOfRange", {"-n", "2", "--show-ordinals", "0,5"}, 2,
+        BadInput{"ShowOrdinalOutOfRange",
+                 {"-n", "2", "--show-ordinals", "0,5"},
+                 2,
                  "--show-ordinals='5'"},
-        BadInput{"ShowOrdinalsGarbage", {"-n", "2", "--show-ordinals", "a-b"}, 2,
-                 "--show-ordinals='a'"},
+        BadInput{
+            "ShowOrdinalsGarbage", {"-n", "2", "--show-ordinals", "a-b"}, 2, "--show-ordinals='a'"},
         BadInput{"NegativeGrace", {"--grace-period", "-1"}, 2, "--grace-period='-1'"},
         BadInput{"NonNumericTimeout", {"--timeout", "soon"}, 2, "--timeout='soon'"},
         BadInput{"NegativeRestarts", {"--max-restarts", "-1"}, 2, "--max-restarts='-1'"}),

@@ -71,10 +71,10 @@ TEST(EnvTest, JobIdDiffersBetweenJobs) {
 
 TEST(EnvTest, OuterJobVariablesAreReplacedNotInherited) {
   // xla-spawn started from inside another job (a replica running xla-spawn).
-  const RunResult r = run_xla_spawn({"-n", "2", "--", "/usr/bin/env", "XLA_SPAWN_ORDINAL=7",
-                                     "XLA_SPAWN_WORLD_SIZE=9", "XLA_SPAWN_SEGMENT=/outer",
-                                     xla_spawn_path(), "-n", "1", "--", helper_path(), "--do",
-                                     "print-env"});
+  const RunResult r =
+      run_xla_spawn({"-n", "2", "--", "/usr/bin/env", "XLA_SPAWN_ORDINAL=7",
+                     "XLA_SPAWN_WORLD_SIZE=9", "XLA_SPAWN_SEGMENT=/outer", xla_spawn_path(), "-n",
+                     "1", "--", helper_path(), "--do", "print-env"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[0] [0] ENV XLA_SPAWN_WORLD_SIZE=1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[1] [0] ENV XLA_SPAWN_SEGMENT=<unset>"), std::string::npos) << r.out;

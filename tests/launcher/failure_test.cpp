@@ -31,8 +31,8 @@ TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinGracePlusHalfS
   constexpr double kGraceSeconds = 1.0;
   TempDir dir;
   const std::string k = std::to_string(c.failing_ordinal);
-  Launch run({"-n", std::to_string(kWorld), "--grace-period", "1", "--", helper_path(),
-              "--pid-dir", dir.path(), "--wait-peers", "--do", c.others, "--for", k + "=exit:3"});
+  Launch run({"-n", std::to_string(kWorld), "--grace-period", "1", "--", helper_path(), "--pid-dir",
+              dir.path(), "--wait-peers", "--do", c.others, "--for", k + "=exit:3"});
   const int status = run.wait_or_fail(std::chrono::seconds(60));
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 3) << run.err();
@@ -50,21 +50,22 @@ TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinGracePlusHalfS
   EXPECT_NE(err.find("stopped by xla-spawn (not failures)"), std::string::npos) << err;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, FailFastTest,
-    ::testing::Values(StopCase{0, "sleep:30"}, StopCase{2, "sleep:30"},
-                      StopCase{3, "ignore-term:30"}, StopCase{1, "ignore-term:30"}),
-    [](const auto& info) {
-      return "Ordinal" + std::to_string(info.param.failing_ordinal) +
-             (std::strcmp(info.param.others, "sleep:30") == 0 ? "OthersObeySigterm"
-                                                              : "OthersIgnoreSigterm");
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, FailFastTest,
+                         ::testing::Values(StopCase{0, "sleep:30"}, StopCase{2, "sleep:30"},
+                                           StopCase{3, "ignore-term:30"},
+                                           StopCase{1, "ignore-term:30"}),
+                         [](const auto& info) {
+                           return "Ordinal" + std::to_string(info.param.failing_ordinal) +
+                                  (std::strcmp(info.param.others, "sleep:30") == 0
+                                       ? "OthersObeySigterm"
+                                       : "OthersIgnoreSigterm");
+                         });
 
 TEST(FailFastTest, StoppedReplicasNeedingSigkillAreListedAsStopped) {
   TempDir dir;  // --wait-peers: nobody fails before every replica ignores SIGTERM
-  const RunResult r = run_xla_spawn({"-n", "3", "--grace-period", "0.5", "--", helper_path(),
-                                     "--pid-dir", dir.path(), "--wait-peers", "--do",
-                                     "ignore-term:30", "--for", "1=exit:7"});
+  const RunResult r =
+      run_xla_spawn({"-n", "3", "--grace-period", "0.5", "--", helper_path(), "--pid-dir",
+                     dir.path(), "--wait-peers", "--do", "ignore-term:30", "--for", "1=exit:7"});
   EXPECT_EQ(r.exit_code, 7) << r.err;
   EXPECT_NE(r.err.find("ordinal(s) 0, 2; SIGKILL needed for 0, 2"), std::string::npos) << r.err;
 }
@@ -107,8 +108,8 @@ TEST(FailFastTest, AllSucceedingExitsZeroWithoutSummary) {
 
 TEST(TimeoutTest, JobTimeoutStopsEveryoneAndExits124) {
   TempDir dir;
-  Launch run({"-n", "3", "--timeout", "1", "--grace-period", "1", "--", helper_path(),
-              "--pid-dir", dir.path(), "--do", "sleep:60", "--for", "1=ignore-term:60"});
+  Launch run({"-n", "3", "--timeout", "1", "--grace-period", "1", "--", helper_path(), "--pid-dir",
+              dir.path(), "--do", "sleep:60", "--for", "1=ignore-term:60"});
   const int status = run.wait_or_fail(std::chrono::seconds(30));
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 124) << run.err();
@@ -119,8 +120,8 @@ TEST(TimeoutTest, JobTimeoutStopsEveryoneAndExits124) {
 }
 
 TEST(RestartTest, ReplicaFailingOnAttemptZeroSucceedsAfterOneRestart) {
-  const RunResult r = run_xla_spawn({"-n", "3", "--max-restarts", "1", "--", helper_path(),
-                                     "--do", "exit:0", "--for", "1=fail-attempts:1:3"});
+  const RunResult r = run_xla_spawn({"-n", "3", "--max-restarts", "1", "--", helper_path(), "--do",
+                                     "exit:0", "--for", "1=fail-attempts:1:3"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[1] attempt 0: fail"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[1] attempt 1: ok"), std::string::npos) << r.out;
@@ -135,8 +136,8 @@ TEST(RestartTest, WithoutRestartsTheFirstFailureIsFinal) {
 }
 
 TEST(RestartTest, GivesUpAfterMaxRestartsWithTheLastFailure) {
-  const RunResult r = run_xla_spawn({"-n", "2", "--max-restarts", "2", "--", helper_path(),
-                                     "--do", "exit:0", "--for", "0=fail-attempts:9:4"});
+  const RunResult r = run_xla_spawn({"-n", "2", "--max-restarts", "2", "--", helper_path(), "--do",
+                                     "exit:0", "--for", "0=fail-attempts:9:4"});
   EXPECT_EQ(r.exit_code, 4) << r.err;
   EXPECT_EQ(lines_with(r.out, "[0] attempt ").size(), 3u) << r.out;
   EXPECT_NE(r.out.find("[0] attempt 2: fail"), std::string::npos) << r.out;

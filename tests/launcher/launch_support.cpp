@@ -17,8 +17,12 @@
 
 namespace xs::testing {
 
-std::string xla_spawn_path() { return XS_XLA_SPAWN_PATH; }
-std::string helper_path() { return XS_REPLICA_HELPER_PATH; }
+std::string xla_spawn_path() {
+  return XS_XLA_SPAWN_PATH;
+}
+std::string helper_path() {
+  return XS_REPLICA_HELPER_PATH;
+}
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
@@ -92,8 +96,12 @@ int Launch::wait_or_fail(std::chrono::milliseconds timeout) {
   return *status;
 }
 
-std::string Launch::out() const { return read_file(files_ / "stdout"); }
-std::string Launch::err() const { return read_file(files_ / "stderr"); }
+std::string Launch::out() const {
+  return read_file(files_ / "stdout");
+}
+std::string Launch::err() const {
+  return read_file(files_ / "stderr");
+}
 
 RunResult run_xla_spawn(const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
   const auto start = Clock::now();

@@ -34,16 +34,14 @@ TEST(OptionsTest, DefaultsFollowTheDocumentation) {
 }
 
 TEST(OptionsTest, EveryOptionIsParsed) {
-  const CommandLine cl =
-      parse({"-n", "6", "--no-prefix", "--timestamp", "--log-dir", "/tmp/l", "--show-ordinals",
-             "1,3-4", "--grace-period", "0.25", "--timeout", "90", "--bind-cores",
-             "--max-restarts", "2", "--", "prog"});
+  const CommandLine cl = parse({"-n", "6", "--no-prefix", "--timestamp", "--log-dir", "/tmp/l",
+                                "--show-ordinals", "1,3-4", "--grace-period", "0.25", "--timeout",
+                                "90", "--bind-cores", "--max-restarts", "2", "--", "prog"});
   EXPECT_EQ(cl.nprocs, 6);
   EXPECT_FALSE(cl.supervisor.output.prefix);
   EXPECT_TRUE(cl.supervisor.output.timestamp);
   EXPECT_EQ(cl.supervisor.output.log_dir, "/tmp/l");
-  EXPECT_EQ(cl.supervisor.output.shown,
-            (std::vector<bool>{false, true, false, true, true, false}));
+  EXPECT_EQ(cl.supervisor.output.shown, (std::vector<bool>{false, true, false, true, true, false}));
   EXPECT_EQ(cl.supervisor.grace, std::chrono::milliseconds(250));
   EXPECT_EQ(cl.supervisor.timeout, std::chrono::seconds(90));
   EXPECT_TRUE(cl.supervisor.bind_cores);
@@ -76,7 +74,9 @@ TEST(OptionsTest, BadValuesThrowUsageErrorNamingFlagAndValue) {
   }
 }
 
-TEST(OptionsTest, HelpNeedsNoCommand) { EXPECT_TRUE(parse({"--help"}).help); }
+TEST(OptionsTest, HelpNeedsNoCommand) {
+  EXPECT_TRUE(parse({"--help"}).help);
+}
 
 TEST(OrdinalSetTest, ParsesListsAndRanges) {
   EXPECT_EQ(parse_ordinal_set("0,2-3", 4), (std::vector<bool>{true, false, true, true}));

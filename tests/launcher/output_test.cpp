@@ -50,8 +50,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, InterleaveTest, ::testing::Values(2, 8),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 TEST(OutputTest, StderrLinesAreTaggedOnStderr) {
-  const RunResult r = run_xla_spawn(
-      {"-n", "2", "--", "/bin/sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
+  const RunResult r =
+      run_xla_spawn({"-n", "2", "--", "/bin/sh", "-c", "echo out-$RANK; echo err-$RANK >&2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[1] out-1\n"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("[1] err-1\n"), std::string::npos) << r.err;
@@ -81,8 +81,8 @@ TEST(OutputTest, PartialLastLineIsFlushedAtExit) {
 TEST(OutputTest, LogDirKeepsEveryOrdinalsLinesWhileShowOrdinalsFiltersTheConsole) {
   TempDir dir;
   const std::string logs = dir / "logs";  // does not exist yet: xla-spawn creates it
-  const RunResult r = run_xla_spawn({"-n", "4", "--log-dir", logs, "--show-ordinals", "0,2-3",
-                                     "--", "/bin/sh", "-c", "echo out $RANK; echo err $RANK >&2"});
+  const RunResult r = run_xla_spawn({"-n", "4", "--log-dir", logs, "--show-ordinals", "0,2-3", "--",
+                                     "/bin/sh", "-c", "echo out $RANK; echo err $RANK >&2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[0] out 0\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("[1]"), std::string::npos) << r.out;

@@ -63,8 +63,7 @@ long long monotonic_ns() {
 }
 
 void sleep_bounded(double seconds) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -72,8 +71,8 @@ void sleep_bounded(double seconds) {
 
 extern "C" void on_caught(int signo) {
   char line[96];
-  const int n = std::snprintf(line, sizeof line, "ordinal %d caught SIG%s\n", g_ordinal,
-                              sigabbrev_np(signo));
+  const int n =
+      std::snprintf(line, sizeof line, "ordinal %d caught SIG%s\n", g_ordinal, sigabbrev_np(signo));
   [[maybe_unused]] ssize_t w = ::write(1, line, static_cast<size_t>(n));
   ::_exit(0);
 }

@@ -27,8 +27,8 @@ TEST_P(ForwardTest, SignalToXlaSpawnIsForwardedToEveryReplica) {
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 128 + signo) << run.err();
   for (int k = 0; k < 3; ++k) {
-    const std::string line = "[" + std::to_string(k) + "] ordinal " + std::to_string(k) +
-                             " caught " + name + "\n";
+    const std::string line =
+        "[" + std::to_string(k) + "] ordinal " + std::to_string(k) + " caught " + name + "\n";
     EXPECT_NE(run.out().find(line), std::string::npos) << run.out();
   }
   EXPECT_NE(run.err().find("interrupted by " + name), std::string::npos) << run.err();
@@ -84,11 +84,10 @@ TEST_P(OrphanTest, SigkillOfXlaSpawnLeavesNoReplicaAliveAfterOneSecond) {
   EXPECT_TRUE(all_gone) << "replicas still alive 1 s after xla-spawn was SIGKILLed";
 }
 
-INSTANTIATE_TEST_SUITE_P(Replicas, OrphanTest,
-                         ::testing::Values("sleep:30", "ignore-all:30"),
+INSTANTIATE_TEST_SUITE_P(Replicas, OrphanTest, ::testing::Values("sleep:30", "ignore-all:30"),
                          [](const auto& info) {
                            return std::strcmp(info.param, "sleep:30") == 0 ? "Sleeping"
-                                                                            : "IgnoringSignals";
+                                                                           : "IgnoringSignals";
                          });
 
 }  // namespace

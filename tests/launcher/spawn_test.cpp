@@ -3,7 +3,6 @@
 
 #include "launcher/spawn.h"
 
-
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,8 +37,8 @@ struct Captured {
 void expect_env(const char* name, const std::string& expected) {
   const char* value = std::getenv(name);
   if (value == nullptr || expected != value) {
-    throw std::runtime_error(fmt::format("{}={} expected {}", name, value ? value : "<unset>",
-                                         expected));
+    throw std::runtime_error(
+        fmt::format("{}={} expected {}", name, value ? value : "<unset>", expected));
   }
 }
 
@@ -92,7 +91,11 @@ TEST(SpawnFailureTest, ThrowingChildExitsOneAndTheSummaryCarriesWhat) {
 
 TEST(SpawnFailureTest, ExitCodeAndSignalOfTheRootCausePropagate) {
   Captured a;
-  const JobResult exited = spawn([](int ordinal) { if (ordinal == 0) ::_exit(9); }, 2, a.options());
+  const JobResult exited = spawn(
+      [](int ordinal) {
+        if (ordinal == 0) ::_exit(9);
+      },
+      2, a.options());
   EXPECT_EQ(exited.exit_code, 9);
   EXPECT_EQ(exited.failed_ordinal, 0);
   Captured b;
@@ -193,8 +196,11 @@ TEST(SpawnTest, ExitStatusesSurviveACallerThatIgnoresSigchld) {
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGCHLD, &ignore, &previous);
   Captured captured;
-  const JobResult r = spawn([](int ordinal) { if (ordinal == 1) ::_exit(6); }, 2,
-                            captured.options());
+  const JobResult r = spawn(
+      [](int ordinal) {
+        if (ordinal == 1) ::_exit(6);
+      },
+      2, captured.options());
   struct sigaction after {};
   ::sigaction(SIGCHLD, &previous, &after);
   EXPECT_EQ(r.exit_code, 6) << r.summary;
