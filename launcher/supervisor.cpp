@@ -1,5 +1,9 @@
 #include "launcher/supervisor.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "base/check.h"
@@ -35,6 +39,17 @@ void validate(int nprocs, const SupervisorOptions& options) {
                options.max_restarts);
 }
 
+// The supervisor holds 3 fds per replica (two pipe ends and a pidfd): for large N, raise
+// the soft limit toward the hard one rather than fail with EMFILE half-way through forking.
+void ensure_fd_limit(int nprocs) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t needed = 3 * static_cast<rlim_t>(nprocs) + 64;  // 64: stdio, logs, signal pipe
+  if (limit.rlim_cur >= needed) return;
+  limit.rlim_cur = std::min(needed, limit.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
                                   JobResources* resources) {
   ReleaseGuard guard(resources);
@@ -50,6 +65,7 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
 
 JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions& options) {
   validate(nprocs, options);
+  ensure_fd_limit(nprocs);
   OutputMux mux(options.output, nprocs);
   SignalPipe signals;
   detail::JobContext job;

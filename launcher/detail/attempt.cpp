@@ -117,11 +117,13 @@ void Attempt::start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
                         const std::vector<int>& cpus) {
   int out[2];
   int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) throw IoError(errno_message("pipe for replica stdout", errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    throw IoError(errno_message(fmt::format("stdout pipe for ordinal {}", replica.ordinal), errno));
+  }
   if (::pipe2(err, O_CLOEXEC) != 0) {
     ::close(out[0]);
     ::close(out[1]);
-    throw IoError(errno_message("pipe for replica stderr", errno));
+    throw IoError(errno_message(fmt::format("stderr pipe for ordinal {}", replica.ordinal), errno));
   }
   replica.pipe_fds[0] = out[0];
   replica.pipe_fds[1] = err[0];
@@ -310,36 +312,44 @@ AttemptResult Attempt::result() const {
 }
 
 std::string Attempt::report() const {
+  return headline() + others_report();
+}
+
+std::string Attempt::headline() const {
+  const double elapsed_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  if (reason_ == StopReason::kTimeout) {
+    return fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
+                       job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s,
+                       kExitTimeout);
+  }
+  if (reason_ != StopReason::kFailure) {
+    return fmt::format("xla-spawn: job {} interrupted by {} after {:.2f} s\n", job_.job_id,
+                       signal_name(stop_signal_), elapsed_s);
+  }
+  const Replica& root = replicas_[static_cast<size_t>(*root_)];
+  std::string text =
+      fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
+                  job_.job_id, attempt_, elapsed_s, root.ordinal, describe_status(root.status));
+  const auto& tail = job_.mux->tail(root.ordinal);
+  text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), root.ordinal);
+  for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", root.ordinal, line);
+  return text;
+}
+
+// Every replica but the root cause: stopped by us (not a failure), failed by itself before
+// we stopped it, or completed.
+std::string Attempt::others_report() const {
   std::vector<int> stopped, killed, completed, also_failed;
   for (const Replica& r : replicas_) {
     if (root_ && r.ordinal == *root_) continue;
     if (r.signalled) {
       stopped.push_back(r.ordinal);
       if (r.killed) killed.push_back(r.ordinal);
-    } else if (is_failure(r.status)) {
-      also_failed.push_back(r.ordinal);
     } else {
-      completed.push_back(r.ordinal);
+      (is_failure(r.status) ? also_failed : completed).push_back(r.ordinal);
     }
   }
-  const double elapsed_s = std::chrono::duration<double>(Clock::now() - started_).count();
   std::string text;
-  if (reason_ == StopReason::kFailure) {
-    const Replica& root = replicas_[static_cast<size_t>(*root_)];
-    text +=
-        fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
-                    job_.job_id, attempt_, elapsed_s, root.ordinal, describe_status(root.status));
-    const auto& tail = job_.mux->tail(root.ordinal);
-    text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), root.ordinal);
-    for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", root.ordinal, line);
-  } else if (reason_ == StopReason::kTimeout) {
-    text +=
-        fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
-                    job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s, kExitTimeout);
-  } else {
-    text += fmt::format("xla-spawn: job {} interrupted by {} after {:.2f} s\n", job_.job_id,
-                        signal_name(stop_signal_), elapsed_s);
-  }
   if (!stopped.empty()) {
     text += fmt::format(
         "xla-spawn: stopped by xla-spawn (not failures): ordinal(s) {}{}\n",

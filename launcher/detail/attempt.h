@@ -75,6 +75,8 @@ class Attempt {
   int running() const;
   AttemptResult result() const;
   std::string report() const;
+  std::string headline() const;
+  std::string others_report() const;
   int timeout_ms_until_next_deadline() const;
 
   const JobContext& job_;
