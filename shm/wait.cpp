@@ -30,6 +30,13 @@ int64_t collective_timeout_ms_from_env() {
   return env_int(kCollectiveTimeoutEnv, 1, 86'400'000).value_or(kDefaultCollectiveTimeoutMs);
 }
 
+Waiter::Waiter(const Segment& segment, int64_t timeout_ms)
+    : segment_(&segment),
+      timeout_ms_(timeout_ms),
+      spin_ns_(segment.spin_allowed()
+                   ? env_int(kSpinEnv, 0, 1'000'000).value_or(kDefaultSpinNs / 1000) * 1000
+                   : 0) {}
+
 void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& probe) {
   const Segment& segment = *segment_;
   shm::ControlBlock& control = segment.control();

@@ -32,9 +32,11 @@ inline constexpr const char* kCollectiveTimeoutEnv = "XLA_SPAWN_COLLECTIVE_TIMEO
 inline constexpr int64_t kDefaultCollectiveTimeoutMs = 60'000;
 // Sleep slice: how late a poisoned segment or a dead peer may be noticed at worst.
 inline constexpr int64_t kPollIntervalMs = 50;
-// Spin before sleeping, when spinning is allowed: a peer on another core usually answers
-// within a few microseconds; 100 us keeps a late peer from costing a futex round trip.
-inline constexpr int64_t kSpinNs = 100'000;
+// Spin before sleeping, when spinning is allowed (XLA_SPAWN_SPIN_US overrides): a peer on
+// another core answers within a microsecond; spinning on keeps a late peer from costing a
+// futex wake-up, which on a busy machine can take a scheduler slice (hundreds of us).
+inline constexpr const char* kSpinEnv = "XLA_SPAWN_SPIN_US";
+inline constexpr int64_t kDefaultSpinNs = 1'000'000;
 
 // XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (1 ms .. 1 day) or kDefaultCollectiveTimeoutMs.
 int64_t collective_timeout_ms_from_env();
@@ -56,8 +58,7 @@ inline void publish(const Segment& segment, std::atomic<uint32_t>& word, uint32_
 
 class Waiter {
  public:
-  Waiter(const Segment& segment, int64_t timeout_ms)
-      : segment_(&segment), timeout_ms_(timeout_ms), spin_(segment.spin_allowed()) {}
+  Waiter(const Segment& segment, int64_t timeout_ms);
 
   int64_t timeout_ms() const { return timeout_ms_; }
 
@@ -67,7 +68,7 @@ class Waiter {
   template <class Probe>
   void wait(const char* operation, Probe&& probe) {
     if (probe().word == nullptr) [[likely]] return;
-    if (spin_ && spin(probe)) return;
+    if (spin_ns_ > 0 && spin(probe)) return;
     wait_slow(operation, std::function<Awaited()>(std::ref(probe)));
   }
 
@@ -80,7 +81,7 @@ class Waiter {
         _mm_pause();
         if (probe().word == nullptr) return true;
       }
-      if (std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(kSpinNs)) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::nanoseconds(spin_ns_)) {
         return false;
       }
     }
@@ -89,7 +90,7 @@ class Waiter {
 
   const Segment* segment_;
   int64_t timeout_ms_;
-  bool spin_;
+  int64_t spin_ns_;  // 0 when replicas outnumber cores
 };
 
 }  // namespace xs

@@ -1,0 +1,147 @@
+// All-reduce sweep of xla-spawn's shared-memory collectives: forks N replicas over one job
+// segment (no launcher needed), prints the nccl-tests style table and writes CSV.
+//
+//   all_reduce_sweep --nprocs 2 [--csv out/ours-2.csv] [--staging-bytes 2097152]
+//                    [--min-bytes 8] [--max-bytes 268435456] [--factor 4]
+//   all_reduce_sweep --nprocs 8 --stress 100000      # back-to-back 8-byte all-reduces
+//
+// XLA_SPAWN_ALLREDUCE_ALGO=ring|oneshot|twoshot forces one schedule (for crossovers).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "bench/collectives/sweep.h"
+#include "collectives/shm_communicator.h"
+#include "shm/segment.h"
+
+namespace {
+
+using xs::ShmCommunicator;
+
+struct Args {
+  int nprocs = 2;
+  size_t staging_bytes = xs::kDefaultStagingBytes;
+  std::string csv;
+  int64_t stress_iterations = 0;
+  xs::bench::SweepOptions sweep;
+};
+
+Args parse(int argc, char** argv) {
+  Args args;
+  const auto rest = xs::bench::parse_sweep_args(argc, argv, args.sweep);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    auto value = [&]() {
+      if (i + 1 >= rest.size()) throw std::invalid_argument(rest[i] + ": missing value");
+      return rest[++i];
+    };
+    if (rest[i] == "--nprocs") args.nprocs = std::stoi(value());
+    else if (rest[i] == "--staging-bytes") args.staging_bytes = std::stoull(value());
+    else if (rest[i] == "--csv") args.csv = value();
+    else if (rest[i] == "--stress") args.stress_iterations = std::stoll(value());
+    else throw std::invalid_argument("unknown argument " + rest[i]);
+  }
+  return args;
+}
+
+int stress(ShmCommunicator& comm, int64_t iterations) {
+  const auto start = std::chrono::steady_clock::now();
+  const double want = comm.world_size() * (comm.world_size() + 1) / 2.0;
+  for (int64_t i = 0; i < iterations; ++i) {
+    double value = comm.ordinal() + 1.0;
+    comm.all_reduce(&value, 1, xs::DType::kF64, xs::ReduceOp::kSum);
+    if (value != want) {
+      fmt::print(stderr, "ordinal {} iteration {}: {} != {}\n", comm.ordinal(), i, value, want);
+      return 1;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (comm.ordinal() == 0) {
+    fmt::print("stress: {} back-to-back 8-byte all-reduces at N = {}: {:.2f} s, {:.2f} us each, "
+               "all correct\n", iterations, comm.world_size(), seconds, seconds / iterations * 1e6);
+  }
+  return 0;
+}
+
+int replica(const Args& args, const std::string& segment, const std::string& job_id,
+            int ordinal, const std::vector<double>& memcpy_gbps) {
+  ShmCommunicator comm(xs::Segment::attach(segment, ordinal, args.nprocs, job_id));
+  if (args.stress_iterations > 0) return stress(comm, args.stress_iterations);
+  xs::bench::SweepHooks hooks;
+  hooks.ordinal = ordinal;
+  hooks.world_size = args.nprocs;
+  hooks.all_reduce = [&](float* d, size_t n) {
+    comm.all_reduce(d, n, xs::DType::kF32, xs::ReduceOp::kSum);
+  };
+  hooks.barrier = [&] { comm.barrier(); };
+  hooks.broadcast_from_0 = [&](int64_t v) {
+    comm.broadcast(&v, 1, xs::DType::kI64, 0);
+    return v;
+  };
+  hooks.algorithm = [&](size_t bytes) {
+    return std::string(xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes)));
+  };
+  auto rows = xs::bench::run_sweep(args.sweep, hooks);
+  if (ordinal != 0) return 0;
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].memcpy_gbps = memcpy_gbps[i];
+  xs::bench::print_table(stdout, rows, args.nprocs, "xla-spawn shared-memory all_reduce");
+  if (!args.csv.empty()) xs::bench::write_csv(args.csv, rows, args.nprocs);
+  return 0;
+}
+
+// Forks the replicas and waits for them; the first failure stops the others.
+int run(const Args& args) {
+  std::vector<double> memcpy_gbps;
+  if (args.stress_iterations == 0) {
+    memcpy_gbps = xs::bench::measure_memcpy(xs::bench::sweep_sizes(args.sweep), args.sweep);
+  }
+  const std::string job_id = fmt::format("bench-{}", ::getpid());
+  xs::OwnedSegment segment(job_id, args.nprocs, args.staging_bytes);
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int ordinal = 0; ordinal < args.nprocs; ++ordinal) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = replica(args, segment.name(), job_id, ordinal, memcpy_gbps);
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "ordinal {}: {}\n", ordinal, e.what());
+      }
+      std::fflush(stdout);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int failures = 0;
+  for (size_t done = 0; done < pids.size(); ++done) {
+    int status = 0;
+    const pid_t pid = ::wait(&status);  // the collectives' own deadlines bound this wait
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failures;
+      for (pid_t p : pids) {
+        if (p != pid) ::kill(p, SIGTERM);
+      }
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "all_reduce_sweep: {}\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,107 @@
+#include "shm/wait.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "shm/futex.h"
+
+namespace xs {
+namespace {
+
+constexpr size_t kStaging = 64 << 10;
+
+std::string job_id() {
+  static int counter = 0;
+  return fmt::format("waittest{}-{}", ::getpid(), counter++);
+}
+
+// Waits for ordinal 1's ring_sent word to reach 1.
+Awaited ordinal_one_sent(const Segment& segment) {
+  const auto& word = segment.slot(1).ring_sent.value;
+  if (word.load(std::memory_order_acquire) >= 1) return {};
+  return {&word, 1};
+}
+
+TEST(WaitTest, TimesOutNamingTheAwaitedOrdinalAndPoisons) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment segment = Segment::attach(owned.name(), 0, 2, id);
+  Waiter waiter(segment, 200);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    waiter.wait("test_op", [&] { return ordinal_one_sent(segment); });
+    FAIL() << "no timeout";
+  } catch (const Timeout& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("test_op"), std::string::npos) << what;
+    EXPECT_NE(what.find("ordinal 1 (never checked in)"), std::string::npos) << what;
+    EXPECT_NE(what.find("timed out after 0.2"), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(segment.poison_message());
+}
+
+TEST(WaitTest, ReturnsWhenAnotherProcessPublishes) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment segment = Segment::attach(owned.name(), 0, 2, id);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    Segment peer = Segment::attach(owned.name(), 1, 2, id);
+    ::usleep(20'000);  // make the parent go to sleep on the futex first
+    publish(peer, peer.slot(1).ring_sent.value, 1);
+    ::_exit(0);
+  }
+  Waiter waiter(segment, 10'000);
+  EXPECT_NO_THROW(waiter.wait("test_op", [&] { return ordinal_one_sent(segment); }));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(WaitTest, ADeadPeerIsNamedWellBeforeTheTimeout) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment segment = Segment::attach(owned.name(), 0, 2, id);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    Segment peer = Segment::attach(owned.name(), 1, 2, id);
+    ::pause();  // killed by the parent
+    ::_exit(0);
+  }
+  while (segment.slot(1).pid.load() != pid) ::usleep(1000);  // until the child checked in
+  ::kill(pid, SIGKILL);  // left unreaped on purpose: a zombie must count as gone
+  Waiter waiter(segment, 30'000);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    waiter.wait("test_op", [&] { return ordinal_one_sent(segment); });
+    FAIL() << "no error";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("ordinal 1 (pid {}) is gone", pid)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  ::waitpid(pid, nullptr, 0);
+}
+
+TEST(WaitTest, AZombieIsNotAlive) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  // Until reaped the child is a zombie; poll (bounded) until /proc shows it exited.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (process_alive(pid) && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
+  EXPECT_FALSE(process_alive(pid));
+  EXPECT_TRUE(process_alive(::getpid()));
+  ::waitpid(pid, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace xs
