@@ -46,15 +46,16 @@ void die_with_parent(pid_t parent_pid) {
 }
 
 void redirect_stdio(const ChildSetup& setup) {
-  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null_fd < 0 || ::dup2(null_fd, 0) < 0) child_fail("stdin from /dev/null");
-  if (null_fd != 0) ::close(null_fd);
-  if (::dup2(setup.stdout_fd, 1) < 0 || ::dup2(setup.stderr_fd, 2) < 0) child_fail("dup2");
-  if (setup.stdout_fd > 2) ::close(setup.stdout_fd);
-  if (setup.stderr_fd > 2) ::close(setup.stderr_fd);
+  // The supervisor's fds go first: near the fd limit, opening /dev/null needs the room.
   for (int fd : setup.close_fds) {
     if (fd > 2) ::close(fd);
   }
+  if (::dup2(setup.stdout_fd, 1) < 0 || ::dup2(setup.stderr_fd, 2) < 0) child_fail("dup2");
+  if (setup.stdout_fd > 2) ::close(setup.stdout_fd);
+  if (setup.stderr_fd > 2) ::close(setup.stderr_fd);
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0 || ::dup2(null_fd, 0) < 0) child_fail("stdin from /dev/null");
+  if (null_fd != 0) ::close(null_fd);
 }
 
 void apply_env(const std::vector<EnvVar>& env) {
