@@ -2,6 +2,9 @@
 // A 64-byte aligned, heap-allocated block of tensor storage. Shared by tensors and IR leaves
 // through std::shared_ptr; its use count decides whether a graph may overwrite it in place
 // (donation: an updated parameter reuses its old buffer).
+// Freed blocks go to a size-keyed pool (like PyTorch's caching allocator) so a step's outputs
+// reuse the pages of the previous step's instead of faulting fresh ones in; the pool holds at
+// most XLA_SPAWN_BUFFER_POOL_BYTES (default 256 MiB) and never changes results.
 //
 //   auto buf = Buffer::allocate(n_elems * dtype_size(DType::kF32));
 //   float* p = buf->as<float>();
@@ -31,6 +34,10 @@ class Buffer {
     return static_cast<const T*>(data_);
   }
   size_t size_bytes() const { return size_bytes_; }
+
+  // Bytes currently cached in the pool, and a way to release them all.
+  static size_t pooled_bytes();
+  static void trim_pool();
 
  private:
   Buffer(void* data, size_t size_bytes) : data_(data), size_bytes_(size_bytes) {}
