@@ -81,7 +81,7 @@ def idx_corpus():
         "bad-trailing.idx": idx(0x08, [20], labels) + b"\0",
         "bad-truncated.gz": gz(idx(0x08, [3, 28, 28], images))[:200],
         "bad-huge-dims.idx": idx(0x0E, [0xFFFFFFFF] * 4, b""),
-        "bad-bomb.gz": gz(b"\0" * (32 << 20)),
+        "bad-bomb-behind-header.gz": gz(idx(0x08, [16], b"\0" * (32 << 20))),
     }
     return {**ok, **bad}
 

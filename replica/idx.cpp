@@ -83,7 +83,12 @@ std::string IdxArray::shape_string() const {
   return fmt::format("{}", fmt::join(dims, "x"));
 }
 
-IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t max_size_bytes) {
+namespace {
+
+// Validates the magic and dimensions in `bytes` (the file, or at least its first
+// kMaxIdxHeaderBytes) and returns the array without its elements, plus their size in bytes.
+IdxArray parse_header(std::span<const uint8_t> bytes, std::string_view source,
+                      size_t max_size_bytes, uint64_t& data_bytes) {
   const size_t size = bytes.size();
   if (size < 4) {
     throw InvalidArgument(
@@ -115,14 +120,21 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t m
         size, rank, array.data_offset));
   }
   for (int i = 0; i < rank; ++i) array.dims.push_back(read_be32(&bytes[4 + 4 * i]));
-  const size_t elem_size = idx_type_size(array.type);
-  const uint64_t need = data_size_or_max(array.dims, elem_size, max_size_bytes);
-  const size_t have = size - array.data_offset;
-  if (need == UINT64_MAX) {
+  data_bytes = data_size_or_max(array.dims, idx_type_size(array.type), max_size_bytes);
+  if (data_bytes == UINT64_MAX) {
     throw InvalidArgument(fmt::format("idx file {}: dims {} of {} exceed the {}-byte limit", source,
                                       fmt::join(array.dims, "x"), idx_type_name(array.type),
                                       max_size_bytes));
   }
+  return array;
+}
+
+}  // namespace
+
+IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t max_size_bytes) {
+  uint64_t need = 0;
+  IdxArray array = parse_header(bytes, source, max_size_bytes, need);
+  const size_t have = bytes.size() - array.data_offset;
   if (need != have) {
     throw InvalidArgument(fmt::format(
         "idx file {}: dims {} of {} need {} data bytes but the file has {} after the {}-byte "
@@ -136,10 +148,18 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, std::string_view source, size_t m
 
 IdxArray decode_idx(std::vector<uint8_t> file_bytes, std::string_view source,
                     size_t max_size_bytes) {
-  if (detail::is_gzip(file_bytes)) {
-    file_bytes = detail::gunzip(file_bytes, fmt::format("idx file {}", source), max_size_bytes);
-  }
-  return parse_idx(std::move(file_bytes), source, max_size_bytes);
+  if (!detail::is_gzip(file_bytes)) return parse_idx(std::move(file_bytes), source, max_size_bytes);
+  // Inflate the header first and then only the size it declares (+1 to see trailing bytes):
+  // a bad or hostile file is rejected without inflating more than it claims to hold.
+  const std::string gz_source = fmt::format("idx file {}", source);
+  constexpr size_t kMaxHeaderBytes = 4 + 4 * kMaxIdxRank;
+  const auto prefix =
+      detail::gunzip(file_bytes, gz_source, kMaxHeaderBytes, detail::AtLimit::kStop);
+  uint64_t need = 0;
+  const IdxArray header = parse_header(prefix, source, max_size_bytes, need);
+  const size_t declared = header.data_offset + need;
+  return parse_idx(detail::gunzip(file_bytes, gz_source, declared + 1, detail::AtLimit::kStop),
+                   source, max_size_bytes);
 }
 
 IdxArray read_idx(const std::string& path, size_t max_size_bytes) {

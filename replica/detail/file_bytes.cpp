@@ -73,7 +73,7 @@ bool is_gzip(std::span<const uint8_t> bytes) {
 }
 
 std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_view source,
-                            size_t max_size_bytes) {
+                            size_t max_size_bytes, AtLimit at_limit) {
   z_stream zs{};
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {  // 16+: expect a gzip wrapper
     throw InternalError(fmt::format("{}: inflateInit2 failed", source));
@@ -84,6 +84,7 @@ std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_vie
   int rc = Z_OK;
   for (;;) {
     if (out_pos == out.size()) {
+      if (out.size() >= max_size_bytes && at_limit == AtLimit::kStop) break;
       if (out.size() >= max_size_bytes) {
         inflateEnd(&zs);
         throw InvalidArgument(

@@ -21,10 +21,16 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view w
 // True when `bytes` starts with the gzip magic 1f 8b.
 bool is_gzip(std::span<const uint8_t> bytes);
 
+// What gunzip does when the output reaches max_size_bytes.
+enum class AtLimit : uint8_t {
+  kThrow,  // reject the input (xs::InvalidArgument): it is larger than allowed
+  kStop,   // return the first max_size_bytes bytes (a prefix, or a bounded read)
+};
+
 // Decompresses a gzip stream (one or more concatenated members). `source` names the input in
-// errors; output beyond `max_size_bytes` is rejected (a hostile file cannot exhaust memory).
-// Throws xs::InvalidArgument for corrupt, truncated or oversized data.
+// errors; output is bounded by `max_size_bytes` (a hostile file cannot exhaust memory).
+// Throws xs::InvalidArgument for corrupt, truncated or (with kThrow) oversized data.
 std::vector<uint8_t> gunzip(std::span<const uint8_t> compressed, std::string_view source,
-                            size_t max_size_bytes);
+                            size_t max_size_bytes, AtLimit at_limit = AtLimit::kThrow);
 
 }  // namespace xs::detail

@@ -152,15 +152,25 @@ TEST(IdxReader, RejectsGarbage) {
   EXPECT_THAT(idx_error(dir.write("garbage.bin", garbage)), HasSubstr("bad magic 42"));
 }
 
-TEST(IdxReader, RejectsADecompressionBombAboveTheLimit) {
+TEST(IdxReader, RejectsADeclaredSizeAboveTheLimit) {
   testing::TempDir dir;
-  const std::string path = dir.write("bomb.gz", gzip(std::vector<uint8_t>(1 << 20, 0)));
+  const std::string path =
+      dir.write("big.gz", gzip(idx_bytes(0x08, {1 << 20}, std::vector<uint8_t>(1 << 20, 0))));
   try {
     read_idx(path, 4096);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_THAT(std::string(e.what()), HasSubstr("more than 4096 bytes"));
+    EXPECT_THAT(std::string(e.what()), HasSubstr("dims 1048576 of u8 exceed the 4096-byte limit"));
   }
+}
+
+// A gzip bomb behind a small header: only the declared size (+1 byte) is ever inflated.
+TEST(IdxReader, InflatesNoMoreThanTheHeaderDeclares) {
+  testing::TempDir dir;
+  const std::string path =
+      dir.write("bomb.gz", gzip(idx_bytes(0x08, {16}, std::vector<uint8_t>(8 << 20, 0))));
+  EXPECT_THAT(idx_error(path), HasSubstr("need 16 data bytes but the file has 17 after the 8-byte "
+                                         "header (trailing bytes)"));
 }
 
 TEST(IdxReader, MissingFileIsAnIoErrorNamingThePath) {
