@@ -1,6 +1,7 @@
 #include "runtime/runtime.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <unordered_map>
@@ -10,6 +11,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "collectives/communicator.h"
 #include "runtime/graph.h"
 #include "runtime/hash.h"
 
@@ -70,6 +72,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   }
   Graph graph = cut_graph(roots, /*allow_donation=*/is_step);
   roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
+  check_same_graph_everywhere(graph);
   std::shared_ptr<Program> program = lookup_or_compile(graph);
   std::vector<BufferPtr> outputs;
   {
@@ -83,6 +86,26 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   }
   last_stats_ = program->stats;
   last_hash_ = graph.hash;
+}
+
+void Runtime::check_same_graph_everywhere(const Graph& graph) {
+  if (communicator_ == nullptr || communicator_->world_size() == 1) return;
+  const bool collective = std::any_of(graph.nodes.begin(), graph.nodes.end(),
+                                      [](const GNode& n) { return n.op == Op::kAllReduce; });
+  if (!collective) return;  // only a graph with collectives must match across replicas
+  std::byte payload[sizeof(uint64_t)];
+  std::memcpy(payload, &graph.hash, sizeof payload);
+  const auto all = communicator_->rendezvous("xs.runtime.graph_hash", payload);
+  for (size_t k = 0; k < all.size(); ++k) {
+    uint64_t theirs = 0;
+    if (all[k].size() == sizeof theirs) std::memcpy(&theirs, all[k].data(), sizeof theirs);
+    if (theirs != graph.hash) {
+      throw PeerFailure(fmt::format(
+          "mark_step: graph hash mismatch: ordinal {} traced {:016x}, ordinal {} traced {:016x}; every "
+          "replica must trace the same step (same shapes, ops and order) before its all_reduce",
+          communicator_->ordinal(), graph.hash, k, theirs));
+    }
+  }
 }
 
 std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {

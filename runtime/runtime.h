@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "runtime/compile_cache.h"
+#include "runtime/graph.h"
 #include "runtime/metrics.h"
 #include "runtime/tensor.h"
 
@@ -77,6 +78,9 @@ class Runtime {
   void execute(std::vector<TensorImpl*> pending, bool is_step);
   std::shared_ptr<Program> lookup_or_compile(const Graph& graph);
   void note_compile(uint64_t hash);
+  // With a communicator of world size > 1 and an all_reduce in `graph`: every replica must
+  // have traced the same graph; a mismatch throws PeerFailure naming both hashes and ordinals.
+  void check_same_graph_everywhere(const Graph& graph);
   void dump(const Graph& graph, const Program& program) const;
 
   RuntimeOptions options_;

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cstring>
 #include <functional>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "collectives/communicator.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
 #include "tests/support/scoped_env.h"
@@ -172,6 +175,76 @@ TEST(Runtime, TensorsOutlivingTheirRuntimeFailClearly) {
     y = exp(Tensor::zeros({2}));
   }
   EXPECT_NE(error_of([&] { y.to_vector<float>(); }).find("runtime was destroyed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// World size 2 in one process: the "other replica" reports `peer_hash` for its graph.
+class PeerHashCommunicator : public Communicator {
+ public:
+  explicit PeerHashCommunicator(std::optional<uint64_t> peer_hash) : peer_hash_(peer_hash) {}
+  int ordinal() const override { return 0; }
+  int world_size() const override { return 2; }
+  void all_reduce(void*, size_t, DType, ReduceOp) override { ++all_reduces; }
+  void broadcast(void*, size_t, DType, int) override {}
+  void all_gather(const void*, void*, size_t, DType) override {}
+  void reduce_scatter(const void*, void*, size_t, DType, ReduceOp) override {}
+  void barrier() override {}
+  std::vector<std::vector<std::byte>> rendezvous(const std::string& tag, std::span<const std::byte> mine) override {
+    last_tag = tag;
+    std::vector<std::byte> theirs(mine.begin(), mine.end());
+    if (peer_hash_) std::memcpy(theirs.data(), &*peer_hash_, sizeof(uint64_t));
+    return {std::vector<std::byte>(mine.begin(), mine.end()), theirs};
+  }
+  int all_reduces = 0;
+  std::string last_tag;
+
+ private:
+  std::optional<uint64_t> peer_hash_;
+};
+
+TEST(Runtime, ReplicasTracingTheSameGraphRunTheirAllReduce) {
+  ScopedRuntime rt;
+  PeerHashCommunicator comm(std::nullopt);
+  rt->set_communicator(&comm);
+  Tensor g = all_reduce(Tensor::from_vector<float>({1, 2}, {2}), ReduceOp::kSum);
+  mark_step();
+  EXPECT_EQ(comm.all_reduces, 1);
+  EXPECT_EQ(comm.last_tag, "xs.runtime.graph_hash");
+  EXPECT_GE(rt->metrics().timer(kTimerAllReduceTime).count, 1);
+}
+
+TEST(Runtime, GraphHashMismatchAcrossReplicasIsAPeerFailureNamingBoth) {
+  ScopedRuntime rt;
+  PeerHashCommunicator comm(0x1234);
+  rt->set_communicator(&comm);
+  Tensor g = all_reduce(Tensor::from_vector<float>({1, 2}, {2}), ReduceOp::kSum);
+  try {
+    mark_step();
+    FAIL() << "expected PeerFailure";
+  } catch (const PeerFailure& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ordinal 1 traced 0000000000001234"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ordinal 0 traced"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(comm.all_reduces, 0);
+}
+
+TEST(Buffer, FreedBuffersAreReusedFromThePool) {
+  Buffer::trim_pool();
+  const void* first;
+  {
+    BufferPtr b = Buffer::allocate(100'000);
+    first = b->data();
+  }
+  EXPECT_GE(Buffer::pooled_bytes(), 100'000u);
+  BufferPtr again = Buffer::allocate(100'000);
+  EXPECT_EQ(again->data(), first);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again->data()) % Buffer::kAlignment, 0u);
 }
 
 }  // namespace
