@@ -50,7 +50,13 @@ void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
     next_index_ = first_batch;
     error_ = nullptr;
   }
-  worker_ = std::thread([this, epoch, first_batch] { run(epoch, first_batch); });
+  try {
+    worker_ = std::thread([this, epoch, first_batch] { run(epoch, first_batch); });
+  } catch (...) {  // no thread (resource limits): next() must not wait for one
+    std::lock_guard lock(mu_);
+    worker_done_ = true;
+    throw;
+  }
 }
 
 void BatchLoader::run(int64_t epoch, int64_t first_batch) {

@@ -2,7 +2,8 @@
 // A prefetching batch loader (PyTorch/XLA's ParallelLoader on the host side): a background
 // thread builds this ordinal's batches of an epoch, in order, into a bounded queue while the
 // training step runs. Errors in the worker are re-thrown by next(); destruction (or the next
-// start_epoch) stops and joins the worker, even mid-epoch.
+// start_epoch) stops and joins the worker, even mid-epoch. One consumer thread calls
+// start_epoch/next/stop; the worker is the only other thread.
 //
 //   auto loader = xs::make_image_loader(train, spec, xs::kFashionMnistNormalization);
 //   loader->start_epoch(epoch);              // or (epoch, first_batch) when resuming

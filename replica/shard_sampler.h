@@ -36,7 +36,9 @@ struct ShardSpec {
 };
 
 // One batch of one ordinal: batch_size sample indices, the first n_valid of them real
-// samples and the rest padding (repeats), so the shape never changes.
+// samples and the rest padding (repeats), so the shape never changes. In pad mode an
+// ordinal's last batch may hold no real sample at all (n_valid == 0): it still runs the step,
+// so a loss must divide by the global count of valid samples, never by a local zero.
 struct BatchPlan {
   int64_t epoch = 0;
   int64_t index = 0;  // 0..batches_per_epoch-1, the same step number on every ordinal
