@@ -96,29 +96,76 @@ void check_reducible(const char* operation, DType dtype) {
   }
 }
 
+namespace {
+
+// All K sources in one pass per element, accumulating in a register: one read per source
+// element and one write per result, the minimum memory traffic (K known at compile time
+// so the loop over sources unrolls and the loop over elements vectorises).
+template <class Tr, class Op, int K>
+void reduce_fixed(typename Tr::T* dst, typename Tr::T* dst2, const void* const* sources,
+                  size_t n_elems, bool mean, int divisor) {
+  using T = typename Tr::T;
+  using A = typename Tr::A;
+  const T* src[K];
+  for (int k = 0; k < K; ++k) src[k] = static_cast<const T*>(sources[k]);
+  const A d = static_cast<A>(divisor);
+  for (size_t base = 0; base < n_elems; base += kBlock) {
+    const size_t n = std::min(kBlock, n_elems - base);
+    A acc[kBlock];
+    for (size_t i = 0; i < n; ++i) {
+      A a = Tr::load(src[0][base + i]);
+      for (int k = 1; k < K; ++k) a = Op::apply(a, Tr::load(src[k][base + i]));
+      acc[i] = a;
+    }
+    // Written after the block is read: dst may be one of the sources.
+    if (mean) {
+      for (size_t i = 0; i < n; ++i) dst[base + i] = Tr::store(acc[i] / d);
+    } else {
+      for (size_t i = 0; i < n; ++i) dst[base + i] = Tr::store(acc[i]);
+    }
+    if (dst2 != nullptr) std::memcpy(dst2 + base, dst + base, n * sizeof(T));
+  }
+}
+
+// Any number of sources: accumulate a block source by source.
+template <class Tr, class Op>
+void reduce_many(typename Tr::T* dst, typename Tr::T* dst2, const void* const* sources,
+                 int n_sources, size_t n_elems, bool mean, int divisor) {
+  using T = typename Tr::T;
+  using A = typename Tr::A;
+  A acc[kBlock];
+  for (size_t base = 0; base < n_elems; base += kBlock) {
+    const size_t n = std::min(kBlock, n_elems - base);
+    const T* s0 = static_cast<const T*>(sources[0]) + base;
+    for (size_t i = 0; i < n; ++i) acc[i] = Tr::load(s0[i]);
+    for (int j = 1; j < n_sources; ++j) {
+      const T* __restrict s = static_cast<const T*>(sources[j]) + base;
+      for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], Tr::load(s[i]));
+    }
+    finish_block<Tr>(dst + base, acc, n, mean, divisor);
+    if (dst2 != nullptr) std::memcpy(dst2 + base, dst + base, n * sizeof(T));
+  }
+}
+
+}  // namespace
+
 void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sources,
                     size_t n_elems, DType dtype, ReduceOp op, int divisor) {
   const bool mean = op == ReduceOp::kMean;
   dispatch(dtype, op, [&]<class Tr, class Op>() {
     using T = typename Tr::T;
-    using A = typename Tr::A;
-    A acc[kBlock];
-    for (size_t base = 0; base < n_elems; base += kBlock) {
-      const size_t n = std::min(kBlock, n_elems - base);
-      const T* s0 = static_cast<const T*>(sources[0]) + base;
-      if (n_sources == 1) {
-        for (size_t i = 0; i < n; ++i) acc[i] = Tr::load(s0[i]);
-      } else {
-        const T* s1 = static_cast<const T*>(sources[1]) + base;
-        for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(Tr::load(s0[i]), Tr::load(s1[i]));
-      }
-      for (int j = 2; j < n_sources; ++j) {
-        const T* __restrict s = static_cast<const T*>(sources[j]) + base;
-        for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], Tr::load(s[i]));
-      }
-      T* out = static_cast<T*>(dst) + base;
-      finish_block<Tr>(out, acc, n, mean, divisor);
-      if (dst2 != nullptr) std::memcpy(static_cast<T*>(dst2) + base, out, n * sizeof(T));
+    auto* out = static_cast<T*>(dst);
+    auto* out2 = static_cast<T*>(dst2);
+    switch (n_sources) {
+      case 1: return reduce_fixed<Tr, Op, 1>(out, out2, sources, n_elems, mean, divisor);
+      case 2: return reduce_fixed<Tr, Op, 2>(out, out2, sources, n_elems, mean, divisor);
+      case 3: return reduce_fixed<Tr, Op, 3>(out, out2, sources, n_elems, mean, divisor);
+      case 4: return reduce_fixed<Tr, Op, 4>(out, out2, sources, n_elems, mean, divisor);
+      case 5: return reduce_fixed<Tr, Op, 5>(out, out2, sources, n_elems, mean, divisor);
+      case 6: return reduce_fixed<Tr, Op, 6>(out, out2, sources, n_elems, mean, divisor);
+      case 7: return reduce_fixed<Tr, Op, 7>(out, out2, sources, n_elems, mean, divisor);
+      case 8: return reduce_fixed<Tr, Op, 8>(out, out2, sources, n_elems, mean, divisor);
+      default: return reduce_many<Tr, Op>(out, out2, sources, n_sources, n_elems, mean, divisor);
     }
   });
 }

@@ -42,7 +42,8 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   shm::ControlBlock& control = segment.control();
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(timeout_ms_);
-  auto next_liveness_check = start;
+  // Not at once: most waits end within microseconds, and reading /proc costs more than that.
+  auto next_liveness_check = start + std::chrono::milliseconds(kPollIntervalMs);
   for (;;) {
     const Awaited awaited = probe();
     if (awaited.word == nullptr) return;

@@ -5,11 +5,16 @@
 //                    [--min-bytes 8] [--max-bytes 268435456] [--factor 4]
 //   all_reduce_sweep --nprocs 8 --stress 100000      # back-to-back 8-byte all-reduces
 //
+// Like mpirun, replicas are bound one per core when they fit (N <= cores; --no-bind turns
+// it off): two spinning replicas that the scheduler puts on one core would only slow down.
+//
 // XLA_SPAWN_ALLREDUCE_ALGO=ring|oneshot|twoshot forces one schedule (for crossovers).
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +36,7 @@ struct Args {
   size_t staging_bytes = xs::kDefaultStagingBytes;
   std::string csv;
   int64_t stress_iterations = 0;
+  bool bind = true;
   xs::bench::SweepOptions sweep;
 };
 
@@ -46,6 +52,7 @@ Args parse(int argc, char** argv) {
     else if (rest[i] == "--staging-bytes") args.staging_bytes = std::stoull(value());
     else if (rest[i] == "--csv") args.csv = value();
     else if (rest[i] == "--stress") args.stress_iterations = std::stoll(value());
+    else if (rest[i] == "--no-bind") args.bind = false;
     else throw std::invalid_argument("unknown argument " + rest[i]);
   }
   return args;
@@ -71,8 +78,21 @@ int stress(ShmCommunicator& comm, int64_t iterations) {
   return 0;
 }
 
+// Binds the calling replica to core `ordinal` when every replica gets a core of its own.
+void bind_to_core(int ordinal, int world_size) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (world_size > cores) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(ordinal, &set);
+  if (::sched_setaffinity(0, sizeof set, &set) != 0) {
+    fmt::print(stderr, "ordinal {}: cannot bind to core {}: {}\n", ordinal, ordinal, errno);
+  }
+}
+
 int replica(const Args& args, const std::string& segment, const std::string& job_id,
             int ordinal, const std::vector<double>& memcpy_gbps) {
+  if (args.bind) bind_to_core(ordinal, args.nprocs);
   ShmCommunicator comm(xs::Segment::attach(segment, ordinal, args.nprocs, job_id));
   if (args.stress_iterations > 0) return stress(comm, args.stress_iterations);
   xs::bench::SweepHooks hooks;
