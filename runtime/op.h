@@ -43,6 +43,11 @@ inline constexpr int kNumOps = 0
 //   kMatmul: flag bit 0 = transpose a, bit 1 = transpose b (the last two dims).
 //   kConv2d: ints = {stride_h, stride_w, pad_h, pad_w}.
 //   kMaxPool2d/kAvgPool2d: ints = {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w}.
+//   kConv2dGradInput (grad_out, weight): ints = {stride_h, stride_w, pad_h, pad_w, in_h, in_w}.
+//   kConv2dGradWeight (input, grad_out): ints = {stride_h, stride_w, pad_h, pad_w, k_h, k_w}.
+//   kMaxPool2dGrad (input, grad_out): ints as kMaxPool2d.
+//   kAvgPool2dGrad (grad_out): ints as kAvgPool2d, then {in_h, in_w}.
+//   kScatterAdd (index, src): ints = {axis, result shape...}; result[.. index ..] += src.
 //   kGather: ints = {axis}.             kOneHot: ints = {num_classes}, dtype = result.
 //   kRandUniform/kRandNormal: ints = shape, dtype = result.  kBernoulli: ints = shape, dtype.
 //   kAllReduce: flag = ReduceOp.

@@ -216,6 +216,54 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
   return pool(Op::kAvgPool2d, x, kernel, stride, padding);
 }
 
+namespace {
+
+std::vector<int64_t> hw_attrs(std::string_view op, std::initializer_list<const std::vector<int64_t>*> parts) {
+  std::vector<int64_t> ints;
+  for (const std::vector<int64_t>* p : parts) {
+    if (p->size() != 2) throw InvalidArgument(fmt::format("{}: stride, padding and sizes are {{h, w}}", op));
+    ints.insert(ints.end(), p->begin(), p->end());
+  }
+  return ints;
+}
+
+}  // namespace
+
+Tensor conv2d_grad_input(const Tensor& grad_out, const Tensor& weight, std::vector<int64_t> stride,
+                         std::vector<int64_t> padding, std::vector<int64_t> input_hw) {
+  Attrs a;
+  a.ints = hw_attrs("conv2d_grad_input", {&stride, &padding, &input_hw});
+  return record(Op::kConv2dGradInput, {grad_out, weight}, std::move(a));
+}
+
+Tensor conv2d_grad_weight(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> stride,
+                          std::vector<int64_t> padding, std::vector<int64_t> kernel_hw) {
+  Attrs a;
+  a.ints = hw_attrs("conv2d_grad_weight", {&stride, &padding, &kernel_hw});
+  return record(Op::kConv2dGradWeight, {x, grad_out}, std::move(a));
+}
+
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> kernel,
+                       std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  Attrs a;
+  a.ints = hw_attrs("max_pool2d_grad", {&kernel, &stride, &padding});
+  return record(Op::kMaxPool2dGrad, {x, grad_out}, std::move(a));
+}
+
+Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
+                       std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  Attrs a;
+  a.ints = hw_attrs("avg_pool2d_grad", {&kernel, &stride, &padding, &input_hw});
+  return record(Op::kAvgPool2dGrad, {grad_out}, std::move(a));
+}
+
+Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape) {
+  Attrs a;
+  a.ints = {normalize_axis(axis, static_cast<int64_t>(shape.size()), "scatter_add")};
+  a.ints.insert(a.ints.end(), shape.begin(), shape.end());
+  return record(Op::kScatterAdd, {index, src}, std::move(a));
+}
+
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
   Attrs a;
   a.ints = {normalize_axis(axis, x.dim(), "gather")};

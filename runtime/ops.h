@@ -96,6 +96,19 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int6
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
                   std::vector<int64_t> padding = {0, 0});
 
+// Gradients (adjoints) of conv2d, the poolings and gather, for autograd's rules.
+// input_hw / kernel_hw: the spatial size {h, w} of the forward input / weight.
+Tensor conv2d_grad_input(const Tensor& grad_out, const Tensor& weight, std::vector<int64_t> stride,
+                         std::vector<int64_t> padding, std::vector<int64_t> input_hw);
+Tensor conv2d_grad_weight(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> stride,
+                          std::vector<int64_t> padding, std::vector<int64_t> kernel_hw);
+Tensor max_pool2d_grad(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> kernel,
+                       std::vector<int64_t> stride, std::vector<int64_t> padding = {0, 0});
+Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
+                       std::vector<int64_t> stride, std::vector<int64_t> padding = {0, 0});
+// Zeros of `shape`, then result[... index[i] on axis ...] += src[i] (the adjoint of gather).
+Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape);
+
 // out[i][j] = x[index[i][j]][j] (axis 0), like torch.gather; index is i32/i64.
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kF32);

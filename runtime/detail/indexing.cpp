@@ -81,3 +81,33 @@ void random_kernel(Op op, const Attrs&, std::span<const Arg> ins, const Arg& out
 }
 
 }  // namespace xs::detail
+
+namespace xs::detail {
+
+void scatter_add_kernel(const Attrs& attrs, const Arg& index, const Arg& src, const Arg& out) {
+  fill_kernel(0, out);
+  const int64_t axis = attrs.ints[0];
+  const Shape& is = index.type->shape;
+  const Shape& os = out.type->shape;
+  const std::vector<int64_t> ostr = contiguous_strides(os);
+  const int64_t n = numel(is), rank = static_cast<int64_t>(is.size());
+  std::vector<int64_t> coord(rank, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = load_element_i64(index.data, index.type->dtype, i);
+    if (k < 0 || k >= os[axis]) {
+      throw InvalidArgument(fmt::format("scatter_add: index {} at position {} is out of range [0, {}) on axis {}",
+                                        k, i, os[axis], axis));
+    }
+    int64_t off = 0;
+    for (int64_t d = 0; d < rank; ++d) off += (d == axis ? k : coord[d]) * ostr[d];
+    const DType dt = out.type->dtype;
+    if (dt == DType::kI64) static_cast<int64_t*>(out.data)[off] += static_cast<const int64_t*>(src.data)[i];
+    else store_element(out.data, dt, off, load_element(out.data, dt, off) + load_element(src.data, dt, i));
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (++coord[d] < is[d]) break;
+      coord[d] = 0;
+    }
+  }
+}
+
+}  // namespace xs::detail

@@ -196,3 +196,127 @@ void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out) {
 }
 
 }  // namespace xs::detail
+
+// Gradients of conv2d and pooling: the adjoints of the forward kernels above.
+namespace xs::detail {
+namespace {
+
+// out[c][y][x] += cols[(c*kh + i)*kw + j][oy*ow + ox]: the adjoint of im2col.
+template <typename T>
+void col2im(const T* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
+            int64_t oh, int64_t ow, T* x) {
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        const T* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
+        for (int64_t oy = 0; oy < oh; ++oy) {
+          const int64_t y = oy * p[0] - p[2] + i;
+          if (y < 0 || y >= h) continue;
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const int64_t xx = ox * p[1] - p[3] + j;
+            if (xx >= 0 && xx < w) x[(ci * h + y) * w + xx] += row[oy * ow + ox];
+          }
+        }
+      }
+}
+
+template <typename T>
+void conv_grad_input_typed(const int64_t* p, const T* g, const Shape& gs, const T* wt, const Shape& ws, T* out,
+                           const Shape& os) {
+  const int64_t n = gs[0], o = gs[1], oh = gs[2], ow = gs[3], c = ws[1], kh = ws[2], kw = ws[3];
+  const int64_t h = os[2], w = os[3], ckk = c * kh * kw;
+  std::fill(out, out + numel(os), T(0));
+  std::vector<T> cols(ckk * oh * ow);
+  for (int64_t b = 0; b < n; ++b) {
+    gemm<T>(true, false, ckk, oh * ow, o, wt, g + b * o * oh * ow, cols.data());
+    col2im(cols.data(), c, h, w, kh, kw, p, oh, ow, out + b * c * h * w);
+  }
+}
+
+template <typename T>
+void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const T* g, const Shape& gs, T* out,
+                            const Shape& os) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = gs[1], oh = gs[2], ow = gs[3];
+  const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
+  std::fill(out, out + numel(os), T(0));
+  std::vector<T> cols(ckk * oh * ow), part(o * ckk);
+  for (int64_t b = 0; b < n; ++b) {
+    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data());
+    gemm<T>(false, true, o, ckk, oh * ow, g + b * o * oh * ow, cols.data(), part.data());
+    for (int64_t i = 0; i < o * ckk; ++i) out[i] += part[i];
+  }
+}
+
+// Routes each window's gradient to its first maximum (max) or spreads it over the window
+// divided by the full window size (avg, count_include_pad).
+template <typename T>
+void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out, const Shape& os) {
+  const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
+  std::fill(out, out + numel(os), T(0));
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const T gv = g[(pl * oh + oy) * ow + ox];
+        int64_t best = -1;
+        T best_v = -std::numeric_limits<T>::infinity();
+        for (int64_t i = 0; i < p[0]; ++i)
+          for (int64_t j = 0; j < p[1]; ++j) {
+            const int64_t y = oy * p[2] - p[4] + i, xx = ox * p[3] - p[5] + j;
+            if (y < 0 || y >= h || xx < 0 || xx >= w) continue;
+            const int64_t at = (pl * h + y) * w + xx;
+            if (!is_max) out[at] += gv / static_cast<T>(p[0] * p[1]);
+            else if (best < 0 || x[at] > best_v || (std::isnan(x[at]) && !std::isnan(best_v))) best = at, best_v = x[at];
+          }
+        if (is_max && best >= 0) out[best] += gv;
+      }
+  }
+}
+
+template <typename F>
+void with_float(DType dtype, std::span<const Arg> ins, const Arg& out, F f) {
+  if (dtype == DType::kF32) {
+    std::vector<const float*> in;
+    for (const Arg& a : ins) in.push_back(static_cast<const float*>(a.data));
+    return f(in, static_cast<float*>(out.data));
+  }
+  if (dtype == DType::kF64) {
+    std::vector<const double*> in;
+    for (const Arg& a : ins) in.push_back(static_cast<const double*>(a.data));
+    return f(in, static_cast<double*>(out.data));
+  }
+  XS_CHECK(dtype == DType::kBF16, "gradient kernel on {} is rejected by the shape rule", dtype_name(dtype));
+  std::vector<std::vector<float>> conv;
+  std::vector<const float*> in;
+  for (const Arg& a : ins) conv.push_back(to_float(a.data, numel(a.type->shape)));
+  for (const auto& v : conv) in.push_back(v.data());
+  std::vector<float> of(numel(out.type->shape));
+  f(in, of.data());
+  from_float(of, out.data);
+}
+
+}  // namespace
+
+void conv2d_grad_input_kernel(const Attrs& attrs, const Arg& g, const Arg& w, const Arg& out) {
+  const Arg ins[] = {g, w};
+  with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+    conv_grad_input_typed(attrs.ints.data(), in[0], g.type->shape, in[1], w.type->shape, o, out.type->shape);
+  });
+}
+
+void conv2d_grad_weight_kernel(const Attrs& attrs, const Arg& x, const Arg& g, const Arg& out) {
+  const Arg ins[] = {x, g};
+  with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+    conv_grad_weight_typed(attrs.ints.data(), in[0], x.type->shape, in[1], g.type->shape, o, out.type->shape);
+  });
+}
+
+void pool2d_grad_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
+  const bool is_max = op == Op::kMaxPool2dGrad;
+  const Arg& g = ins[is_max ? 1 : 0];
+  with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+    pool_grad_typed(is_max, attrs.ints.data(), is_max ? in[0] : nullptr, in[is_max ? 1 : 0], g.type->shape, o,
+                    out.type->shape);
+  });
+}
+
+}  // namespace xs::detail

@@ -255,3 +255,70 @@ ValueType rule_all_reduce(Op op, std::span<const ValueType> in, const Attrs& att
 }
 
 }  // namespace xs::detail
+
+namespace xs::detail {
+namespace {
+
+// Spatial output size of a window op, or -1 when the window does not fit.
+int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+  return in + 2 * pad < k ? -1 : (in + 2 * pad - k) / stride + 1;
+}
+
+}  // namespace
+
+ValueType rule_conv2d_grad_input(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  const Shape &g = in[0].shape, &w = in[1].shape;
+  const auto& p = attrs.ints;  // stride_h, stride_w, pad_h, pad_w, in_h, in_w
+  if (g.size() != 4 || w.size() != 4 || p.size() != 6 || p[0] < 1 || p[1] < 1 || p[2] < 0 || p[3] < 0)
+    fail(op, in, "needs NCHW grad_out, OIHW weight and {stride, pad, input size}");
+  if (g[1] != w[0]) fail(op, in, fmt::format("grad_out has {} channels, weight makes {}", g[1], w[0]));
+  if (window_out(p[4], w[2], p[0], p[2]) != g[2] || window_out(p[5], w[3], p[1], p[3]) != g[3])
+    fail(op, in, fmt::format("input size {}x{} does not give grad_out's {}x{}", p[4], p[5], g[2], g[3]));
+  return {{g[0], w[1], p[4], p[5]}, in[0].dtype};
+}
+
+ValueType rule_conv2d_grad_weight(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  const Shape &x = in[0].shape, &g = in[1].shape;
+  const auto& p = attrs.ints;  // stride_h, stride_w, pad_h, pad_w, k_h, k_w
+  if (x.size() != 4 || g.size() != 4 || p.size() != 6 || p[0] < 1 || p[1] < 1 || p[2] < 0 || p[3] < 0)
+    fail(op, in, "needs NCHW input, NCHW grad_out and {stride, pad, kernel size}");
+  if (x[0] != g[0]) fail(op, in, "batch sizes differ");
+  if (window_out(x[2], p[4], p[0], p[2]) != g[2] || window_out(x[3], p[5], p[1], p[3]) != g[3])
+    fail(op, in, fmt::format("kernel {}x{} does not give grad_out's {}x{}", p[4], p[5], g[2], g[3]));
+  return {{g[1], x[1], p[4], p[5]}, in[0].dtype};
+}
+
+ValueType rule_max_pool2d_grad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  const ValueType pooled = rule_pool2d(op, in.first(1), attrs);
+  if (pooled.shape != in[1].shape) fail(op, in, fmt::format("grad_out must be {}", shape_str(pooled.shape)));
+  return in[0];
+}
+
+ValueType rule_avg_pool2d_grad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  const Shape& g = in[0].shape;
+  if (g.size() != 4 || attrs.ints.size() != 8) fail(op, in, "needs NCHW grad_out and pool attrs + {in_h, in_w}");
+  const ValueType input{{g[0], g[1], attrs.ints[6], attrs.ints[7]}, in[0].dtype};
+  const Attrs pool{{attrs.ints.begin(), attrs.ints.begin() + 6}, 0, DType::kF32, 0};
+  if (rule_pool2d(op, std::span<const ValueType>(&input, 1), pool).shape != g)
+    fail(op, in, fmt::format("input size {}x{} does not pool to grad_out", attrs.ints[6], attrs.ints[7]));
+  return input;
+}
+
+ValueType rule_scatter_add(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in[0].dtype != DType::kI32 && in[0].dtype != DType::kI64) fail(op, in, "index must be i32 or i64");
+  if (in[0].shape != in[1].shape) fail(op, in, "index and src shapes differ");
+  if (in[1].dtype == DType::kBool) fail(op, in, "needs a numeric src");
+  const Shape out(attrs.ints.begin() + (attrs.ints.empty() ? 0 : 1), attrs.ints.end());
+  const int64_t rank = static_cast<int64_t>(out.size());
+  if (attrs.ints.empty() || attrs.ints[0] < 0 || attrs.ints[0] >= rank || rank != static_cast<int64_t>(in[0].shape.size()))
+    fail(op, in, "needs {axis, result shape} with the index's rank");
+  for (int64_t i = 0; i < rank; ++i) {
+    if (i != attrs.ints[0] && out[i] != in[0].shape[i]) fail(op, in, fmt::format("result and index differ on axis {}", i));
+  }
+  return {out, in[1].dtype};
+}
+
+}  // namespace xs::detail

@@ -1,5 +1,6 @@
 // Conformance cases for the leaf, layout, linear-algebra, indexing, random and collective
 // ops (the elementwise and reduction cases are in conformance_test.cpp).
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -111,6 +112,83 @@ class MirrorCommunicator : public Communicator {
   std::vector<std::vector<std::byte>> rendezvous(const std::string&, std::span<const std::byte>) override { return {}; }
   int calls = 0;
 };
+
+// Naive adjoints: loop over every (output, window tap) pair and accumulate.
+Host ref_conv_grads(const Host& x, const Host& w, const Host& g, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                    Host* gw) {
+  const int64_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3], o = w.shape[0], kh = w.shape[2], kw = w.shape[3];
+  const int64_t oh = g.shape[2], ow = g.shape[3];
+  Host gi{x.shape, x.dtype, std::vector<double>(x.v.size(), 0)};
+  *gw = Host{w.shape, w.dtype, std::vector<double>(w.v.size(), 0)};
+  for (int64_t b = 0; b < n; ++b) for (int64_t oc = 0; oc < o; ++oc) for (int64_t y = 0; y < oh; ++y) for (int64_t xx = 0; xx < ow; ++xx) {
+    const double gv = g.v[((b * o + oc) * oh + y) * ow + xx];
+    for (int64_t ci = 0; ci < c; ++ci) for (int64_t i = 0; i < kh; ++i) for (int64_t j = 0; j < kw; ++j) {
+      const int64_t iy = y * sh - ph + i, ix = xx * sw - pw + j;
+      if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+      const int64_t xi = ((b * c + ci) * h + iy) * wd + ix, wi = ((oc * c + ci) * kh + i) * kw + j;
+      gi.v[xi] += gv * w.v[wi];
+      gw->v[wi] += gv * x.v[xi];
+    }
+  }
+  return gi;
+}
+
+Host ref_pool_grad(const Host& x, const Host& g, bool is_max, int64_t k, int64_t s, int64_t p) {
+  const int64_t planes = x.shape[0] * x.shape[1], h = x.shape[2], w = x.shape[3], oh = g.shape[2], ow = g.shape[3];
+  Host out{x.shape, x.dtype, std::vector<double>(x.v.size(), 0)};
+  for (int64_t pl = 0; pl < planes; ++pl) for (int64_t y = 0; y < oh; ++y) for (int64_t xx = 0; xx < ow; ++xx) {
+    const double gv = g.v[(pl * oh + y) * ow + xx];
+    int64_t best = -1;
+    for (int64_t i = 0; i < k; ++i) for (int64_t j = 0; j < k; ++j) {
+      const int64_t iy = y * s - p + i, ix = xx * s - p + j;
+      if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+      const int64_t at = (pl * h + iy) * w + ix;
+      if (!is_max) out.v[at] += gv / (k * k);
+      else if (best < 0 || x.v[at] > x.v[best]) best = at;
+    }
+    if (is_max && best >= 0) out.v[best] += gv;
+  }
+  for (double& v : out.v) v = round_to(v, x.dtype);
+  return out;
+}
+
+void gradient_cases(std::map<Op, Case>& c) {
+  c[Op::kConv2dGradInput] = c[Op::kConv2dGradWeight] = [](std::mt19937& rng) {
+    for (auto [sh, sw, ph, pw] : std::vector<std::array<int64_t, 4>>{{1, 1, 0, 0}, {1, 2, 1, 0}, {2, 2, 1, 1}}) {
+      const Host x = random_host({2, 3, 7, 6}, DType::kF64, rng), w = random_host({4, 3, 3, 2}, DType::kF64, rng);
+      const int64_t oh = (7 + 2 * ph - 3) / sh + 1, ow = (6 + 2 * pw - 2) / sw + 1;
+      const Host g = random_host({2, 4, oh, ow}, DType::kF64, rng);
+      Host gw;
+      const Host gi = ref_conv_grads(x, w, g, sh, sw, ph, pw, &gw);
+      const std::string what = fmt::format("stride {}x{} pad {}x{}", sh, sw, ph, pw);
+      expect_close_public(run_public(conv2d_grad_input(to_tensor(g), to_tensor(w), {sh, sw}, {ph, pw}, {7, 6})), gi,
+                          1e-12, 1e-12, "conv2d_grad_input " + what);
+      expect_close_public(run_public(conv2d_grad_weight(to_tensor(x), to_tensor(g), {sh, sw}, {ph, pw}, {3, 2})), gw,
+                          1e-12, 1e-12, "conv2d_grad_weight " + what);
+    }
+  };
+  c[Op::kMaxPool2dGrad] = c[Op::kAvgPool2dGrad] = [](std::mt19937& rng) {
+    for (auto [k, s, p] : std::vector<std::array<int64_t, 3>>{{2, 2, 0}, {3, 2, 1}, {3, 1, 1}}) {
+      const Host x = random_host({2, 3, 7, 7}, DType::kF32, rng);
+      const int64_t o = (7 + 2 * p - k) / s + 1;
+      const Host g = random_host({2, 3, o, o}, DType::kF32, rng);
+      const std::string what = fmt::format(" k {} s {} p {}", k, s, p);
+      expect_close_public(run_public(max_pool2d_grad(to_tensor(x), to_tensor(g), {k, k}, {s, s}, {p, p})),
+                          ref_pool_grad(x, g, true, k, s, p), 1e-6, 1e-6, "max_pool2d_grad" + what);
+      expect_close_public(run_public(avg_pool2d_grad(to_tensor(g), {7, 7}, {k, k}, {s, s}, {p, p})),
+                          ref_pool_grad(x, g, false, k, s, p), 1e-5, 1e-6, "avg_pool2d_grad" + what);
+    }
+  };
+  c[Op::kScatterAdd] = [](std::mt19937& rng) {
+    const Host src = random_host({4, 3}, DType::kF32, rng);
+    const Host idx{{4, 3}, DType::kI64, {0, 4, 4, 1, 1, 1, 4, 0, 2, 3, 3, 3}};
+    Host want{{4, 5}, DType::kF32, std::vector<double>(20, 0)};
+    for (int i = 0; i < 12; ++i) want.v[(i / 3) * 5 + static_cast<int>(idx.v[i])] += src.v[i];
+    for (double& v : want.v) v = round_to(v, DType::kF32);
+    expect_close_public(run_public(scatter_add(to_tensor(idx), to_tensor(src), 1, {4, 5})), want, 1e-6, 1e-6,
+                        "scatter_add axis 1 (repeated indices accumulate)");
+  };
+}
 
 void random_cases(std::map<Op, Case>& c) {
   auto stats = [](Op op, const Tensor& t, double want_mean, double want_std) {
@@ -276,6 +354,7 @@ void add_structural_cases(std::map<Op, Case>& c) {
     exact(one_hot(to_tensor(idx), 7), want, "one_hot");
   };
   random_cases(c);
+  gradient_cases(c);
 }
 
 }  // namespace xs::testing
