@@ -12,6 +12,7 @@ std::string_view all_reduce_algorithm_name(AllReduceAlgorithm algorithm) {
     case AllReduceAlgorithm::kRing: return "ring";
     case AllReduceAlgorithm::kOneShot: return "oneshot";
     case AllReduceAlgorithm::kTwoShot: return "twoshot";
+    case AllReduceAlgorithm::kCma: return "cma";
   }
   return "?";
 }
@@ -20,8 +21,9 @@ AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string
   if (text == "ring") return AllReduceAlgorithm::kRing;
   if (text == "oneshot") return AllReduceAlgorithm::kOneShot;
   if (text == "twoshot") return AllReduceAlgorithm::kTwoShot;
+  if (text == "cma") return AllReduceAlgorithm::kCma;
   throw InvalidArgument(
-      fmt::format("{}='{}': expected ring, oneshot or twoshot", what, text));
+      fmt::format("{}='{}': expected ring, oneshot, twoshot or cma", what, text));
 }
 
 std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env() {

@@ -54,6 +54,10 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
       return detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);
     case AllReduceAlgorithm::kRing:
       return detail::all_reduce_ring(*rounds_, bytes, n_elems, dtype, op);
+    case AllReduceAlgorithm::kCma:
+      if (!cma_) cma_ = detail::negotiate_cma(*rounds_);
+      if (*cma_) return detail::all_reduce_cma(*rounds_, bytes, n_elems, dtype, op);
+      return detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);
   }
 }
 

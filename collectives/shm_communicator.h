@@ -53,6 +53,7 @@ class ShmCommunicator final : public Communicator {
  private:
   std::unique_ptr<detail::Rounds> rounds_;
   std::optional<AllReduceAlgorithm> forced_;
+  std::optional<bool> cma_;  // negotiated at the first kCma call: may replicas use CMA?
 };
 
 }  // namespace xs

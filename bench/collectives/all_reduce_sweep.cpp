@@ -4,6 +4,7 @@
 //   all_reduce_sweep --nprocs 2 [--csv out/ours-2.csv] [--staging-bytes 2097152]
 //                    [--min-bytes 8] [--max-bytes 268435456] [--factor 4]
 //   all_reduce_sweep --nprocs 8 --stress 100000      # back-to-back 8-byte all-reduces
+//   all_reduce_sweep --nprocs 8 --stress 200 --bytes 2097152   # same, f32 sum of zeros
 //
 // Like mpirun, replicas are bound one per core when they fit (N <= cores; --no-bind turns
 // it off): two spinning replicas that the scheduler puts on one core would only slow down.
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +38,7 @@ struct Args {
   size_t staging_bytes = xs::kDefaultStagingBytes;
   std::string csv;
   int64_t stress_iterations = 0;
+  size_t stress_bytes = 8;
   bool bind = true;
   xs::bench::SweepOptions sweep;
 };
@@ -53,27 +56,40 @@ Args parse(int argc, char** argv) {
     else if (rest[i] == "--csv") args.csv = value();
     else if (rest[i] == "--stress") args.stress_iterations = std::stoll(value());
     else if (rest[i] == "--no-bind") args.bind = false;
+    else if (rest[i] == "--bytes") args.stress_bytes = std::stoull(value());
     else throw std::invalid_argument("unknown argument " + rest[i]);
   }
   return args;
 }
 
-int stress(ShmCommunicator& comm, int64_t iterations) {
+// 8 bytes: an f64 sum checked every time. Larger: an f32 sum of zeros, checked at the end
+// (the buffer is not refilled, so the loop times the all-reduce alone).
+int stress(ShmCommunicator& comm, int64_t iterations, size_t bytes) {
   const auto start = std::chrono::steady_clock::now();
   const double want = comm.world_size() * (comm.world_size() + 1) / 2.0;
+  std::vector<float> zeros(bytes / sizeof(float), 0.0f);
   for (int64_t i = 0; i < iterations; ++i) {
-    double value = comm.ordinal() + 1.0;
-    comm.all_reduce(&value, 1, xs::DType::kF64, xs::ReduceOp::kSum);
-    if (value != want) {
-      fmt::print(stderr, "ordinal {} iteration {}: {} != {}\n", comm.ordinal(), i, value, want);
-      return 1;
+    if (bytes == 8) {
+      double value = comm.ordinal() + 1.0;
+      comm.all_reduce(&value, 1, xs::DType::kF64, xs::ReduceOp::kSum);
+      if (value != want) {
+        fmt::print(stderr, "ordinal {} iteration {}: {} != {}\n", comm.ordinal(), i, value, want);
+        return 1;
+      }
+    } else {
+      comm.all_reduce(zeros.data(), zeros.size(), xs::DType::kF32, xs::ReduceOp::kSum);
     }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (std::any_of(zeros.begin(), zeros.end(), [](float v) { return v != 0.0f; })) {
+    fmt::print(stderr, "ordinal {}: sum of zeros is not zero\n", comm.ordinal());
+    return 1;
+  }
   if (comm.ordinal() == 0) {
-    fmt::print("stress: {} back-to-back 8-byte all-reduces at N = {}: {:.2f} s, {:.2f} us each, "
-               "all correct\n", iterations, comm.world_size(), seconds, seconds / iterations * 1e6);
+    fmt::print("stress: {} back-to-back {}-byte all-reduces at N = {}: {:.3f} s, {:.2f} us each, "
+               "all correct\n", iterations, bytes, comm.world_size(), seconds,
+               seconds / static_cast<double>(iterations) * 1e6);
   }
   return 0;
 }
@@ -94,7 +110,7 @@ int replica(const Args& args, const std::string& segment, const std::string& job
             int ordinal, const std::vector<double>& memcpy_gbps) {
   if (args.bind) bind_to_core(ordinal, args.nprocs);
   ShmCommunicator comm(xs::Segment::attach(segment, ordinal, args.nprocs, job_id));
-  if (args.stress_iterations > 0) return stress(comm, args.stress_iterations);
+  if (args.stress_iterations > 0) return stress(comm, args.stress_iterations, args.stress_bytes);
   xs::bench::SweepHooks hooks;
   hooks.ordinal = ordinal;
   hooks.world_size = args.nprocs;

@@ -82,6 +82,11 @@ class Rounds {
   std::vector<const void*>& sources() { return sources_; }
   // Ring step counter, persistent across calls (see all_reduce_ring.cpp).
   uint32_t& ring_step() { return ring_step_; }
+  // Private scratch memory of at least `bytes`, reused across calls.
+  std::vector<std::byte>& scratch(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_;
+  }
 
  private:
   void post(shm::Mailbox& mine, uint64_t round);
@@ -98,6 +103,7 @@ class Rounds {
   bool check_pending_ = false;
   uint32_t ring_step_ = 0;
   std::vector<const void*> sources_;
+  std::vector<std::byte> scratch_;
 };
 
 }  // namespace xs::detail

@@ -21,6 +21,10 @@ void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
 void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
                          ReduceOp op);
 void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
+void all_reduce_cma(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
+// Whether every ordinal may read and write every other's memory (process_vm_readv/writev);
+// a collective of two rounds whose verdict is the same on all ordinals.
+bool negotiate_cma(Rounds& rounds);
 
 void broadcast(Rounds& rounds, std::byte* data, size_t n_bytes, int root);
 void all_gather(Rounds& rounds, const std::byte* in, std::byte* out, size_t n_bytes);

@@ -79,13 +79,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Range(1, 9),
                        ::testing::Values(Algo{}, Algo{AllReduceAlgorithm::kRing},
                                          Algo{AllReduceAlgorithm::kOneShot},
-                                         Algo{AllReduceAlgorithm::kTwoShot})),
+                                         Algo{AllReduceAlgorithm::kTwoShot},
+                                         Algo{AllReduceAlgorithm::kCma})),
     [](const auto& info) {
       return fmt::format("N{}_{}", std::get<0>(info.param), algo_name(std::get<1>(info.param)));
     });
 
 // Inexact float sums (random values): every ordinal still ends with the same bits, and the
-// one-shot and two-shot schedules give exactly the canonical order 0..N-1.
+// one-shot, two-shot and CMA schedules give exactly the canonical order 0..N-1 (the ring
+// sums each chunk in ring order, the same on every ordinal).
 class AllReduceOrderTest : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
 
 // A splitmix64 hash of (ordinal, index) mapped to [-1000, 1000): cheap, reproducible.
@@ -130,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
     WorldSizesAndAlgorithms, AllReduceOrderTest,
     ::testing::Combine(::testing::Values(2, 3, 5, 8),
                        ::testing::Values(AllReduceAlgorithm::kRing, AllReduceAlgorithm::kOneShot,
-                                         AllReduceAlgorithm::kTwoShot)),
+                                         AllReduceAlgorithm::kTwoShot, AllReduceAlgorithm::kCma)),
     [](const auto& info) {
       return fmt::format("N{}_{}", std::get<0>(info.param),
                          all_reduce_algorithm_name(std::get<1>(info.param)));

@@ -83,8 +83,8 @@ TEST_P(KillTest, OthersNameTheKilledOrdinalWithinTwoSeconds) {
 INSTANTIATE_TEST_SUITE_P(
     WorldSizes, KillTest,
     ::testing::Combine(::testing::Values(2, 4, 8),
-                       ::testing::Values(AllReduceAlgorithm::kOneShot,
-                                         AllReduceAlgorithm::kTwoShot, AllReduceAlgorithm::kRing)),
+                       ::testing::Values(AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kTwoShot,
+                                         AllReduceAlgorithm::kRing, AllReduceAlgorithm::kCma)),
     [](const auto& info) {
       return fmt::format("N{}_{}", std::get<0>(info.param),
                          all_reduce_algorithm_name(std::get<1>(info.param)));
