@@ -281,9 +281,22 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
       std::memcpy(reg[l.reg], v, sz);
     }
   }
+  // A store whose storage no load reads is written by its step straight into the output
+  // (no copy out of the register); an aliased one must wait until the block is fully loaded.
+  std::vector<uint8_t> direct(loop.stores.size(), 0);
+  for (size_t i = 0; i < loop.stores.size(); ++i) {
+    const LoopStore& st = loop.stores[i];
+    direct[i] = st.dtype != DType::kBF16 &&
+                std::none_of(loop.loads.begin(), loop.loads.end(), [&](const LoopLoad& l) {
+                  return l.storage == st.storage || l.reg == st.reg;
+                });
+  }
   int64_t offsets[kLoopBlock];
   for (int64_t b = 0; b < n; b += kLoopBlock) {
     const int64_t len = std::min(kLoopBlock, n - b);
+    for (size_t i = 0; i < loop.stores.size(); ++i) {
+      if (direct[i]) reg[loop.stores[i].reg] = static_cast<char*>(storage[loop.stores[i].storage]) + b * dtype_size(loop.stores[i].dtype);
+    }
     for (size_t i = 0; i < loop.loads.size(); ++i) {
       const LoopLoad& l = loop.loads[i];
       switch (modes[i]) {
@@ -302,7 +315,9 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
       s.fn(reg[s.out], s.in[0] >= 0 ? reg[s.in[0]] : nullptr, s.in[1] >= 0 ? reg[s.in[1]] : nullptr,
            s.in[2] >= 0 ? reg[s.in[2]] : nullptr, len);
     }
-    for (const LoopStore& s : loop.stores) store_block(reg[s.reg], s.dtype, b, len, storage[s.storage]);
+    for (size_t i = 0; i < loop.stores.size(); ++i) {
+      if (!direct[i]) store_block(reg[loop.stores[i].reg], loop.stores[i].dtype, b, len, storage[loop.stores[i].storage]);
+    }
   }
 }
 
