@@ -70,6 +70,26 @@ TEST(FailFastTest, StoppedReplicasNeedingSigkillAreListedAsStopped) {
   EXPECT_NE(r.err.find("ordinal(s) 0, 2; SIGKILL needed for 0, 2"), std::string::npos) << r.err;
 }
 
+TEST(FailFastTest, StopReachesTheReplicasOwnChildren) {
+  TempDir dir;
+  // Ordinals 0 and 2 start a child (sleep) and wait; ordinal 1 fails once both are up.
+  const std::string script =
+      "if [ $RANK = 1 ]; then while [ ! -s " + dir.path() + "/pid.0 ] || [ ! -s " + dir.path() +
+      "/pid.2 ]; do sleep 0.01; done; exit 4; fi; sleep 30 & echo $! > " + dir.path() +
+      "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() + "/pid.$RANK; wait";
+  Launch run({"-n", "3", "--grace-period", "5", "--", "/bin/sh", "-c", script});
+  const int status = run.wait_or_fail(std::chrono::seconds(30));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 4) << run.err();
+  for (const char* k : {"0", "2"}) {
+    const pid_t grandchild =
+        static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
+    EXPECT_TRUE(wait_until([&] { return !process_alive(grandchild); }, std::chrono::seconds(1)))
+        << "the sleep started by ordinal " << k << " survived the stop";
+  }
+  EXPECT_EQ(run.err().find("SIGKILL needed"), std::string::npos) << "SIGTERM to the group suffices";
+}
+
 class ExitCodeTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ExitCodeTest, RootCauseExitCodeBecomesTheExitStatus) {

@@ -106,5 +106,14 @@ TEST(OutputTest, FailureSummaryShowsHiddenRootCauseLines) {
   EXPECT_NE(r.err.find("[1] last words"), std::string::npos) << r.err;
 }
 
+TEST(OutputTest, BackgroundGrandchildHoldingThePipeDoesNotHoldTheJob) {
+  // The replica exits at once; its `sleep 4` keeps the stdout pipe open for 4 s.
+  const RunResult r =
+      run_xla_spawn({"-n", "2", "--", "/bin/sh", "-c", "sleep 4 & echo started $RANK"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[1] started 1\n"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 3.0) << "xla-spawn waited for the grandchild's EOF";
+}
+
 }  // namespace
 }  // namespace xs::testing
