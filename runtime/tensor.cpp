@@ -52,7 +52,9 @@ Tensor Tensor::from_vector(std::span<const T> values, Shape shape, DType dtype) 
                                       values.size(), shape_str(shape), n));
   }
   BufferPtr buf = Buffer::allocate(n * dtype_size(dtype));
-  if (dtype == dtype_of<T>()) {
+  if (n == 0) {
+    // nothing to copy (an empty span's data() may be null)
+  } else if (dtype == dtype_of<T>()) {
     std::memcpy(buf->data(), values.data(), n * sizeof(T));
   } else {
     for (int64_t i = 0; i < n; ++i) {
@@ -126,6 +128,7 @@ std::vector<T> Tensor::to_vector() const {
   rt.metrics().increment(kCounterTransferFromDevice);
   const int64_t n = numel();
   std::vector<T> out(n);
+  if (n == 0) return out;
   if (impl.type.dtype == dtype_of<T>()) {
     std::memcpy(out.data(), impl.data->data(), n * sizeof(T));
     return out;
