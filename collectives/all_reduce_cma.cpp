@@ -26,8 +26,8 @@ void* peer_address(Rounds& rounds, int ordinal, int parity) {
 [[noreturn]] void peer_copy_failed(Rounds& rounds, const char* what, int ordinal, int error) {
   const std::string message =
       fmt::format("{} on ordinal {}: {} of ordinal {} (pid {}) failed: {}", rounds.operation(),
-                  rounds.ordinal(), what, ordinal,
-                  rounds.segment().slot(ordinal).pid.load(), std::strerror(error));
+                  rounds.ordinal(), what, ordinal, rounds.segment().slot(ordinal).pid.load(),
+                  std::strerror(error));
   rounds.segment().poison(message);
   throw PeerFailure(message);
 }
@@ -83,8 +83,7 @@ bool negotiate_cma(Rounds& rounds) {
 // between processes once each way with no staging copy in between: about half the memory
 // traffic of the staging two-shot, at the price of two system calls per peer per block.
 // Needs ptrace-level access between replicas (same user; negotiated once by negotiate_cma).
-void all_reduce_cma(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
-                    ReduceOp op) {
+void all_reduce_cma(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op) {
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);

@@ -78,8 +78,7 @@ class RingLink {
 // ordinal let a sender run ahead of its successor, which pipelines consecutive slabs.
 // Each ordinal moves 2(N-1)/N of the buffer through shared memory, but a slab needs
 // 2(N-1) dependent hops, each a wake-up when replicas outnumber cores.
-void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
-                     ReduceOp op) {
+void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op) {
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   rounds.sync();  // header check; also no peer still reads our staging from earlier rounds

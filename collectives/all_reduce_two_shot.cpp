@@ -45,11 +45,10 @@ void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
   // inputs of slab k, which share a staging half, sit in disjoint regions. Slabs are made
   // equal (the last one may be a little shorter) so that every ordinal reduces a fair share.
   const size_t line_elems = std::max<size_t>(1, shm::kCacheLineBytes / elem_bytes);
-  const size_t capacity = static_cast<size_t>(n) * (rounds.half_bytes() / elem_bytes / n /
-                                                    line_elems * line_elems);
+  const size_t capacity =
+      static_cast<size_t>(n) * (rounds.half_bytes() / elem_bytes / n / line_elems * line_elems);
   const size_t n_slabs_wanted = std::max<size_t>(1, (n_elems + capacity - 1) / capacity);
-  const size_t chunk = chunk_elems((n_elems + n_slabs_wanted - 1) / n_slabs_wanted, n,
-                                   elem_bytes);
+  const size_t chunk = chunk_elems((n_elems + n_slabs_wanted - 1) / n_slabs_wanted, n, elem_bytes);
   const size_t slab_elems = chunk * static_cast<size_t>(n);
   const size_t n_slabs = n_elems == 0 ? 0 : (n_elems + slab_elems - 1) / slab_elems;
   std::vector<const void*>& sources = rounds.sources();

@@ -38,22 +38,34 @@ A wrapping_add(A a, A b) {
   }
 }
 struct SumOp {
-  template <class A> static A apply(A a, A b) { return wrapping_add(a, b); }
+  template <class A>
+  static A apply(A a, A b) {
+    return wrapping_add(a, b);
+  }
 };
 struct MaxOp {
-  template <class A> static A apply(A a, A b) { return b > a ? b : a; }
+  template <class A>
+  static A apply(A a, A b) {
+    return b > a ? b : a;
+  }
 };
 struct MinOp {
-  template <class A> static A apply(A a, A b) { return b < a ? b : a; }
+  template <class A>
+  static A apply(A a, A b) {
+    return b < a ? b : a;
+  }
 };
 
 template <class Tr, class F>
 void dispatch_op(ReduceOp op, F& f) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kMean: return f.template operator()<Tr, SumOp>();
-    case ReduceOp::kMax: return f.template operator()<Tr, MaxOp>();
-    case ReduceOp::kMin: return f.template operator()<Tr, MinOp>();
+    case ReduceOp::kMean:
+      return f.template operator()<Tr, SumOp>();
+    case ReduceOp::kMax:
+      return f.template operator()<Tr, MaxOp>();
+    case ReduceOp::kMin:
+      return f.template operator()<Tr, MinOp>();
   }
   throw InternalError(fmt::format("reduce: unknown op {}", static_cast<int>(op)));
 }
@@ -61,12 +73,18 @@ void dispatch_op(ReduceOp op, F& f) {
 template <class F>
 void dispatch(DType dtype, ReduceOp op, F&& f) {
   switch (dtype) {
-    case DType::kF32: return dispatch_op<Plain<float, float>>(op, f);
-    case DType::kF64: return dispatch_op<Plain<double, double>>(op, f);
-    case DType::kBF16: return dispatch_op<BF16Traits>(op, f);
-    case DType::kI32: return dispatch_op<Plain<int32_t, int32_t>>(op, f);
-    case DType::kI64: return dispatch_op<Plain<int64_t, int64_t>>(op, f);
-    case DType::kBool: break;
+    case DType::kF32:
+      return dispatch_op<Plain<float, float>>(op, f);
+    case DType::kF64:
+      return dispatch_op<Plain<double, double>>(op, f);
+    case DType::kBF16:
+      return dispatch_op<BF16Traits>(op, f);
+    case DType::kI32:
+      return dispatch_op<Plain<int32_t, int32_t>>(op, f);
+    case DType::kI64:
+      return dispatch_op<Plain<int64_t, int64_t>>(op, f);
+    case DType::kBool:
+      break;
   }
   throw InvalidArgument(fmt::format("reduce: dtype {} cannot be reduced", dtype_name(dtype)));
 }
@@ -74,8 +92,8 @@ void dispatch(DType dtype, ReduceOp op, F&& f) {
 // out[i] = store(acc[i] / divisor) or store(acc[i]); the divide keeps sum-then-divide exact
 // where the sum is (a reciprocal multiply would round differently).
 template <class Tr>
-void finish_block(typename Tr::T* out, const typename Tr::A* __restrict acc, size_t n,
-                  bool mean, int divisor) {
+void finish_block(typename Tr::T* out, const typename Tr::A* __restrict acc, size_t n, bool mean,
+                  int divisor) {
   using A = typename Tr::A;
   if (mean) {
     const A d = static_cast<A>(divisor);
@@ -87,12 +105,16 @@ void finish_block(typename Tr::T* out, const typename Tr::A* __restrict acc, siz
 
 }  // namespace
 
-size_t accumulator_size(DType dtype) { return dtype == DType::kBF16 ? 4 : dtype_size(dtype); }
+size_t accumulator_size(DType dtype) {
+  return dtype == DType::kBF16 ? 4 : dtype_size(dtype);
+}
 
 void check_reducible(const char* operation, DType dtype) {
   if (dtype == DType::kBool) {
-    throw InvalidArgument(fmt::format("{}: dtype bool cannot be reduced (expected f32, f64, "
-                                      "bf16, i32 or i64)", operation));
+    throw InvalidArgument(
+        fmt::format("{}: dtype bool cannot be reduced (expected f32, f64, "
+                    "bf16, i32 or i64)",
+                    operation));
   }
 }
 
@@ -157,15 +179,24 @@ void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sou
     auto* out = static_cast<T*>(dst);
     auto* out2 = static_cast<T*>(dst2);
     switch (n_sources) {
-      case 1: return reduce_fixed<Tr, Op, 1>(out, out2, sources, n_elems, mean, divisor);
-      case 2: return reduce_fixed<Tr, Op, 2>(out, out2, sources, n_elems, mean, divisor);
-      case 3: return reduce_fixed<Tr, Op, 3>(out, out2, sources, n_elems, mean, divisor);
-      case 4: return reduce_fixed<Tr, Op, 4>(out, out2, sources, n_elems, mean, divisor);
-      case 5: return reduce_fixed<Tr, Op, 5>(out, out2, sources, n_elems, mean, divisor);
-      case 6: return reduce_fixed<Tr, Op, 6>(out, out2, sources, n_elems, mean, divisor);
-      case 7: return reduce_fixed<Tr, Op, 7>(out, out2, sources, n_elems, mean, divisor);
-      case 8: return reduce_fixed<Tr, Op, 8>(out, out2, sources, n_elems, mean, divisor);
-      default: return reduce_many<Tr, Op>(out, out2, sources, n_sources, n_elems, mean, divisor);
+      case 1:
+        return reduce_fixed<Tr, Op, 1>(out, out2, sources, n_elems, mean, divisor);
+      case 2:
+        return reduce_fixed<Tr, Op, 2>(out, out2, sources, n_elems, mean, divisor);
+      case 3:
+        return reduce_fixed<Tr, Op, 3>(out, out2, sources, n_elems, mean, divisor);
+      case 4:
+        return reduce_fixed<Tr, Op, 4>(out, out2, sources, n_elems, mean, divisor);
+      case 5:
+        return reduce_fixed<Tr, Op, 5>(out, out2, sources, n_elems, mean, divisor);
+      case 6:
+        return reduce_fixed<Tr, Op, 6>(out, out2, sources, n_elems, mean, divisor);
+      case 7:
+        return reduce_fixed<Tr, Op, 7>(out, out2, sources, n_elems, mean, divisor);
+      case 8:
+        return reduce_fixed<Tr, Op, 8>(out, out2, sources, n_elems, mean, divisor);
+      default:
+        return reduce_many<Tr, Op>(out, out2, sources, n_sources, n_elems, mean, divisor);
     }
   });
 }

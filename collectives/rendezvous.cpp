@@ -40,8 +40,10 @@ std::vector<std::vector<std::byte>> rendezvous(Rounds& rounds, const std::string
   for (int j = 0; j < n; ++j) {
     const std::byte* area = rounds.staging(j, parity);
     if (tag_of(area) != tag) {
-      throw PeerFailure(fmt::format("rendezvous: ordinal {} passed tag '{}', ordinal {} passed "
-                                    "tag '{}'", me, tag, j, tag_of(area)));
+      throw PeerFailure(
+          fmt::format("rendezvous: ordinal {} passed tag '{}', ordinal {} passed "
+                      "tag '{}'",
+                      me, tag, j, tag_of(area)));
     }
     uint64_t payload_bytes;
     std::memcpy(&payload_bytes, area + sizeof(uint64_t), sizeof payload_bytes);

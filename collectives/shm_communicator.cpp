@@ -32,9 +32,15 @@ ShmCommunicator::ShmCommunicator(Segment segment, ShmCommunicatorOptions options
 
 ShmCommunicator::~ShmCommunicator() = default;
 
-int ShmCommunicator::ordinal() const { return rounds_->ordinal(); }
-int ShmCommunicator::world_size() const { return rounds_->world_size(); }
-const Segment& ShmCommunicator::segment() const { return rounds_->segment(); }
+int ShmCommunicator::ordinal() const {
+  return rounds_->ordinal();
+}
+int ShmCommunicator::world_size() const {
+  return rounds_->world_size();
+}
+const Segment& ShmCommunicator::segment() const {
+  return rounds_->segment();
+}
 
 AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes) const {
   return forced_ ? *forced_ : choose_all_reduce_algorithm(n_bytes, world_size());
@@ -42,8 +48,7 @@ AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes) const {
 
 void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
   check_reducible("all_reduce", dtype);
-  XS_CHECK_ARG(data != nullptr || n_elems == 0, "all_reduce: null buffer for {} elements",
-               n_elems);
+  XS_CHECK_ARG(data != nullptr || n_elems == 0, "all_reduce: null buffer for {} elements", n_elems);
   if (world_size() == 1) return;  // sum, mean, max and min of one replica: the input
   rounds_->begin_call("all_reduce", CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0});
   auto* bytes = static_cast<std::byte*>(data);
@@ -64,8 +69,7 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
 void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int root) {
   XS_CHECK_ARG(root >= 0 && root < world_size(), "broadcast: root {} outside 0..{}", root,
                world_size() - 1);
-  XS_CHECK_ARG(data != nullptr || n_elems == 0, "broadcast: null buffer for {} elements",
-               n_elems);
+  XS_CHECK_ARG(data != nullptr || n_elems == 0, "broadcast: null buffer for {} elements", n_elems);
   if (world_size() == 1) return;
   rounds_->begin_call("broadcast",
                       CallHeader{CallKind::kBroadcast, dtype, ReduceOp::kSum, n_elems, root});
@@ -94,8 +98,8 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
   }
   rounds_->begin_call("reduce_scatter",
                       CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0});
-  detail::reduce_scatter(*rounds_, static_cast<const std::byte*>(in),
-                         static_cast<std::byte*>(out), n_elems, dtype, op);
+  detail::reduce_scatter(*rounds_, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
+                         n_elems, dtype, op);
 }
 
 void ShmCommunicator::barrier() {
@@ -107,11 +111,11 @@ void ShmCommunicator::barrier() {
 std::vector<std::vector<std::byte>> ShmCommunicator::rendezvous(
     const std::string& tag, std::span<const std::byte> payload) {
   XS_CHECK_ARG(tag.size() + payload.size() <= rendezvous_capacity(*rounds_),
-               "rendezvous '{}': tag and payload take {} bytes, at most {} fit the staging",
-               tag, tag.size() + payload.size(), rendezvous_capacity(*rounds_));
+               "rendezvous '{}': tag and payload take {} bytes, at most {} fit the staging", tag,
+               tag.size() + payload.size(), rendezvous_capacity(*rounds_));
   if (world_size() == 1) return {std::vector<std::byte>(payload.begin(), payload.end())};
-  rounds_->begin_call("rendezvous", CallHeader{CallKind::kRendezvous, DType::kBool,
-                                               ReduceOp::kSum, 0, 0});
+  rounds_->begin_call("rendezvous",
+                      CallHeader{CallKind::kRendezvous, DType::kBool, ReduceOp::kSum, 0, 0});
   return detail::rendezvous(*rounds_, tag, payload);
 }
 

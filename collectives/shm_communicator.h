@@ -40,8 +40,7 @@ class ShmCommunicator final : public Communicator {
   void all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) override;
   void broadcast(void* data, size_t n_elems, DType dtype, int root) override;
   void all_gather(const void* in, void* out, size_t n_elems, DType dtype) override;
-  void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
-                      ReduceOp op) override;
+  void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype, ReduceOp op) override;
   void barrier() override;
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                  std::span<const std::byte> payload) override;

@@ -1,14 +1,14 @@
 #include "shm/futex.h"
 
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <linux/futex.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 namespace xs {
 

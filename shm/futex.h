@@ -5,9 +5,9 @@
 //   xs::futex_wait(&word, seen, 50'000'000);  // returns on wake, value change or timeout
 //   word.store(seen + 1); xs::futex_wake_all(&word);
 
+#include <sys/types.h>
 #include <atomic>
 #include <cstdint>
-#include <sys/types.h>
 
 namespace xs {
 

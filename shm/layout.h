@@ -90,7 +90,9 @@ struct alignas(kCacheLineBytes) ControlBlock {
 inline constexpr size_t round_up(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
-inline constexpr size_t slots_offset() { return round_up(sizeof(ControlBlock), kCacheLineBytes); }
+inline constexpr size_t slots_offset() {
+  return round_up(sizeof(ControlBlock), kCacheLineBytes);
+}
 inline constexpr size_t staging_offset(int world_size) {
   return round_up(slots_offset() + sizeof(OrdinalSlot) * static_cast<size_t>(world_size),
                   kPageBytes);

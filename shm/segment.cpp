@@ -1,15 +1,15 @@
 #include "shm/segment.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <new>
 #include <thread>
-#include <unistd.h>
 
+#include <fmt/format.h>
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
-#include <fmt/format.h>
 
 #include "base/check.h"
 #include "base/error.h"
@@ -23,13 +23,15 @@ namespace bip = boost::interprocess;
 constexpr int kMaxWorldSize = 1024;  // matches replica/context.h; catches typos, not limits
 constexpr std::string_view kPrefix = "xla-spawn-";
 
-std::string user_prefix() { return fmt::format("{}{}-", kPrefix, ::getuid()); }
+std::string user_prefix() {
+  return fmt::format("{}{}-", kPrefix, ::getuid());
+}
 
 bool valid_job_id(const std::string& job_id) {
   if (job_id.empty() || job_id.size() >= shm::kMaxJobIdBytes) return false;
   return std::all_of(job_id.begin(), job_id.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
   });
 }
 
@@ -39,20 +41,22 @@ bip::mapped_region map_existing(const std::string& name, bip::mode_t mode) {
     bip::shared_memory_object object(bip::open_only, name.c_str(), mode);
     bip::offset_t size = 0;
     if (!object.get_size(size) || size < static_cast<bip::offset_t>(sizeof(shm::ControlBlock))) {
-      throw IoError(fmt::format("segment {}: {} bytes, too small to hold a control block "
-                                "(not created by xla-spawn, or still being created)",
-                                name, size));
+      throw IoError(
+          fmt::format("segment {}: {} bytes, too small to hold a control block "
+                      "(not created by xla-spawn, or still being created)",
+                      name, size));
     }
     return bip::mapped_region(object, mode);
   } catch (const bip::interprocess_exception& e) {
-    throw IoError(fmt::format("segment {}: cannot open: {} (is the job still running? the "
-                              "launcher removes the segment when the job ends)",
-                              name, e.what()));
+    throw IoError(
+        fmt::format("segment {}: cannot open: {} (is the job still running? the "
+                    "launcher removes the segment when the job ends)",
+                    name, e.what()));
   }
 }
 
-void init_control_block(void* base, const std::string& job_id, int world_size,
-                        size_t staging_bytes, size_t total_bytes) {
+void init_control_block(void* base, const std::string& job_id, int world_size, size_t staging_bytes,
+                        size_t total_bytes) {
   auto* control = new (base) shm::ControlBlock();
   control->version = shm::kSegmentVersion;
   control->world_size = static_cast<uint32_t>(world_size);
@@ -62,8 +66,8 @@ void init_control_block(void* base, const std::string& job_id, int world_size,
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   control->spin_allowed = static_cast<unsigned>(world_size) <= cores ? 1 : 0;
   std::memcpy(control->job_id, job_id.data(), job_id.size());
-  auto* slots = reinterpret_cast<shm::OrdinalSlot*>(static_cast<std::byte*>(base) +
-                                                    shm::slots_offset());
+  auto* slots =
+      reinterpret_cast<shm::OrdinalSlot*>(static_cast<std::byte*>(base) + shm::slots_offset());
   for (int i = 0; i < world_size; ++i) new (&slots[i]) shm::OrdinalSlot();
   // Published last: a reader that sees the magic sees an initialised block.
   control->magic.store(shm::kSegmentMagic, std::memory_order_release);
@@ -73,21 +77,24 @@ void validate(const shm::ControlBlock& control, const std::string& name, int wor
               const std::string& job_id, size_t mapped_bytes) {
   if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic ||
       control.version != shm::kSegmentVersion) {
-    throw InvalidArgument(fmt::format("segment {}: not an initialised xla-spawn segment of "
-                                      "version {}", name, shm::kSegmentVersion));
+    throw InvalidArgument(
+        fmt::format("segment {}: not an initialised xla-spawn segment of "
+                    "version {}",
+                    name, shm::kSegmentVersion));
   }
   const std::string owner(control.job_id, strnlen(control.job_id, shm::kMaxJobIdBytes));
   if (owner != job_id) {
-    throw InvalidArgument(
-        fmt::format("segment {} belongs to job '{}', this replica is in job '{}'", name, owner,
-                    job_id));
+    throw InvalidArgument(fmt::format("segment {} belongs to job '{}', this replica is in job '{}'",
+                                      name, owner, job_id));
   }
   if (static_cast<int>(control.world_size) != world_size) {
-    throw InvalidArgument(fmt::format("segment {} was created for world size {}, this replica "
-                                      "has world size {}", name, control.world_size, world_size));
+    throw InvalidArgument(
+        fmt::format("segment {} was created for world size {}, this replica "
+                    "has world size {}",
+                    name, control.world_size, world_size));
   }
-  XS_CHECK(control.total_bytes <= mapped_bytes, "segment {}: header says {} bytes, mapped {}",
-           name, control.total_bytes, mapped_bytes);
+  XS_CHECK(control.total_bytes <= mapped_bytes, "segment {}: header says {} bytes, mapped {}", name,
+           control.total_bytes, mapped_bytes);
 }
 
 void check_in(shm::OrdinalSlot& slot, const std::string& name, int ordinal) {
@@ -106,9 +113,8 @@ void check_in(shm::OrdinalSlot& slot, const std::string& name, int ordinal) {
 }  // namespace
 
 std::string segment_name(const std::string& job_id) {
-  XS_CHECK_ARG(valid_job_id(job_id),
-               "job id '{}': expected 1..{} characters from [A-Za-z0-9._-]", job_id,
-               shm::kMaxJobIdBytes - 1);
+  XS_CHECK_ARG(valid_job_id(job_id), "job id '{}': expected 1..{} characters from [A-Za-z0-9._-]",
+               job_id, shm::kMaxJobIdBytes - 1);
   return fmt::format("/{}{}", user_prefix(), job_id);
 }
 
@@ -129,8 +135,10 @@ std::string create_segment(const std::string& job_id, int world_size, size_t sta
     bip::mapped_region region(object, bip::read_write);
     init_control_block(region.get_address(), job_id, world_size, staging_bytes, total);
   } catch (const bip::interprocess_exception& e) {
-    throw IoError(fmt::format("segment {}: cannot create {} bytes ({} ordinals x {} staging "
-                              "bytes): {}", name, total, world_size, staging_bytes, e.what()));
+    throw IoError(
+        fmt::format("segment {}: cannot create {} bytes ({} ordinals x {} staging "
+                    "bytes): {}",
+                    name, total, world_size, staging_bytes, e.what()));
   }
   return name;
 }
@@ -163,7 +171,9 @@ std::vector<std::string> remove_stale_segments() {
 OwnedSegment::OwnedSegment(const std::string& job_id, int world_size, size_t staging_bytes)
     : name_(create_segment(job_id, world_size, staging_bytes)) {}
 
-OwnedSegment::~OwnedSegment() { remove_segment(name_); }
+OwnedSegment::~OwnedSegment() {
+  remove_segment(name_);
+}
 
 Segment Segment::attach(const std::string& name, int ordinal, int world_size,
                         const std::string& job_id) {
@@ -179,12 +189,16 @@ Segment Segment::attach(const std::string& name, int ordinal, int world_size,
 }
 
 Segment::Segment(std::string name, bip::mapped_region region, int ordinal, int world_size)
-    : name_(std::move(name)), region_(std::move(region)), ordinal_(ordinal),
+    : name_(std::move(name)),
+      region_(std::move(region)),
+      ordinal_(ordinal),
       world_size_(world_size) {}
 
 Segment::Segment(Segment&& other) noexcept
-    : name_(std::move(other.name_)), region_(std::move(other.region_)),
-      ordinal_(other.ordinal_), world_size_(other.world_size_) {
+    : name_(std::move(other.name_)),
+      region_(std::move(other.region_)),
+      ordinal_(other.ordinal_),
+      world_size_(other.world_size_) {
   other.world_size_ = 0;
 }
 
@@ -195,8 +209,8 @@ Segment::~Segment() {
 }
 
 shm::OrdinalSlot& Segment::slot(int ordinal) const {
-  auto* slots = reinterpret_cast<shm::OrdinalSlot*>(static_cast<std::byte*>(base()) +
-                                                    shm::slots_offset());
+  auto* slots =
+      reinterpret_cast<shm::OrdinalSlot*>(static_cast<std::byte*>(base()) + shm::slots_offset());
   return slots[ordinal];
 }
 

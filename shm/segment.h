@@ -88,8 +88,7 @@ class Segment {
   std::optional<std::string> poison_message() const;
 
  private:
-  Segment(std::string name, boost::interprocess::mapped_region region, int ordinal,
-          int world_size);
+  Segment(std::string name, boost::interprocess::mapped_region region, int ordinal, int world_size);
   void* base() const { return region_.get_address(); }
 
   std::string name_;

@@ -48,9 +48,9 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
     const Awaited awaited = probe();
     if (awaited.word == nullptr) return;
     if (auto poisoned = segment.poison_message()) {
-      throw PeerFailure(fmt::format("{} on ordinal {}: {} (had waited {:.3f} s for {})",
-                                    operation, segment.ordinal(), *poisoned,
-                                    seconds_since(start), describe_peer(segment, awaited.ordinal)));
+      throw PeerFailure(fmt::format("{} on ordinal {}: {} (had waited {:.3f} s for {})", operation,
+                                    segment.ordinal(), *poisoned, seconds_since(start),
+                                    describe_peer(segment, awaited.ordinal)));
     }
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -65,9 +65,9 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
       next_liveness_check = now + std::chrono::milliseconds(kPollIntervalMs);
       const int32_t pid = segment.slot(awaited.ordinal).pid.load(std::memory_order_acquire);
       if (pid != 0 && !process_alive(pid)) {
-        const std::string message = fmt::format(
-            "{} on ordinal {}: ordinal {} (pid {}) is gone; waited {:.3f} s for it", operation,
-            segment.ordinal(), awaited.ordinal, pid, seconds_since(start));
+        const std::string message =
+            fmt::format("{} on ordinal {}: ordinal {} (pid {}) is gone; waited {:.3f} s for it",
+                        operation, segment.ordinal(), awaited.ordinal, pid, seconds_since(start));
         segment.poison(message);
         throw PeerFailure(message);
       }

@@ -67,7 +67,8 @@ class Waiter {
   // the awaited ordinal and the time waited; both poison the segment first.
   template <class Probe>
   void wait(const char* operation, Probe&& probe) {
-    if (probe().word == nullptr) [[likely]] return;
+    if (probe().word == nullptr) [[likely]]
+      return;
     if (spin_ns_ > 0 && spin(probe)) return;
     wait_slow(operation, std::function<Awaited()>(std::ref(probe)));
   }

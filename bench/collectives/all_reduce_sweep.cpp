@@ -51,13 +51,20 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= rest.size()) throw std::invalid_argument(rest[i] + ": missing value");
       return rest[++i];
     };
-    if (rest[i] == "--nprocs") args.nprocs = std::stoi(value());
-    else if (rest[i] == "--staging-bytes") args.staging_bytes = std::stoull(value());
-    else if (rest[i] == "--csv") args.csv = value();
-    else if (rest[i] == "--stress") args.stress_iterations = std::stoll(value());
-    else if (rest[i] == "--no-bind") args.bind = false;
-    else if (rest[i] == "--bytes") args.stress_bytes = std::stoull(value());
-    else throw std::invalid_argument("unknown argument " + rest[i]);
+    if (rest[i] == "--nprocs")
+      args.nprocs = std::stoi(value());
+    else if (rest[i] == "--staging-bytes")
+      args.staging_bytes = std::stoull(value());
+    else if (rest[i] == "--csv")
+      args.csv = value();
+    else if (rest[i] == "--stress")
+      args.stress_iterations = std::stoll(value());
+    else if (rest[i] == "--no-bind")
+      args.bind = false;
+    else if (rest[i] == "--bytes")
+      args.stress_bytes = std::stoull(value());
+    else
+      throw std::invalid_argument("unknown argument " + rest[i]);
   }
   return args;
 }
@@ -87,9 +94,11 @@ int stress(ShmCommunicator& comm, int64_t iterations, size_t bytes) {
     return 1;
   }
   if (comm.ordinal() == 0) {
-    fmt::print("stress: {} back-to-back {}-byte all-reduces at N = {}: {:.3f} s, {:.2f} us each, "
-               "all correct\n", iterations, bytes, comm.world_size(), seconds,
-               seconds / static_cast<double>(iterations) * 1e6);
+    fmt::print(
+        "stress: {} back-to-back {}-byte all-reduces at N = {}: {:.3f} s, {:.2f} us each, "
+        "all correct\n",
+        iterations, bytes, comm.world_size(), seconds,
+        seconds / static_cast<double>(iterations) * 1e6);
   }
   return 0;
 }
@@ -106,8 +115,8 @@ void bind_to_core(int ordinal, int world_size) {
   }
 }
 
-int replica(const Args& args, const std::string& segment, const std::string& job_id,
-            int ordinal, const std::vector<double>& memcpy_gbps) {
+int replica(const Args& args, const std::string& segment, const std::string& job_id, int ordinal,
+            const std::vector<double>& memcpy_gbps) {
   if (args.bind) bind_to_core(ordinal, args.nprocs);
   ShmCommunicator comm(xs::Segment::attach(segment, ordinal, args.nprocs, job_id));
   if (args.stress_iterations > 0) return stress(comm, args.stress_iterations, args.stress_bytes);

@@ -19,7 +19,9 @@ double median(std::vector<double> values) {
 }
 
 // Exact in f32 in any order: small integers, sum at most 7 * 8 * 9 / 2 = 252.
-float input(int ordinal, size_t i) { return static_cast<float>((ordinal + 1) * (i % 7 + 1)); }
+float input(int ordinal, size_t i) {
+  return static_cast<float>((ordinal + 1) * (i % 7 + 1));
+}
 
 size_t verify(const SweepHooks& hooks, float* data, size_t n) {
   for (size_t i = 0; i < n; ++i) data[i] = input(hooks.ordinal, i);
@@ -92,8 +94,8 @@ std::vector<double> measure_memcpy(const std::vector<size_t>& sizes, const Sweep
     auto start = Clock::now();
     std::memcpy(dst.data(), src.data(), bytes);
     const double once = std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
-    const int64_t iterations =
-        std::clamp<int64_t>(static_cast<int64_t>(options.repetition_ms * 1e-3 / once), 1, 1'000'000);
+    const int64_t iterations = std::clamp<int64_t>(
+        static_cast<int64_t>(options.repetition_ms * 1e-3 / once), 1, 1'000'000);
     std::vector<double> per_call;
     for (int r = 0; r < options.repetitions; ++r) {
       start = Clock::now();
@@ -127,12 +129,12 @@ void print_table(std::FILE* out, const std::vector<SweepRow>& rows, int world_si
 void write_csv(const std::string& path, const std::vector<SweepRow>& rows, int world_size) {
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) throw std::runtime_error(fmt::format("cannot write {}", path));
-  fmt::print(file, "world_size,size_bytes,n_elems,algorithm,time_us,algbw_gbps,busbw_gbps,"
-                   "wrong,memcpy_gbps\n");
+  fmt::print(file,
+             "world_size,size_bytes,n_elems,algorithm,time_us,algbw_gbps,busbw_gbps,"
+             "wrong,memcpy_gbps\n");
   for (const SweepRow& r : rows) {
-    fmt::print(file, "{},{},{},{},{:.3f},{:.4f},{:.4f},{},{:.3f}\n", world_size, r.bytes,
-               r.n_elems, r.algorithm, r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong,
-               r.memcpy_gbps);
+    fmt::print(file, "{},{},{},{},{:.3f},{:.4f},{:.4f},{},{:.3f}\n", world_size, r.bytes, r.n_elems,
+               r.algorithm, r.time_us, r.algbw_gbps, r.busbw_gbps, r.wrong, r.memcpy_gbps);
   }
   std::fclose(file);
 }
@@ -145,11 +147,16 @@ std::vector<std::string> parse_sweep_args(int argc, char** argv, SweepOptions& o
       if (i + 1 >= argc) throw std::invalid_argument(arg + ": missing value");
       return std::stoull(argv[++i]);
     };
-    if (arg == "--min-bytes") options.min_bytes = value();
-    else if (arg == "--max-bytes") options.max_bytes = value();
-    else if (arg == "--factor") options.factor = value();
-    else if (arg == "--repetitions") options.repetitions = static_cast<int>(value());
-    else rest.push_back(arg);
+    if (arg == "--min-bytes")
+      options.min_bytes = value();
+    else if (arg == "--max-bytes")
+      options.max_bytes = value();
+    else if (arg == "--factor")
+      options.factor = value();
+    else if (arg == "--repetitions")
+      options.repetitions = static_cast<int>(value());
+    else
+      rest.push_back(arg);
   }
   if (options.factor < 2 || options.min_bytes < 4 || options.repetitions < 1) {
     throw std::invalid_argument("expected --factor >= 2, --min-bytes >= 4, --repetitions >= 1");

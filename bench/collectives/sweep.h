@@ -30,7 +30,7 @@ struct SweepHooks {
   int world_size = 1;
   std::function<void(float* data, size_t n_elems)> all_reduce;  // f32 sum, in place
   std::function<void()> barrier;
-  std::function<int64_t(int64_t)> broadcast_from_0;  // every ordinal gets ordinal 0's value
+  std::function<int64_t(int64_t)> broadcast_from_0;    // every ordinal gets ordinal 0's value
   std::function<std::string(size_t bytes)> algorithm;  // what runs at this size
 };
 

@@ -14,8 +14,8 @@ bool reached(uint32_t value, uint32_t target) {
 
 std::string describe(const shm::Mailbox& m) {
   const auto kind = static_cast<CallKind>(m.kind);
-  std::string text = fmt::format("{} #{} with {} elements of {}", call_kind_name(kind),
-                                 m.call_seq, m.n_elems, dtype_name(static_cast<DType>(m.dtype)));
+  std::string text = fmt::format("{} #{} with {} elements of {}", call_kind_name(kind), m.call_seq,
+                                 m.n_elems, dtype_name(static_cast<DType>(m.dtype)));
   if (kind == CallKind::kAllReduce || kind == CallKind::kReduceScatter) {
     text += fmt::format(", op {}", reduce_op_name(static_cast<ReduceOp>(m.op)));
   }
@@ -32,12 +32,18 @@ bool same_call(const shm::Mailbox& a, const shm::Mailbox& b) {
 
 const char* call_kind_name(CallKind kind) {
   switch (kind) {
-    case CallKind::kAllReduce: return "all_reduce";
-    case CallKind::kBroadcast: return "broadcast";
-    case CallKind::kAllGather: return "all_gather";
-    case CallKind::kReduceScatter: return "reduce_scatter";
-    case CallKind::kBarrier: return "barrier";
-    case CallKind::kRendezvous: return "rendezvous";
+    case CallKind::kAllReduce:
+      return "all_reduce";
+    case CallKind::kBroadcast:
+      return "broadcast";
+    case CallKind::kAllGather:
+      return "all_gather";
+    case CallKind::kReduceScatter:
+      return "reduce_scatter";
+    case CallKind::kBarrier:
+      return "barrier";
+    case CallKind::kRendezvous:
+      return "rendezvous";
   }
   return "unknown collective";
 }
@@ -107,8 +113,7 @@ void Rounds::wait_all(uint64_t round, int parity) {
   waiter_.wait(operation_, [&]() -> Awaited {
     if (reached(barrier.load(std::memory_order_acquire), target)) return {};
     for (int j = 0; j < n; ++j) {
-      if (!reached(segment.slot(j).mailbox[parity].round.load(std::memory_order_acquire),
-                   target)) {
+      if (!reached(segment.slot(j).mailbox[parity].round.load(std::memory_order_acquire), target)) {
         return {&barrier, j};
       }
     }
@@ -121,9 +126,10 @@ void Rounds::check_headers(int parity) const {
   for (int j = 0; j < world_size(); ++j) {
     const shm::Mailbox& theirs = segment_.slot(j).mailbox[parity];
     if (j == ordinal() || same_call(mine, theirs)) continue;
-    throw PeerFailure(fmt::format("{}: mismatched collective calls: ordinal {} called {}; "
-                                  "ordinal {} called {}", operation_, ordinal(), describe(mine),
-                                  j, describe(theirs)));
+    throw PeerFailure(
+        fmt::format("{}: mismatched collective calls: ordinal {} called {}; "
+                    "ordinal {} called {}",
+                    operation_, ordinal(), describe(mine), j, describe(theirs)));
   }
 }
 

@@ -16,10 +16,8 @@
 
 namespace xs::detail {
 
-void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
-                         ReduceOp op);
-void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
-                         ReduceOp op);
+void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
+void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
 void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
 void all_reduce_cma(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
 // Whether every ordinal may read and write every other's memory (process_vm_readv/writev);

@@ -74,16 +74,17 @@ TEST_P(AllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSizesAndAlgorithms, AllReduceTest,
-    ::testing::Combine(::testing::Range(1, 9),
-                       ::testing::Values(Algo{}, Algo{AllReduceAlgorithm::kRing},
-                                         Algo{AllReduceAlgorithm::kOneShot},
-                                         Algo{AllReduceAlgorithm::kTwoShot},
-                                         Algo{AllReduceAlgorithm::kCma})),
-    [](const auto& info) {
-      return fmt::format("N{}_{}", std::get<0>(info.param), algo_name(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(WorldSizesAndAlgorithms, AllReduceTest,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values(Algo{},
+                                                              Algo{AllReduceAlgorithm::kRing},
+                                                              Algo{AllReduceAlgorithm::kOneShot},
+                                                              Algo{AllReduceAlgorithm::kTwoShot},
+                                                              Algo{AllReduceAlgorithm::kCma})),
+                         [](const auto& info) {
+                           return fmt::format("N{}_{}", std::get<0>(info.param),
+                                              algo_name(std::get<1>(info.param)));
+                         });
 
 // Inexact float sums (random values): every ordinal still ends with the same bits, and the
 // one-shot, two-shot and CMA schedules give exactly the canonical order 0..N-1 (the ring

@@ -72,7 +72,8 @@ TEST_P(CollectivesTest, ReduceScatterGivesEachOrdinalItsReducedChunk) {
       comm.reduce_scatter(in.data(), out.data(), n, DType::kF64, ReduceOp::kSum);
       for (size_t i = 0; i < n; ++i) {
         double want = 0, got;
-        for (int o = 0; o < n_ord; ++o) want += static_cast<double>(input_value(o * n_ord + child.ordinal, i));
+        for (int o = 0; o < n_ord; ++o)
+          want += static_cast<double>(input_value(o * n_ord + child.ordinal, i));
         std::memcpy(&got, out.data() + i * 8, 8);
         if (got != want) return fmt::format("n={} element {}: {} != {}", n, i, got, want);
       }

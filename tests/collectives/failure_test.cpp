@@ -176,7 +176,8 @@ TEST(MismatchTest, DifferentDTypesAndKindsAreReported) {
       errors += e.what();
     }
     for (const char* needle : {"of i64", "of f64", "barrier", "broadcast"}) {
-      if (errors.find(needle) == std::string::npos) return fmt::format("no '{}' in: {}", needle, errors);
+      if (errors.find(needle) == std::string::npos)
+        return fmt::format("no '{}' in: {}", needle, errors);
     }
     return std::string();
   });

@@ -80,8 +80,8 @@ bool JobResult::all_ok() const {
 }
 
 std::string JobResult::describe() const {
-  std::string text = fmt::format("job {} after {:.2f} s:", timed_out ? "TIMED OUT" : "done",
-                                 elapsed_s);
+  std::string text =
+      fmt::format("job {} after {:.2f} s:", timed_out ? "TIMED OUT" : "done", elapsed_s);
   for (const auto& c : children) {
     text += fmt::format("\n  ordinal {} (pid {}): exit {} signal {}: {}", c.ordinal, c.pid,
                         c.exit_code, c.signal, c.message);
@@ -93,8 +93,8 @@ ForkJob::ForkJob(int world_size, size_t staging_bytes)
     : world_size_(world_size),
       job_id_(unique_job_id()),
       segment_(job_id_, world_size, staging_bytes) {
-  void* scratch = ::mmap(nullptr, kScratchBytes, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* scratch =
+      ::mmap(nullptr, kScratchBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (scratch == MAP_FAILED) throw std::runtime_error("ForkJob: mmap scratch failed");
   scratch_ = static_cast<std::byte*>(scratch);
 }

@@ -51,9 +51,15 @@ int64_t expected_value(ReduceOp op, int world_size, size_t index) {
     const int64_t v = input_value(o, index);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kMean: acc += v; break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMean:
+        acc += v;
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
     }
   }
   return acc;
@@ -76,8 +82,8 @@ std::vector<std::byte> make_input(DType dtype, int ordinal, size_t n_elems) {
   return out;
 }
 
-size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp op,
-                   int world_size, std::string* first_error) {
+size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp op, int world_size,
+                   std::string* first_error) {
   const size_t elem_bytes = dtype_size(dtype);
   const size_t n_elems = result.size() / elem_bytes;
   const int divisor = op == ReduceOp::kMean ? world_size : 1;
@@ -93,8 +99,8 @@ size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp o
       uint64_t got = 0, want = 0;
       std::memcpy(&got, result.data() + i * elem_bytes, elem_bytes);
       std::memcpy(&want, expected, elem_bytes);
-      *first_error = fmt::format("element {} of {}: bits {:#x}, expected {:#x}", i, n_elems,
-                                 got, want);
+      *first_error =
+          fmt::format("element {} of {}: bits {:#x}, expected {:#x}", i, n_elems, got, want);
     }
   }
   return wrong;

@@ -24,8 +24,8 @@ std::vector<std::byte> make_input(DType dtype, int ordinal, size_t n_elems);
 
 // Elements of `result` that differ (bitwise) from the closed form of reducing every
 // ordinal's make_input with `op`; `first_error` describes the first one.
-size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp op,
-                   int world_size, std::string* first_error);
+size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp op, int world_size,
+                   std::string* first_error);
 
 // FNV-1a of the bytes: compared across ordinals for bit-identity.
 uint64_t fingerprint(const void* data, size_t n_bytes);

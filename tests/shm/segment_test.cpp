@@ -22,7 +22,9 @@ std::string job_id() {
   return fmt::format("shmtest{}-{}", ::getpid(), counter++);
 }
 
-bool exists(const std::string& name) { return std::filesystem::exists("/dev/shm" + name); }
+bool exists(const std::string& name) {
+  return std::filesystem::exists("/dev/shm" + name);
+}
 
 TEST(SegmentTest, NameIsUniqueToUserAndJobAndRecognisable) {
   EXPECT_EQ(segment_name("job-7"), fmt::format("/xla-spawn-{}-job-7", ::getuid()));
