@@ -2,12 +2,13 @@
 // figures are medians of thread CPU time over repetitions, with the runtime and its baseline
 // interleaved so load from other processes hits both alike.
 //
-//   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick]
+//   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick] [--filter matmul|chain|compile|mlp]
 //
 // 1. matmul through the lazy runtime (trace, cut, hash, cache lookup, Eigen -> OpenBLAS
 //    sgemm) vs cblas_sgemm called directly, GFLOP/s, at MLP shapes and 1024^3.
 // 2. an 8-op elementwise chain on 16 Mi floats: one fused loop vs one step per op.
 // 3. compile time (compile_graph) of a 1,000-node graph.
+// 4. an MLP 784-512-512-10 training step (hand-written gradients) vs its 8 sgemm calls.
 #include <cblas.h>
 
 #include <algorithm>
@@ -166,30 +167,108 @@ Row bench_compile(int reps) {
           median(t_compile) * 1e3, median(t_cut) * 1e3, "ms", median(t_compile) * 1e3, "< 20 ms"};
 }
 
+// One training step of an MLP 784-512-512-10 (batch 128): forward, softmax cross-entropy,
+// hand-written backward (autograd is the next issue) and SGD with momentum, as one graph;
+// against the step's 8 matrix products done with direct sgemm calls (the floor).
+struct Layer {
+  Tensor w, b, vw, vb;
+};
+
+Row bench_mlp_step(int reps) {
+  const int64_t batch = 128;
+  const std::vector<int64_t> dims = {784, 512, 512, 10};
+  std::vector<Layer> layers;
+  for (size_t l = 0; l + 1 < dims.size(); ++l) {
+    const int64_t in = dims[l], out = dims[l + 1];
+    std::vector<float> w = pattern(in * out, static_cast<int>(l));
+    for (float& v : w) v *= 0.1f;
+    layers.push_back({Tensor::from_vector<float>(w, {in, out}), Tensor::zeros({out}), Tensor::zeros({in, out}),
+                      Tensor::zeros({out})});
+  }
+  const Tensor x = Tensor::from_vector<float>(pattern(batch * 784, 9), {batch, 784});
+  std::vector<int64_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 7) % 10;
+  const Tensor target = one_hot(Tensor::from_vector<int64_t>(labels, {batch}), 10);
+  const Tensor lr = Tensor::scalar(0.01), momentum = Tensor::scalar(0.9);
+  Tensor loss;
+  auto step = [&] {
+    std::vector<Tensor> acts = {x};
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const Tensor z = matmul(acts.back(), layers[l].w) + layers[l].b;
+      acts.push_back(l + 1 < layers.size() ? relu(z) : z);
+    }
+    const Tensor logp = log_softmax(acts.back(), 1);
+    loss = mean(neg(sum(target * logp, {1})));
+    Tensor grad = (exp(logp) - target) / static_cast<double>(batch);
+    for (size_t l = layers.size(); l-- > 0;) {
+      const Tensor gw = matmul(acts[l], grad, true, false), gb = sum(grad, {0});
+      if (l > 0) grad = where(gt(acts[l], Tensor::scalar(0)), matmul(grad, layers[l].w, false, true), Tensor::scalar(0));
+      Layer& L = layers[l];
+      L.vw.assign(L.vw * momentum + gw);
+      L.vb.assign(L.vb * momentum + gb);
+      L.w.assign(L.w - L.vw * lr);
+      L.b.assign(L.b - L.vb * lr);
+    }
+    mark_step();
+  };
+  // The floor: the step's 8 products (3 forward; dW of every layer and dX of the upper two
+  // backward), with direct sgemm at the same shapes.
+  std::vector<std::vector<float>> buf(16, std::vector<float>(784 * 512));
+  auto gemms = [&] {
+    auto g = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, int a, int b, int c) {
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                  buf[a].data(), ta ? m : k, buf[b].data(), tb ? k : n, 0.0f, buf[c].data(), n);
+    };
+    g(false, false, 128, 512, 784, 0, 1, 2);  // x W1
+    g(false, false, 128, 512, 512, 2, 3, 4);  // h1 W2
+    g(false, false, 128, 10, 512, 4, 5, 6);   // h2 W3
+    g(true, false, 512, 10, 128, 4, 6, 7);    // dW3 = h2^T g
+    g(false, true, 128, 512, 10, 6, 5, 8);    // dh2 = g W3^T
+    g(true, false, 512, 512, 128, 2, 8, 9);   // dW2 = h1^T g
+    g(false, true, 128, 512, 512, 8, 3, 10);  // dh1 = g W2^T
+    g(true, false, 784, 512, 128, 0, 10, 11); // dW1 = x^T g
+  };
+  step();
+  const double first = loss.item();
+  for (int i = 0; i < 3; ++i) step();
+  if (!(loss.item() < first)) throw Error(fmt::format("mlp: loss did not fall ({} -> {})", first, loss.item()));
+  const int64_t before = runtime().metrics().counter(kCounterUncachedCompile);
+  const auto [t_step, t_gemm] = interleaved(reps, step, gemms);
+  if (runtime().metrics().counter(kCounterUncachedCompile) != before) throw Error("mlp: the step recompiled");
+  return {"MLP 784-512-512-10 b128 step (manual grads)", t_step * 1e3, t_gemm * 1e3, "ms", t_step / t_gemm, "<= 1.15 (issue 5)"};
+}
+
 }  // namespace
 }  // namespace xs
 
 int main(int argc, char** argv) {
   using namespace xs;
-  std::string csv;
+  std::string csv, filter;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv = argv[++i];
+    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--csv out.csv] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--csv out.csv] [--quick] [--filter matmul|chain|compile|mlp]\n", argv[0]);
       return 2;
     }
   }
   ScopedRuntime rt;
   openblas_set_num_threads(1);
   const int r = quick ? 3 : 1;
+  const std::vector<std::pair<std::string, std::function<Row()>>> benches = {
+      {"matmul", [&] { return bench_matmul(128, 784, 512, 60 / r); }},
+      {"matmul", [&] { return bench_matmul(128, 512, 512, 60 / r); }},
+      {"matmul", [&] { return bench_matmul(1024, 1024, 1024, 15 / r); }},
+      {"chain", [&] { return bench_chain(int64_t{16} << 20, 9 / r); }},
+      {"compile", [&] { return bench_compile(21 / r); }},
+      {"mlp", [&] { return bench_mlp_step(30 / r); }},
+  };
   std::vector<Row> rows;
-  rows.push_back(bench_matmul(128, 784, 512, 60 / r));
-  rows.push_back(bench_matmul(128, 512, 512, 60 / r));
-  rows.push_back(bench_matmul(1024, 1024, 1024, 15 / r));
-  rows.push_back(bench_chain(int64_t{16} << 20, 9 / r));
-  rows.push_back(bench_compile(21 / r));
+  for (const auto& [kind, run] : benches) {
+    if (filter.empty() || kind == filter) rows.push_back(run());
+  }
   std::printf("%-52s %12s %12s %-8s %8s  %s\n", "benchmark", "runtime", "baseline", "unit", "ratio", "bar");
   for (const Row& row : rows) {
     std::printf("%-52s %12.3f %12.3f %-8s %8.3f  %s\n", row.name.c_str(), row.runtime, row.baseline,
@@ -197,7 +276,10 @@ int main(int argc, char** argv) {
   }
   if (!csv.empty()) {
     FILE* f = std::fopen(csv.c_str(), "w");
-    if (f == nullptr) return 1;
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", csv.c_str());
+      return 1;
+    }
     std::fprintf(f, "benchmark,runtime,baseline,unit,ratio,bar\n");
     for (const Row& row : rows)
       std::fprintf(f, "\"%s\",%.4f,%.4f,%s,%.4f,\"%s\"\n", row.name.c_str(), row.runtime, row.baseline,

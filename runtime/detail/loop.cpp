@@ -249,12 +249,49 @@ void fill_constant(DType dtype, double value, int64_t len, void* out) {
   }
 }
 
-enum class LoadMode { kFixed, kDirect, kConvert, kBroadcast };
+// kTile: the operand is the loop's trailing dims (a bias row): element j is src[j % period].
+// kSpread: the operand is the loop's leading dims then 1s (a per-row max): src[j / period].
+enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kBroadcast };
 
-LoadMode load_mode(const LoopLoad& l, const Shape& loop_shape) {
-  if (l.storage < 0 || numel(l.shape) == 1) return LoadMode::kFixed;
-  if (l.shape != loop_shape) return LoadMode::kBroadcast;
-  return l.dtype == DType::kBF16 ? LoadMode::kConvert : LoadMode::kDirect;
+struct LoadPlan {
+  LoadMode mode;
+  int64_t period = 1;
+};
+
+LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
+  if (l.storage < 0 || numel(l.shape) == 1) return {LoadMode::kFixed};
+  if (l.shape == to) return {l.dtype == DType::kBF16 ? LoadMode::kConvert : LoadMode::kDirect};
+  Shape f(to.size() - l.shape.size(), 1);
+  f.insert(f.end(), l.shape.begin(), l.shape.end());
+  const size_t r = to.size();
+  size_t lead_ones = 0, lead_same = 0;
+  while (lead_ones < r && f[lead_ones] == 1) ++lead_ones;
+  while (lead_same < r && f[lead_same] == to[lead_same]) ++lead_same;
+  bool tail_same = true, tail_ones = true;
+  for (size_t d = lead_ones; d < r; ++d) tail_same &= f[d] == to[d];
+  for (size_t d = lead_same; d < r; ++d) tail_ones &= f[d] == 1;
+  if (tail_same) return {LoadMode::kTile, numel(l.shape)};
+  if (tail_ones) return {LoadMode::kSpread, numel(Shape(to.begin() + lead_same, to.end()))};
+  return {LoadMode::kBroadcast};
+}
+
+// Loads `len` loop elements from `begin` for the tile/spread patterns, in contiguous runs.
+void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_t begin, int64_t len, void* out) {
+  const size_t sz = l.dtype == DType::kBF16 ? 4 : dtype_size(l.dtype);
+  for (int64_t done = 0; done < len;) {
+    const int64_t j = begin + done;
+    if (p.mode == LoadMode::kTile) {
+      const int64_t run = std::min(len - done, p.period - j % p.period);
+      load_block(base, l.dtype, nullptr, j % p.period, run, static_cast<char*>(out) + done * sz);
+      done += run;
+    } else {
+      const int64_t run = std::min(len - done, p.period - j % p.period);
+      double v[1];
+      load_block(base, l.dtype, nullptr, j / p.period, 1, v);
+      for (int64_t i = 0; i < run; ++i) std::memcpy(static_cast<char*>(out) + (done + i) * sz, v, sz);
+      done += run;
+    }
+  }
 }
 
 }  // namespace
@@ -267,10 +304,10 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
   scratch.resize(n_regs * kLoopBlock);
   std::vector<void*> reg(n_regs);
   for (size_t r = 0; r < n_regs; ++r) reg[r] = reinterpret_cast<char*>(scratch.data()) + r * kRegBytes;
-  std::vector<LoadMode> modes;
+  std::vector<LoadPlan> plans;
   for (const LoopLoad& l : loop.loads) {
-    modes.push_back(load_mode(l, loop.shape));
-    if (modes.back() != LoadMode::kFixed) continue;
+    plans.push_back(load_plan(l, loop.shape));
+    if (plans.back().mode != LoadMode::kFixed) continue;
     if (l.storage < 0) {
       fill_constant(l.dtype, l.constant, kLoopBlock, reg[l.reg]);
     } else {
@@ -299,12 +336,15 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
     }
     for (size_t i = 0; i < loop.loads.size(); ++i) {
       const LoopLoad& l = loop.loads[i];
-      switch (modes[i]) {
+      switch (plans[i].mode) {
         case LoadMode::kFixed: break;
         case LoadMode::kDirect:
           reg[l.reg] = static_cast<char*>(storage[l.storage]) + b * dtype_size(l.dtype);
           break;
         case LoadMode::kConvert: load_block(storage[l.storage], l.dtype, nullptr, b, len, reg[l.reg]); break;
+        case LoadMode::kTile: case LoadMode::kSpread:
+          load_pattern(l, plans[i], storage[l.storage], b, len, reg[l.reg]);
+          break;
         case LoadMode::kBroadcast:
           broadcast_offsets(l.shape, loop.shape, b, len, offsets);
           load_block(storage[l.storage], l.dtype, offsets, 0, len, reg[l.reg]);
