@@ -51,7 +51,9 @@ Tensor Runtime::next_seed() {
 void Runtime::mark_step() {
   metrics_.increment(kCounterMarkStep);
   std::vector<TensorImpl*> pending;
-  for (TensorImpl* impl : live_) if (impl->node) pending.push_back(impl);
+  // A tensor that is only a constant (zeros, ones) stays a constant: materialising it would
+  // turn it into a data input next step and change the graph once for nothing.
+  for (TensorImpl* impl : live_) if (impl->node && impl->node->op != Op::kConst) pending.push_back(impl);
   execute(std::move(pending), /*is_step=*/true);
 }
 

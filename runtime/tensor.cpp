@@ -89,6 +89,18 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   return from_ir(make_node(Op::kBroadcast, {scalar(value, dtype).ir()}, std::move(a)));
 }
 
+Tensor Tensor::full_data(const Shape& shape, double value, DType dtype) {
+  const int64_t n = ::xs::numel(shape);
+  BufferPtr buf = Buffer::allocate(n * dtype_size(dtype));
+  if (n > 0) {
+    store_element(buf->data(), dtype, 0, value);
+    const size_t sz = dtype_size(dtype);
+    for (int64_t i = 1; i < n; ++i) std::memcpy(static_cast<char*>(buf->data()) + i * sz, buf->data(), sz);
+  }
+  runtime().metrics().increment(kCounterTransferToDevice);
+  return from_buffer(std::move(buf), {shape, dtype});
+}
+
 TensorImpl& Tensor::checked(const char* what) const {
   if (!impl_) throw InvalidArgument(fmt::format("Tensor::{} on an undefined tensor", what));
   return *impl_;

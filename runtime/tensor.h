@@ -62,6 +62,9 @@ class Tensor {
   // a changing value (a learning rate) does not recompile.
   static Tensor scalar(double value, DType dtype = DType::kF32);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kF32);
+  // A materialised tensor filled on the host (no IR): for state a step will update
+  // (optimizer buffers), so the first step traces the same graph as every later one.
+  static Tensor full_data(const Shape& shape, double value, DType dtype = DType::kF32);
   static Tensor zeros(const Shape& shape, DType dtype = DType::kF32) { return full(shape, 0, dtype); }
   static Tensor ones(const Shape& shape, DType dtype = DType::kF32) { return full(shape, 1, dtype); }
 

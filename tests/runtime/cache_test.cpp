@@ -82,6 +82,21 @@ TEST(CompileCache, DifferentConstantValueIsADifferentGraph) {
   EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 2);
 }
 
+TEST(CompileCache, MomentumStepWithHostFilledStateCompilesOnce) {
+  ScopedRuntime rt;
+  Tensor w = random_matrix(8, 4), velocity = Tensor::full_data({8, 4}, 0);
+  const Tensor x = random_matrix(16, 8), one = Tensor::ones({});  // a held constant stays one
+  for (int step = 0; step < 5; ++step) {
+    const Tensor grad = matmul(x, matmul(x, w), true);
+    velocity.assign(velocity * 0.9 + grad * one);
+    w.assign(w - velocity * 0.01);
+    mark_step();
+  }
+  EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 1);
+  EXPECT_EQ(rt->metrics().counter(kCounterCachedCompile), 4);
+  EXPECT_TRUE(one.is_pending());
+}
+
 TEST(CompileCache, LruEvictsLeastRecentlyUsedAtCapacityFromEnv) {
   testing::ScopedEnv env("XLA_SPAWN_COMPILE_CACHE_SIZE", "2");
   ScopedRuntime rt;

@@ -245,9 +245,16 @@ void add_structural_cases(std::map<Op, Case>& c) {
     }
   };
   c[Op::kConst] = [](std::mt19937&) {
-    exact(Tensor::zeros({2, 3}), Host{{2, 3}, DType::kF32, std::vector<double>(6, 0)}, "zeros");
-    exact(Tensor::ones({4}, DType::kI32), Host{{4}, DType::kI32, std::vector<double>(4, 1)}, "ones");
+    // Pure constants stay pending through mark_step; a host read fills them.
+    const Tensor z = Tensor::zeros({2, 3}), o = Tensor::ones({4}, DType::kI32);
+    mark_step();
+    EXPECT_TRUE(z.is_pending());
+    expect_close_public(from_tensor(z), Host{{2, 3}, DType::kF32, std::vector<double>(6, 0)}, 0, 0, "zeros");
+    expect_close_public(from_tensor(o), Host{{4}, DType::kI32, std::vector<double>(4, 1)}, 0, 0, "ones");
     exact(Tensor::full({2, 2}, 2.5), Host{{2, 2}, DType::kF32, std::vector<double>(4, 2.5)}, "full 2.5");
+    exact(Tensor::zeros({3}) + 1.0, Host{{3}, DType::kF32, std::vector<double>(3, 1)}, "folded 0 + 1");
+    expect_close_public(from_tensor(Tensor::full_data({2}, -3, DType::kI64)), Host{{2}, DType::kI64, {-3, -3}}, 0, 0,
+                        "full_data");
   };
   c[Op::kWhere] = [](std::mt19937& rng) {
     for (const Shape& s : std::vector<Shape>{{3, 4}, {0, 4}, {5, 1}}) {
