@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "collectives/detail/schedules.h"
+#include "collectives/detail/stream_copy.h"
 #include "collectives/reduce.h"
 
 namespace xs::detail {
@@ -52,6 +53,7 @@ void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
   const size_t slab_elems = chunk * static_cast<size_t>(n);
   const size_t n_slabs = n_elems == 0 ? 0 : (n_elems + slab_elems - 1) / slab_elems;
   std::vector<const void*>& sources = rounds.sources();
+  const bool streaming = n_elems * elem_bytes * n >= kStreamingMinTotalBytes;
   size_t prev_offset = 0, prev_count = 0;
   for (size_t slab = 0; slab <= n_slabs; ++slab) {
     const size_t offset = slab * slab_elems;
@@ -67,8 +69,8 @@ void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
     for (int j = 0; j < n; ++j) {  // results of the previous slab, published by this round
       const Piece p = piece(prev_count, chunk, j);
       if (j == me || p.count == 0) continue;
-      std::memcpy(data + (prev_offset + p.offset) * elem_bytes,
-                  rounds.staging(j, parity) + p.offset * elem_bytes, p.count * elem_bytes);
+      copy_out(data + (prev_offset + p.offset) * elem_bytes,
+               rounds.staging(j, parity) + p.offset * elem_bytes, p.count * elem_bytes, streaming);
     }
     const Piece own = piece(count, chunk, me);
     std::byte* own_data = data + (offset + own.offset) * elem_bytes;
@@ -76,7 +78,7 @@ void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
       sources[j] = j == me ? own_data : rounds.staging(j, parity) + own.offset * elem_bytes;
     }
     reduce_sources(own_data, rounds.staging(me, 1 - parity) + own.offset * elem_bytes,
-                   sources.data(), n, own.count, dtype, op, n);
+                   sources.data(), n, own.count, dtype, op, n, streaming);
     prev_offset = offset;
     prev_count = count;
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "collectives/detail/stream_copy.h"
 
 namespace xs {
 namespace {
@@ -125,7 +126,7 @@ namespace {
 // so the loop over sources unrolls and the loop over elements vectorises).
 template <class Tr, class Op, int K>
 void reduce_fixed(typename Tr::T* dst, typename Tr::T* dst2, const void* const* sources,
-                  size_t n_elems, bool mean, int divisor) {
+                  size_t n_elems, bool mean, int divisor, bool streaming) {
   using T = typename Tr::T;
   using A = typename Tr::A;
   const T* src[K];
@@ -140,19 +141,23 @@ void reduce_fixed(typename Tr::T* dst, typename Tr::T* dst2, const void* const* 
       acc[i] = a;
     }
     // Written after the block is read: dst may be one of the sources.
+    // Streaming goes through an L1 block: non-temporal stores want whole aligned lines.
+    T block[kBlock];
+    T* out = streaming ? block : dst + base;
     if (mean) {
-      for (size_t i = 0; i < n; ++i) dst[base + i] = Tr::store(acc[i] / d);
+      for (size_t i = 0; i < n; ++i) out[i] = Tr::store(acc[i] / d);
     } else {
-      for (size_t i = 0; i < n; ++i) dst[base + i] = Tr::store(acc[i]);
+      for (size_t i = 0; i < n; ++i) out[i] = Tr::store(acc[i]);
     }
-    if (dst2 != nullptr) std::memcpy(dst2 + base, dst + base, n * sizeof(T));
+    if (streaming) detail::copy_out(dst + base, block, n * sizeof(T), true);
+    if (dst2 != nullptr) std::memcpy(dst2 + base, out, n * sizeof(T));
   }
 }
 
 // Any number of sources: accumulate a block source by source.
 template <class Tr, class Op>
 void reduce_many(typename Tr::T* dst, typename Tr::T* dst2, const void* const* sources,
-                 int n_sources, size_t n_elems, bool mean, int divisor) {
+                 int n_sources, size_t n_elems, bool mean, int divisor, bool streaming) {
   using T = typename Tr::T;
   using A = typename Tr::A;
   A acc[kBlock];
@@ -164,15 +169,18 @@ void reduce_many(typename Tr::T* dst, typename Tr::T* dst2, const void* const* s
       const T* __restrict s = static_cast<const T*>(sources[j]) + base;
       for (size_t i = 0; i < n; ++i) acc[i] = Op::apply(acc[i], Tr::load(s[i]));
     }
-    finish_block<Tr>(dst + base, acc, n, mean, divisor);
-    if (dst2 != nullptr) std::memcpy(dst2 + base, dst + base, n * sizeof(T));
+    T block[kBlock];
+    T* out = streaming ? block : dst + base;
+    finish_block<Tr>(out, acc, n, mean, divisor);
+    if (streaming) detail::copy_out(dst + base, block, n * sizeof(T), true);
+    if (dst2 != nullptr) std::memcpy(dst2 + base, out, n * sizeof(T));
   }
 }
 
 }  // namespace
 
 void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sources,
-                    size_t n_elems, DType dtype, ReduceOp op, int divisor) {
+                    size_t n_elems, DType dtype, ReduceOp op, int divisor, bool streaming) {
   const bool mean = op == ReduceOp::kMean;
   dispatch(dtype, op, [&]<class Tr, class Op>() {
     using T = typename Tr::T;
@@ -180,23 +188,24 @@ void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sou
     auto* out2 = static_cast<T*>(dst2);
     switch (n_sources) {
       case 1:
-        return reduce_fixed<Tr, Op, 1>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 1>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 2:
-        return reduce_fixed<Tr, Op, 2>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 2>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 3:
-        return reduce_fixed<Tr, Op, 3>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 3>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 4:
-        return reduce_fixed<Tr, Op, 4>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 4>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 5:
-        return reduce_fixed<Tr, Op, 5>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 5>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 6:
-        return reduce_fixed<Tr, Op, 6>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 6>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 7:
-        return reduce_fixed<Tr, Op, 7>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 7>(out, out2, sources, n_elems, mean, divisor, streaming);
       case 8:
-        return reduce_fixed<Tr, Op, 8>(out, out2, sources, n_elems, mean, divisor);
+        return reduce_fixed<Tr, Op, 8>(out, out2, sources, n_elems, mean, divisor, streaming);
       default:
-        return reduce_many<Tr, Op>(out, out2, sources, n_sources, n_elems, mean, divisor);
+        return reduce_many<Tr, Op>(out, out2, sources, n_sources, n_elems, mean, divisor,
+                                           streaming);
     }
   });
 }

@@ -37,18 +37,25 @@ double time_all_reduce(const SweepOptions& options, const SweepHooks& hooks, flo
                        size_t n) {
   std::fill(data, data + n, 0.0f);  // sums of zeros stay zero: no inf/NaN slow paths
   hooks.barrier();
-  auto start = Clock::now();
-  hooks.all_reduce(data, n);
-  hooks.all_reduce(data, n);
-  const double warm_s = std::chrono::duration<double>(Clock::now() - start).count() / 2;
-  const int64_t iterations = hooks.broadcast_from_0(
-      std::clamp<int64_t>(static_cast<int64_t>(options.repetition_ms * 1e-3 / warm_s), 1, 20000));
+  // Warm up in doubling batches until a batch lasts 2 ms on ordinal 0 (whose verdict every
+  // ordinal follows, so all make the same calls); its time per call sizes the repetitions.
+  double warm_s = 0;
+  for (int64_t batch = 2;; batch *= 2) {
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < batch; ++i) hooks.all_reduce(data, n);
+    warm_s = std::chrono::duration<double>(Clock::now() - start).count() /
+             static_cast<double>(batch);
+    const bool enough = warm_s * static_cast<double>(batch) > 2e-3 || batch >= (1 << 16);
+    if (hooks.broadcast_from_0(enough ? 1 : 0) == 1) break;
+  }
+  const int64_t iterations = hooks.broadcast_from_0(std::clamp<int64_t>(
+      static_cast<int64_t>(options.repetition_ms * 1e-3 / warm_s), 1, 100'000));
   std::vector<double> per_call;
   for (int r = 0; r < options.repetitions; ++r) {
     hooks.barrier();
-    start = Clock::now();
+    const auto begin = Clock::now();
     for (int64_t i = 0; i < iterations; ++i) hooks.all_reduce(data, n);
-    per_call.push_back(std::chrono::duration<double>(Clock::now() - start).count() /
+    per_call.push_back(std::chrono::duration<double>(Clock::now() - begin).count() /
                        static_cast<double>(iterations));
   }
   return median(per_call);

@@ -60,3 +60,28 @@ TEST(ReduceTest, MaxAndMinOverManyBlocks) {
 
 }  // namespace
 }  // namespace xs
+
+namespace xs {
+namespace {
+
+TEST(ReduceTest, StreamingStoresGiveTheSameResultAtAnyAlignment) {
+  for (size_t offset : {0u, 1u, 3u}) {
+    for (size_t n : {1u, 63u, 2048u, 5001u}) {
+      std::vector<float> a(n + 4), b(n + 4), plain(n + 4), streamed(n + 4), copy(n + 4);
+      for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = static_cast<float>(i);
+        b[i] = 0.5f * static_cast<float>(i);
+      }
+      const void* sources[] = {a.data() + offset, b.data() + offset};
+      reduce_sources(plain.data() + offset, nullptr, sources, 2, n, DType::kF32, ReduceOp::kSum,
+                     2, false);
+      reduce_sources(streamed.data() + offset, copy.data() + offset, sources, 2, n,
+                     DType::kF32, ReduceOp::kSum, 2, true);
+      EXPECT_EQ(plain, streamed) << "offset " << offset << " n " << n;
+      EXPECT_EQ(plain, copy) << "offset " << offset << " n " << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace xs
