@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "base/check.h"
 #include "runtime/detail/kernels.h"
@@ -69,7 +72,23 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
 
 }  // namespace
 
-void init_blas_threads() { openblas_set_num_threads(1); }
+void init_blas_threads() {
+  openblas_set_num_threads(1);
+  // Under a hypervisor OpenBLAS may not recognise the CPU and fall back to its SSE3
+  // (Prescott) kernels: about 4x slower GEMM on an AVX-512 machine (see bench/runtime). The
+  // choice is made when the library loads, so only the environment can fix it: say how, once.
+  static const bool warned = [] {
+    const std::string core = openblas_get_corename();
+    if (__builtin_cpu_supports("avx2") && (core == "Prescott" || core == "Core2" || core == "Nehalem")) {
+      spdlog::warn("OpenBLAS chose its {} kernels on a CPU with {}: set OPENBLAS_CORETYPE={} before "
+                   "starting for a several-fold faster GEMM",
+                   core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
+                   __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+    }
+    return true;
+  }();
+  (void)warned;
+}
 
 void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
               float* c) {
