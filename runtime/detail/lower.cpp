@@ -27,6 +27,7 @@ struct Group {
   std::vector<int> members;  // elementwise nodes, topological order
   Shape shape;               // loop shape
   bool epilogue_ok = false;  // kMatmul: its value has one elementwise consumer
+  bool absorbed = false;     // merged into a later group: emits no kernel
 };
 
 size_t bytes_of(const ValueType& t) { return numel(t.shape) * dtype_size(t.dtype); }
@@ -68,6 +69,31 @@ class Lowering {
     return true;
   }
 
+  // Moves the earlier loop holding operand `p` into group `g` when nothing scheduled between
+  // them reads it: `m = v * 0.9` traced before `g = x^T dy` then joins the GEMM's epilogue
+  // (`m + g`) instead of costing its own pass over a parameter-sized array.
+  void absorb(int p, int g) {
+    const int h = is_leaf(p) ? -1 : group_of_[p];
+    if (h < 0 || h >= g || groups_[h].kind != Kernel::Kind::kLoop || groups_[h].shape != groups_[g].shape) return;
+    const Group& gr = groups_[g];
+    for (int m : groups_[h].members) {
+      if (gr.kind == Kernel::Kind::kMatmul &&
+          (!gr.epilogue_ok || w_.nodes[m].type.dtype != w_.nodes[gr.node].type.dtype)) return;
+      for (int c : consumers_[m]) {
+        const int k = group_of_[c];
+        if (k >= 0 && k != h && k != g && k < g) return;
+        if (c == gr.node) return;  // the GEMM itself reads it: it must exist before the GEMM
+      }
+    }
+    for (int m : groups_[h].members) group_of_[m] = g;
+    std::vector<int>& into = groups_[g].members;
+    into.insert(into.end(), groups_[h].members.begin(), groups_[h].members.end());
+    std::sort(into.begin(), into.end());  // node ids are topological
+    groups_[h].members.clear();
+    groups_[h].kind = Kernel::Kind::kLoop;
+    groups_[h].absorbed = true;
+  }
+
   int new_group(Group g) {
     groups_.push_back(std::move(g));
     return static_cast<int>(groups_.size()) - 1;
@@ -91,6 +117,7 @@ class Lowering {
         if (joined < 0) joined = new_group({Kernel::Kind::kLoop, -1, {}, n.type.shape, false});
         groups_[joined].members.push_back(v);
         group_of_[v] = joined;
+        for (int p : n.operands) absorb(p, joined);
       } else if (n.op == Op::kMatmul) {
         const bool ok = !is_root_[v] && consumers_[v].size() == 1 && is_elementwise(w_.nodes[consumers_[v][0]].op);
         group_of_[v] = new_group({Kernel::Kind::kMatmul, v, {}, n.type.shape, ok});
@@ -273,6 +300,7 @@ void Lowering::emit() {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const int g = static_cast<int>(gi);
     const Group& gr = groups_[g];
+    if (gr.absorbed) continue;
     Kernel k;
     k.kind = gr.kind;
     if (gr.kind != Kernel::Kind::kLoop) {

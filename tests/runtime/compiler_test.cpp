@@ -168,3 +168,34 @@ TEST(Compiler, ThousandNodeChainCompilesAndRuns) {
 
 }  // namespace
 }  // namespace xs
+
+namespace xs {
+namespace {
+
+TEST(Compiler, EarlierLoopJoinsTheMatmulEpilogueThatConsumesIt) {
+  ScopedRuntime rt;
+  const Tensor x = iota({16, 24}), dy = iota({16, 8}), v = iota({24, 8}, 0.3f);
+  const Tensor decayed = v * 0.9;                              // traced before the GEMM
+  const Tensor update = decayed + matmul(x, dy, true, false);  // joins the GEMM's epilogue
+  auto p = compile_roots({update});
+  EXPECT_EQ(p->stats.kernels, 1);
+  EXPECT_EQ(p->stats.matmul_epilogues, 1);
+  const std::vector<float> got = update.to_vector<float>(), vv = v.to_vector<float>();
+  const std::vector<float> g = matmul(x, dy, true, false).to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], vv[i] * 0.9f + g[i], 1e-5) << i;
+}
+
+TEST(Compiler, LoopFeedingTheGemmIsNotMovedAfterIt) {
+  ScopedRuntime rt;
+  const Tensor x = iota({8, 8}), w = iota({8, 8}, 0.2f);
+  const Tensor a = x * 2.0;                 // read by the GEMM
+  const Tensor y = matmul(a, w) + a;        // and by its epilogue
+  auto p = compile_roots({y});
+  EXPECT_EQ(p->stats.kernels, 2);
+  const std::vector<float> got = y.to_vector<float>(), av = a.to_vector<float>();
+  const std::vector<float> m = matmul(a, w).to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], m[i] + av[i], 1e-5) << i;
+}
+
+}  // namespace
+}  // namespace xs
