@@ -23,7 +23,9 @@ AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string
 // XLA_SPAWN_ALLREDUCE_ALGO, or nullopt when unset.
 std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env();
 
-// The measured choice for a message of `bytes` among `world_size` replicas.
+// The measured choice for a message of `bytes` among `world_size` replicas: one-shot up
+// to one_shot_max_bytes, two-shot above (numbers in all_reduce_algorithm.cpp).
 AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size);
+size_t one_shot_max_bytes(int world_size);
 
 }  // namespace xs
