@@ -37,8 +37,9 @@ std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env() {
 
 // One-shot below, two-shot from this size on. Measured with each schedule forced
 // (XLA_SPAWN_ALLREDUCE_ALGO, best of two sweep medians, 2-core machine under load):
-//   for n in 2 4 8; do for a in oneshot twoshot ring cma; do XLA_SPAWN_ALLREDUCE_ALGO=$a \
-//     all_reduce_sweep --nprocs $n --max-bytes 4194304 --factor 2; done; done
+//   for n in 2 4 8; do for a in oneshot twoshot ring cma; do
+//     XLA_SPAWN_ALLREDUCE_ALGO=$a all_reduce_sweep --nprocs $n --max-bytes 4194304 --factor 2
+//   done; done
 //   N = 2: one-shot  2.2 us at  8 KiB vs 8.8;  13.0 vs 11.6 at 16 KiB; 28.6 vs 11.2 at 32 KiB
 //   N = 4: one-shot 12.6 us at  8 KiB vs 14.4; 18.1 vs 17.0 at 16 KiB; 25.7 vs 21.2 at 32 KiB
 //   N = 8: one-shot 40.6 us at 16 KiB vs 53.4; 62.5 vs 64.9 at 32 KiB; 116 vs 86 at 64 KiB
