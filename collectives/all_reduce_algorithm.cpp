@@ -35,24 +35,27 @@ std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env() {
   return parse_all_reduce_algorithm(*text, kAllReduceAlgorithmEnv);
 }
 
-// One-shot below, two-shot from this size on. Measured with each schedule forced
-// (XLA_SPAWN_ALLREDUCE_ALGO, best of two sweep medians, 2-core machine under load):
+// One-shot below one_shot_max_bytes; above it, CMA when every replica has a core of its
+// own and the two-shot when they share cores. Measured with each schedule forced (busbw
+// or time, medians; the 2-core machine shared with other work, see the README):
 //   for n in 2 4 8; do for a in oneshot twoshot ring cma; do
 //     XLA_SPAWN_ALLREDUCE_ALGO=$a all_reduce_sweep --nprocs $n --max-bytes 4194304 --factor 2
 //   done; done
 //   N = 2: one-shot  2.2 us at  8 KiB vs 8.8;  13.0 vs 11.6 at 16 KiB; 28.6 vs 11.2 at 32 KiB
+//          CMA vs two-shot busbw (GB/s): 128 KiB 7.3-10.3 vs 6.5-7.3, 512 KiB 8.6-9.2 vs
+//          5.2-7.1, 2 MiB 5.6-8.1 vs 4.4-5.8, 32 MiB 5.6-6.7 vs 6.1-6.2
 //   N = 4: one-shot 12.6 us at  8 KiB vs 14.4; 18.1 vs 17.0 at 16 KiB; 25.7 vs 21.2 at 32 KiB
-//   N = 8: one-shot 40.6 us at 16 KiB vs 53.4; 62.5 vs 64.9 at 32 KiB; 116 vs 86 at 64 KiB
-// The ring never won (2(N-1) dependent hops per slab) and stays the reference; CMA was
-// within noise of the two-shot (better at some sizes, worse at others) and needs ptrace
-// rights between replicas, so it is only used when forced.
+//   N = 8: one-shot 40.6 us at 16 KiB vs 53.4; 62.5 vs 64.9 at 32 KiB; 116 vs 86 at 64 KiB;
+//          two-shot vs CMA: 609 vs 789 us at 512 KiB, 2965 vs 2912 at 2 MiB, 5832 vs 7040
+//          at 4 MiB (sleeping replicas pay the CMA system calls on the critical path)
+// The ring never won (2(N-1) dependent hops per slab) and stays the reference.
 size_t one_shot_max_bytes(int world_size) {
   return world_size <= 4 ? (size_t{16} << 10) : (size_t{32} << 10);
 }
 
-AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size) {
-  return bytes <= one_shot_max_bytes(world_size) ? AllReduceAlgorithm::kOneShot
-                                                 : AllReduceAlgorithm::kTwoShot;
+AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size, bool spinning) {
+  if (bytes <= one_shot_max_bytes(world_size)) return AllReduceAlgorithm::kOneShot;
+  return spinning ? AllReduceAlgorithm::kCma : AllReduceAlgorithm::kTwoShot;
 }
 
 }  // namespace xs

@@ -3,7 +3,7 @@
 // forced with XLA_SPAWN_ALLREDUCE_ALGO=ring|oneshot|twoshot|cma (or ShmCommunicatorOptions).
 //
 //   auto forced = xs::all_reduce_algorithm_from_env();          // nullopt: choose per call
-//   xs::AllReduceAlgorithm a = xs::choose_all_reduce_algorithm(bytes, world_size);
+//   xs::AllReduceAlgorithm a = xs::choose_all_reduce_algorithm(bytes, world_size, spinning);
 
 #include <cstddef>
 #include <optional>
@@ -23,9 +23,10 @@ AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string
 // XLA_SPAWN_ALLREDUCE_ALGO, or nullopt when unset.
 std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env();
 
-// The measured choice for a message of `bytes` among `world_size` replicas: one-shot up
-// to one_shot_max_bytes, two-shot above (numbers in all_reduce_algorithm.cpp).
-AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size);
+// The measured choice for a message of `bytes` among `world_size` replicas, `spinning`
+// when they have a core each: one-shot up to one_shot_max_bytes, then CMA when spinning,
+// else the two-shot (numbers in all_reduce_algorithm.cpp).
+AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size, bool spinning);
 size_t one_shot_max_bytes(int world_size);
 
 }  // namespace xs

@@ -43,7 +43,12 @@ const Segment& ShmCommunicator::segment() const {
 }
 
 AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes) const {
-  return forced_ ? *forced_ : choose_all_reduce_algorithm(n_bytes, world_size());
+  const AllReduceAlgorithm chosen =
+      forced_ ? *forced_
+              : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
+  // CMA that turned out not to be permitted runs as the staging two-shot.
+  if (chosen == AllReduceAlgorithm::kCma && cma_ == false) return AllReduceAlgorithm::kTwoShot;
+  return chosen;
 }
 
 void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {

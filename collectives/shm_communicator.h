@@ -45,7 +45,8 @@ class ShmCommunicator final : public Communicator {
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                  std::span<const std::byte> payload) override;
 
-  // The schedule all_reduce uses for this size (the forced one, if any).
+  // The schedule all_reduce uses for this size (the forced one, if any; kCma reads as
+  // kTwoShot once replicas were found not to be allowed cross-memory access).
   AllReduceAlgorithm all_reduce_algorithm(size_t n_bytes) const;
   const Segment& segment() const;
 
