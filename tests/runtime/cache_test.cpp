@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "runtime/graph.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
 #include "tests/support/scoped_env.h"
@@ -134,6 +135,43 @@ TEST(CompileCache, HostReadSyncsOnlyWhatItNeedsAndCountsOutsideGraph) {
   EXPECT_EQ(rt->metrics().counter(kCounterOpsOutsideGraph), 1);
   EXPECT_EQ(rt->metrics().counter(kCounterMarkStep), 0);
   EXPECT_EQ(rt->metrics().counter(kCounterTransferFromDevice), 1);
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+uint64_t hash_of(const std::vector<Tensor>& roots, bool donation = false) {
+  std::vector<NodePtr> nodes;
+  for (const Tensor& t : roots) nodes.push_back(t.ir());
+  return cut_graph(nodes, donation).hash;
+}
+
+TEST(GraphHash, DependsOnStructureNotOnValues) {
+  ScopedRuntime rt;
+  const Tensor a = Tensor::from_vector<float>({1, 2}, {2}), b = Tensor::from_vector<float>({3, 4}, {2});
+  EXPECT_EQ(hash_of({exp(a) + 1.5}), hash_of({exp(b) + 7.0}));  // other data, other scalar
+  EXPECT_EQ(make_data(a.buffer(), a.type())->hash, make_data(b.buffer(), b.type())->hash);
+  EXPECT_NE(hash_of({exp(a)}), hash_of({tanh(a)}));
+  EXPECT_NE(hash_of({a + 1.0}), hash_of({a + 0.0}));  // 0 and 1 are constants
+}
+
+TEST(GraphHash, DistinguishesSharedFromDistinctInputs) {
+  ScopedRuntime rt;
+  const Tensor a = Tensor::from_vector<float>({1, 2}, {2}), b = Tensor::from_vector<float>({3, 4}, {2});
+  EXPECT_NE(hash_of({a + a}), hash_of({a + b}));
+  EXPECT_NE(hash_of({a + b, a}), hash_of({a + b, b}));  // root order matters
+}
+
+TEST(GraphHash, IncludesDonation) {
+  ScopedRuntime rt;
+  Tensor w = Tensor::from_vector<float>({1, 2}, {2});
+  const uint64_t held = hash_of({w * 2.0}, true);
+  const Tensor update = w * 2.0;
+  w = Tensor();  // nothing holds the old buffer but the IR now
+  EXPECT_NE(hash_of({update}, true), held);
 }
 
 }  // namespace

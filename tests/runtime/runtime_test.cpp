@@ -249,3 +249,25 @@ TEST(Buffer, FreedBuffersAreReusedFromThePool) {
 
 }  // namespace
 }  // namespace xs
+
+namespace xs {
+namespace {
+
+TEST(Metrics, TimerKeepsCountTotalAndPercentiles) {
+  Metrics m;
+  for (int i = 1; i <= 100; ++i) m.record_ns("T", i * 1000.0);
+  const TimerStats t = m.timer("T");
+  EXPECT_EQ(t.count, 100);
+  EXPECT_DOUBLE_EQ(t.total_ns, 5050 * 1000.0);
+  EXPECT_NEAR(t.percentile_ns(50), 50'500, 1000);
+  EXPECT_NEAR(t.percentile_ns(99), 99'000, 1000);
+  EXPECT_EQ(m.counter("never"), 0);
+  m.increment("C", 3);
+  EXPECT_EQ(m.counter("C"), 3);
+  m.reset();
+  EXPECT_EQ(m.counter("C"), 0);
+  EXPECT_EQ(m.timer("T").count, 0);
+}
+
+}  // namespace
+}  // namespace xs
