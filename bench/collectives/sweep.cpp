@@ -68,6 +68,8 @@ std::vector<size_t> sweep_sizes(const SweepOptions& options) {
   for (size_t s = options.min_bytes; s <= options.max_bytes; s *= options.factor) {
     sizes.push_back(s);
   }
+  // 8 B x 4^k never lands on 256 MiB: always end with the largest size asked for.
+  if (sizes.empty() || sizes.back() != options.max_bytes) sizes.push_back(options.max_bytes);
   return sizes;
 }
 
