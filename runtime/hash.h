@@ -1,7 +1,7 @@
 #pragma once
 // 64-bit hash combining for IR nodes and graphs. Not cryptographic: a collision between two
 // different graphs would reuse the wrong program, so the mix is strong (splitmix64 finaliser)
-// and graphs are also checked for input count and types on lookup.
+// and a program checks its input count and sizes on every run.
 //
 //   uint64_t h = hash_combine(hash_combine(kSeed, op), operand_hash);
 
