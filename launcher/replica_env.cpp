@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <random>
 
 #include <fmt/format.h>
@@ -18,6 +19,23 @@ std::string make_job_id() {
   const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
   const uint32_t salt = device() ^ static_cast<uint32_t>(now) ^ static_cast<uint32_t>(now >> 32);
   return fmt::format("xs-{}-{:08x}", ::getpid(), salt);
+}
+
+std::vector<EnvVar> compute_env_defaults() {
+  std::vector<EnvVar> vars;
+  auto set_default = [&vars](const char* name, const char* value) {
+    if (std::getenv(name) == nullptr) vars.push_back({name, value});
+  };
+  set_default("OMP_NUM_THREADS", "1");
+  set_default("OPENBLAS_NUM_THREADS", "1");
+  // OpenBLAS's SkylakeX kernels need AVX-512 F, BW, DQ and VL; Haswell's need AVX2 and FMA.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    set_default("OPENBLAS_CORETYPE", "SkylakeX");
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    set_default("OPENBLAS_CORETYPE", "Haswell");
+  }
+  return vars;
 }
 
 std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size, int attempt,
@@ -39,6 +57,8 @@ std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int worl
       {n::kTorchLocalWorldSize, w},
       {n::kSegment, std::nullopt},
   };
+  const std::vector<EnvVar> defaults = compute_env_defaults();
+  vars.insert(vars.end(), defaults.begin(), defaults.end());
   vars.insert(vars.end(), extra.begin(), extra.end());
   return vars;
 }

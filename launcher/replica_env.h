@@ -22,8 +22,15 @@ struct EnvVar {
 // whether the job's launcher is still alive (stale resource sweeps).
 std::string make_job_id();
 
-// The variables for `ordinal` of `world_size`; `extra` (from JobResources) is applied last.
-// XLA_SPAWN_SEGMENT is unset unless `extra` sets it.
+// Defaults for the math libraries, each only where the launcher's own environment leaves the
+// variable unset: one thread per replica (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS = 1, as
+// torchrun does), and OPENBLAS_CORETYPE naming the CPU's real kernel class (SkylakeX on
+// AVX-512, Haswell on AVX2), because under a hypervisor OpenBLAS often fails to recognise the
+// CPU and falls back to its SSE3 kernels, about 4x slower at GEMM (see runtime/README.md).
+std::vector<EnvVar> compute_env_defaults();
+
+// The variables for `ordinal` of `world_size`: the contract, then compute_env_defaults(),
+// then `extra` (from JobResources). XLA_SPAWN_SEGMENT is unset unless `extra` sets it.
 std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size, int attempt,
                                 const std::vector<EnvVar>& extra);
 

@@ -60,6 +60,24 @@ TEST_P(EnvTest, EachReplicaGetsItsOrdinalWorldSizeAndTheSharedJobId) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Range(1, 9),
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
+TEST(EnvTest, MathLibrariesDefaultToOneThreadPerReplica) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--", "/usr/bin/env", "-u", "OMP_NUM_THREADS",
+                                     "-u", "OPENBLAS_NUM_THREADS", xla_spawn_path(), "-n", "1",
+                                     "--", helper_path(), "--do", "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] [0] ENV OMP_NUM_THREADS=1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] [0] ENV OPENBLAS_NUM_THREADS=1"), std::string::npos) << r.out;
+}
+
+TEST(EnvTest, UserSettingsOfMathLibrariesWin) {
+  const RunResult r = run_xla_spawn({"-n", "1", "--", "/usr/bin/env", "OPENBLAS_NUM_THREADS=3",
+                                     "OPENBLAS_CORETYPE=Prescott", xla_spawn_path(), "-n", "1",
+                                     "--", helper_path(), "--do", "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] [0] ENV OPENBLAS_NUM_THREADS=3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[0] [0] ENV OPENBLAS_CORETYPE=Prescott"), std::string::npos) << r.out;
+}
+
 TEST(EnvTest, JobIdDiffersBetweenJobs) {
   const RunResult a = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "print-env"});
   const RunResult b = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "print-env"});

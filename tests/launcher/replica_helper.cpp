@@ -81,7 +81,8 @@ void print_env() {
   for (const char* name :
        {"XLA_SPAWN_ORDINAL", "XLA_SPAWN_LOCAL_ORDINAL", "XLA_SPAWN_WORLD_SIZE",
         "XLA_SPAWN_LOCAL_WORLD_SIZE", "XLA_SPAWN_JOB_ID", "XLA_SPAWN_ATTEMPT", "XLA_SPAWN_SEGMENT",
-        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}) {
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE"}) {
     const char* value = std::getenv(name);
     std::printf("ENV %s=%s\n", name, value != nullptr ? value : "<unset>");
   }
