@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "runtime/autograd.h"
 #include "runtime/runtime.h"
 
 namespace xs {
@@ -16,7 +17,9 @@ Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs) {
     if (!t.defined()) throw InvalidArgument(fmt::format("{}: an operand is an undefined tensor", op_name(op)));
     nodes.push_back(t.ir());
   }
-  return Tensor::from_ir(make_node(op, std::move(nodes), std::move(attrs)));
+  Tensor result = Tensor::from_ir(make_node(op, std::move(nodes), attrs));
+  attach_grad_fn(result, op, attrs, operands);
+  return result;
 }
 
 #define XS_UNARY(fn, op) \
@@ -34,6 +37,7 @@ XS_UNARY(reciprocal, kReciprocal)
 XS_UNARY(tanh, kTanh)
 XS_UNARY(sigmoid, kSigmoid)
 XS_UNARY(gelu, kGelu)
+XS_UNARY(erf, kErf)
 XS_UNARY(sin, kSin)
 XS_UNARY(cos, kCos)
 XS_UNARY(logical_not, kLogicalNot)

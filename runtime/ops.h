@@ -30,6 +30,7 @@ Tensor reciprocal(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact (erf) form, as PyTorch's default
+Tensor erf(const Tensor& x);
 Tensor sin(const Tensor& x);
 Tensor cos(const Tensor& x);
 Tensor logical_not(const Tensor& x);

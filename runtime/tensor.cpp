@@ -176,6 +176,9 @@ void Tensor::assign(const Tensor& value) {
   TensorImpl& impl = checked("assign");
   impl.type = value.type();
   impl.node = value.ir();
+  // In-place semantics: the handle now holds value's history (none under no_grad).
+  impl.grad_fn = value.impl_->grad_fn;
+  if (impl.grad_fn) impl.requires_grad = true;
   impl.data = nullptr;
   impl.leaf = nullptr;
   if (impl.node->op == Op::kData) {  // assigning a materialised tensor: share its buffer
@@ -187,9 +190,19 @@ void Tensor::assign(const Tensor& value) {
 bool Tensor::requires_grad() const { return checked("requires_grad").requires_grad; }
 
 Tensor& Tensor::set_requires_grad(bool requires_grad) {
-  checked("set_requires_grad").requires_grad = requires_grad;
+  TensorImpl& impl = checked("set_requires_grad");
+  if (impl.grad_fn) {
+    throw InvalidArgument(fmt::format("set_requires_grad on a non-leaf {} (use detach() first)", type_str(impl.type)));
+  }
+  if (requires_grad && !is_float(impl.type.dtype)) {
+    throw InvalidArgument(fmt::format("set_requires_grad: only floating tensors can require gradients, not {}",
+                                      type_str(impl.type)));
+  }
+  impl.requires_grad = requires_grad;
   return *this;
 }
+
+bool Tensor::is_leaf() const { return checked("is_leaf").grad_fn == nullptr; }
 
 Tensor Tensor::grad() const {
   const TensorImpl& impl = checked("grad");

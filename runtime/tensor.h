@@ -23,6 +23,7 @@
 namespace xs {
 
 class Runtime;
+struct AutogradNode;  // runtime/autograd.h
 
 // Shared state behind Tensor handles. Registered with its runtime while alive, so
 // mark_step() can find every live pending value.
@@ -36,9 +37,11 @@ struct TensorImpl {
   BufferPtr data;  // set when materialised
   NodePtr node;    // set when pending
   NodePtr leaf;    // kData node wrapping `data`, made on first use so uses share one leaf
-  // Autograd (next issue): whether gradients flow to this tensor, and its gradient.
+  // Autograd: whether gradients flow to this tensor, its accumulated gradient (leaves), and
+  // the recorded op that produced it (non-leaves; null for leaves and under no_grad).
   bool requires_grad = false;
   std::shared_ptr<TensorImpl> grad;
+  std::shared_ptr<AutogradNode> grad_fn;
 
   Runtime* runtime;  // null once the runtime is gone
   std::list<TensorImpl*>::iterator registry_pos;
@@ -89,11 +92,13 @@ class Tensor {
   // the old buffer, if nothing else holds it, may then be overwritten by the step (aliasing).
   void assign(const Tensor& value);
 
-  // Autograd slots, filled by the autograd layer.
+  // Autograd (runtime/autograd.h). requires_grad is true for leaves marked so and for results
+  // of ops on them recorded while gradients are enabled; set_requires_grad is for leaves.
   bool requires_grad() const;
   Tensor& set_requires_grad(bool requires_grad);
-  Tensor grad() const;
-  void set_grad(const Tensor& grad);
+  bool is_leaf() const;
+  Tensor grad() const;  // undefined until backward() reaches this leaf
+  void set_grad(const Tensor& grad);  // an undefined `grad` clears it
 
   TensorImpl* impl() const { return impl_.get(); }
   bool same(const Tensor& other) const { return impl_ == other.impl_; }

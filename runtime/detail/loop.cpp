@@ -98,6 +98,7 @@ BlockFn float_fn(Op op) {
     case Op::kTanh: return XS_MAP1(T, std::tanh(x));
     case Op::kSigmoid: return XS_MAP1(T, T(1) / (T(1) + std::exp(-x)));
     case Op::kGelu: return XS_MAP1(T, T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752))));
+    case Op::kErf: return XS_MAP1(T, std::erf(x));
     case Op::kSin: return XS_MAP1(T, std::sin(x));
     case Op::kCos: return XS_MAP1(T, std::cos(x));
     case Op::kPow: return XS_MAP2(T, std::pow(x, y));

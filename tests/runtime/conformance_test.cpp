@@ -190,6 +190,7 @@ std::map<Op, Case> make_cases() {
   c[Op::kSigmoid] = unary(Op::kSigmoid, [](double x) { return 1 / (1 + std::exp(-x)); }, kFloat);
   c[Op::kGelu] = unary(Op::kGelu, [](double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }, kFloat);
   c[Op::kSin] = unary(Op::kSin, [](double x) { return std::sin(x); }, kFloat);
+  c[Op::kErf] = unary(Op::kErf, [](double x) { return std::erf(x); }, kFloat);
   c[Op::kCos] = unary(Op::kCos, [](double x) { return std::cos(x); }, kFloat);
   c[Op::kLogicalNot] = unary(Op::kLogicalNot, [](double x) { return x == 0; }, {DType::kBool});
   c[Op::kAdd] = binary(Op::kAdd, [](double x, double y) { return x + y; }, kAll);
