@@ -37,7 +37,8 @@ Waiter::Waiter(const Segment& segment, int64_t timeout_ms)
                    ? env_int(kSpinEnv, 0, 1'000'000).value_or(kDefaultSpinNs / 1000) * 1000
                    : 0) {}
 
-void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& probe) {
+void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& probe,
+                       const std::function<int()>& blame) {
   const Segment& segment = *segment_;
   shm::ControlBlock& control = segment.control();
   const auto start = Clock::now();
@@ -45,8 +46,9 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   // Not at once: most waits end within microseconds, and reading /proc costs more than that.
   auto next_liveness_check = start + std::chrono::milliseconds(kPollIntervalMs);
   for (;;) {
-    const Awaited awaited = probe();
+    Awaited awaited = probe();
     if (awaited.word == nullptr) return;
+    auto culprit = [&] { return awaited.ordinal >= 0 ? awaited.ordinal : blame(); };
     if (auto poisoned = segment.poison_message()) {
       throw PeerFailure(fmt::format("{} on ordinal {}: {} (had waited {:.3f} s for {})", operation,
                                     segment.ordinal(), *poisoned, seconds_since(start),
@@ -56,8 +58,8 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
     if (now >= deadline) {
       const std::string message = fmt::format(
           "{} on ordinal {}: timed out after {:.3f} s waiting for {} (timeout {} ms, set by {})",
-          operation, segment.ordinal(), seconds_since(start),
-          describe_peer(segment, awaited.ordinal), timeout_ms_, kCollectiveTimeoutEnv);
+          operation, segment.ordinal(), seconds_since(start), describe_peer(segment, culprit()),
+          timeout_ms_, kCollectiveTimeoutEnv);
       segment.poison(message);
       throw Timeout(message);
     }

@@ -42,7 +42,8 @@ inline constexpr int64_t kDefaultSpinNs = 1'000'000;
 int64_t collective_timeout_ms_from_env();
 
 // What a wait is blocked on: the futex word whose change may end it and the ordinal that
-// must change it. A default-constructed Awaited means "condition holds".
+// must change it (-1: not known cheaply; the wait's `blame` function finds it when needed).
+// A default-constructed Awaited means "condition holds".
 struct Awaited {
   const std::atomic<uint32_t>* word = nullptr;
   int ordinal = -1;
@@ -67,10 +68,17 @@ class Waiter {
   // the awaited ordinal and the time waited; both poison the segment first.
   template <class Probe>
   void wait(const char* operation, Probe&& probe) {
+    wait(operation, probe, [] { return -1; });
+  }
+  // As above; blame() names the ordinal waited for when probe() cannot say cheaply. It is
+  // called only for liveness checks and error messages.
+  template <class Probe, class Blame>
+  void wait(const char* operation, Probe&& probe, Blame&& blame) {
     if (probe().word == nullptr) [[likely]]
       return;
     if (spin_ns_ > 0 && spin(probe)) return;
-    wait_slow(operation, std::function<Awaited()>(std::ref(probe)));
+    wait_slow(operation, std::function<Awaited()>(std::ref(probe)),
+              std::function<int()>(std::ref(blame)));
   }
 
  private:
@@ -87,7 +95,8 @@ class Waiter {
       }
     }
   }
-  void wait_slow(const char* operation, const std::function<Awaited()>& probe);
+  void wait_slow(const char* operation, const std::function<Awaited()>& probe,
+                 const std::function<int()>& blame);
 
   const Segment* segment_;
   int64_t timeout_ms_;

@@ -109,16 +109,22 @@ void Rounds::wait_all(uint64_t round, int parity) {
     });
     return;
   }
+  // Oversubscribed: only the central word is probed (scanning every mailbox costs a cache
+  // miss per peer); who is late is worked out only for liveness checks and errors.
   const auto& barrier = segment.control().barrier_round;
-  waiter_.wait(operation_, [&]() -> Awaited {
-    if (reached(barrier.load(std::memory_order_acquire), target)) return {};
-    for (int j = 0; j < n; ++j) {
-      if (!reached(segment.slot(j).mailbox[parity].round.load(std::memory_order_acquire), target)) {
-        return {&barrier, j};
-      }
-    }
-    return {&barrier, -1};  // everyone posted; the last arrival is about to publish
-  });
+  waiter_.wait(
+      operation_,
+      [&]() -> Awaited {
+        if (reached(barrier.load(std::memory_order_acquire), target)) return {};
+        return {&barrier, -1};
+      },
+      [&] {
+        for (int j = 0; j < n; ++j) {
+          const auto& word = segment.slot(j).mailbox[parity].round;
+          if (!reached(word.load(std::memory_order_acquire), target)) return j;
+        }
+        return -1;  // everyone posted; the last arrival is about to publish
+      });
 }
 
 void Rounds::check_headers(int parity) const {
