@@ -298,8 +298,9 @@ Tensor all_reduce(const Tensor& x, ReduceOp op) {
 }
 
 Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim) {
-  // Stable: shift by the (constant w.r.t. gradients) max before exponentiating.
-  const Tensor m = max(x, {axis}, true);
+  // Stable: shift by the max before exponentiating. The shift cancels in the value, so it is
+  // detached: its gradient is zero and recording it would only add work to the backward.
+  const Tensor m = detach(max(x, {axis}, true));
   Tensor out = log(sum(exp(x - m), {axis}, true)) + m;
   return keepdim ? out : reshape(out, [&] {
     Shape s = x.shape();
@@ -309,7 +310,7 @@ Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x, int64_t axis) {
-  const Tensor e = exp(x - max(x, {axis}, true));
+  const Tensor e = exp(x - detach(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
 }
 

@@ -1,0 +1,34 @@
+#include "runtime/loss.h"
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "runtime/ops.h"
+
+namespace xs {
+
+Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& labels) {
+  if (logits.dim() != 2 || labels.dim() != 1 || labels.shape()[0] != logits.shape()[0]) {
+    throw InvalidArgument(fmt::format("cross_entropy: logits {} must be [N, C] and labels {} [N]",
+                                      type_str(logits.type()), type_str(labels.type())));
+  }
+  // one_hot * log_softmax (elementwise, fuses) rather than gather/scatter on the backward.
+  const Tensor picked = one_hot(labels, logits.shape()[1], logits.dtype()) * log_softmax(logits, 1);
+  return -sum(picked, {1});
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  return mean(cross_entropy_per_sample(logits, labels));
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weight, const Tensor& divisor) {
+  if (weight.shape() != Shape{logits.shape().at(0)} || divisor.dim() != 0) {
+    throw InvalidArgument(fmt::format("cross_entropy: weight {} must be [N] and divisor {} 0-d for logits {}",
+                                      type_str(weight.type()), type_str(divisor.type()), type_str(logits.type())));
+  }
+  return sum(cross_entropy_per_sample(logits, labels) * weight) / divisor;
+}
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target) { return mean(square(prediction - target)); }
+
+}  // namespace xs

@@ -1,0 +1,23 @@
+#include "runtime/nn/linear.h"
+
+#include <cmath>
+
+#include "runtime/nn/init.h"
+#include "runtime/ops.h"
+
+namespace xs {
+
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias) {
+  weight_ = &register_parameter("weight", kaiming_uniform({out_features, in_features}, in_features, gen));
+  if (bias) {
+    const double bound = 1 / std::sqrt(static_cast<double>(in_features));
+    bias_ = &register_parameter("bias", uniform_tensor({out_features}, -bound, bound, gen));
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  const Tensor y = matmul(x, *weight_, false, true);
+  return bias_ ? y + *bias_ : y;
+}
+
+}  // namespace xs

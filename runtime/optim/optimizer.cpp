@@ -1,0 +1,92 @@
+#include "runtime/optim/optimizer.h"
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "runtime/autograd.h"
+
+namespace xs {
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].defined() || !params_[i].requires_grad() || !params_[i].is_leaf()) {
+      throw InvalidArgument(fmt::format("Optimizer: parameter {} is not a leaf that requires gradients", i));
+    }
+  }
+  set_lr(lr);
+}
+
+void Optimizer::init_state() {
+  const std::vector<std::string> names = state_names();
+  state_.assign(params_.size(), {});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t k = 0; k < names.size(); ++k) {
+      state_[i].push_back(Tensor::full_data(params_[i].shape(), 0, params_[i].dtype()));
+    }
+  }
+}
+
+void Optimizer::set_lr(double lr) {
+  if (!(lr >= 0)) throw InvalidArgument(fmt::format("Optimizer: learning rate {} is not >= 0", lr));
+  lr_value_ = lr;
+  lr_ = Tensor::full_data({}, lr);  // data, even for 0 or 1: the graph never sees the value
+}
+
+std::vector<Tensor> Optimizer::gradients() const {
+  std::vector<Tensor> out;
+  out.reserve(params_.size());
+  for (const Tensor& p : params_) out.push_back(p.grad());
+  return out;
+}
+
+void Optimizer::apply(const std::vector<Tensor>& grads) {
+  if (grads.size() != params_.size()) {
+    throw InvalidArgument(fmt::format("Optimizer::apply: {} gradients for {} parameters", grads.size(), params_.size()));
+  }
+  NoGradGuard no_grad;
+  ++steps_;
+  begin_step();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    if (grads[i].shape() != params_[i].shape()) {
+      throw InvalidArgument(fmt::format("Optimizer::apply: gradient {} for parameter {} of {}", type_str(grads[i].type()),
+                                        i, type_str(params_[i].type())));
+    }
+    update(params_[i], grads[i], state_[i]);
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.set_grad({});
+}
+
+NamedTensors Optimizer::named_state() const {
+  NamedTensors out;
+  out.emplace_back("step", Tensor::from_vector<int64_t>({steps_}, {}));
+  const std::vector<std::string> names = state_names();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    for (size_t k = 0; k < names.size(); ++k) out.emplace_back(fmt::format("{}.{}", i, names[k]), state_[i][k]);
+  }
+  return out;
+}
+
+void Optimizer::load_state(const NamedTensors& state) {
+  const NamedTensors mine = named_state();
+  if (state.size() != mine.size()) {
+    throw InvalidArgument(fmt::format("Optimizer::load_state: {} entries, expected {}", state.size(), mine.size()));
+  }
+  for (size_t j = 0; j < mine.size(); ++j) {
+    const auto& [name, t] = state[j];
+    if (name != mine[j].first || t.type() != mine[j].second.type()) {
+      throw InvalidArgument(fmt::format("Optimizer::load_state: entry {} is '{}' {}, expected '{}' {}", j, name,
+                                        type_str(t.type()), mine[j].first, type_str(mine[j].second.type())));
+    }
+  }
+  steps_ = state[0].second.to_vector<int64_t>()[0];
+  for (size_t j = 1; j < state.size(); ++j) {
+    const size_t i = (j - 1) / state_names().size(), k = (j - 1) % state_names().size();
+    state_[i][k].assign(state[j].second);
+  }
+}
+
+}  // namespace xs
