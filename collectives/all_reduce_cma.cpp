@@ -17,7 +17,9 @@ namespace {
 // Bytes per peer per block: the N - 1 blocks stay in L2 while they are reduced, and big
 // blocks amortise the page pinning of each system call. Measured at N = 2 (busbw, 2 MiB):
 // 32 KiB 9.0-9.2 GB/s, 256 KiB 8.2-9.6; at N = 8, 128 KiB blocks cost 60% more CPU than 32.
-size_t block_bytes(int world_size) { return world_size <= 2 ? size_t{256} << 10 : 32 << 10; }
+size_t block_bytes(int world_size) {
+  return world_size <= 2 ? size_t{256} << 10 : 32 << 10;
+}
 
 void* peer_address(Rounds& rounds, int ordinal, int parity) {
   void* address;

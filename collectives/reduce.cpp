@@ -205,7 +205,7 @@ void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sou
         return reduce_fixed<Tr, Op, 8>(out, out2, sources, n_elems, mean, divisor, streaming);
       default:
         return reduce_many<Tr, Op>(out, out2, sources, n_sources, n_elems, mean, divisor,
-                                           streaming);
+                                   streaming);
     }
   });
 }

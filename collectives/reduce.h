@@ -26,8 +26,7 @@ void check_reducible(const char* operation, DType dtype);
 // dst2, when not null, receives a copy of the result. `streaming` writes dst with
 // non-temporal stores (see collectives/detail/stream_copy.h).
 void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sources,
-                    size_t n_elems, DType dtype, ReduceOp op, int divisor,
-                    bool streaming = false);
+                    size_t n_elems, DType dtype, ReduceOp op, int divisor, bool streaming = false);
 
 // Ring steps, on accumulator-typed partials (see accumulator_size):
 // acc_out[i] = acc(own[i]).

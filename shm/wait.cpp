@@ -52,7 +52,7 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
     if (auto poisoned = segment.poison_message()) {
       throw PeerFailure(fmt::format("{} on ordinal {}: {} (had waited {:.3f} s for {})", operation,
                                     segment.ordinal(), *poisoned, seconds_since(start),
-                                    describe_peer(segment, awaited.ordinal)));
+                                    describe_peer(segment, culprit())));
     }
     const auto now = Clock::now();
     if (now >= deadline) {
@@ -63,7 +63,7 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
       segment.poison(message);
       throw Timeout(message);
     }
-    if (now >= next_liveness_check && awaited.ordinal >= 0) {
+    if (now >= next_liveness_check && (awaited.ordinal = culprit()) >= 0) {
       next_liveness_check = now + std::chrono::milliseconds(kPollIntervalMs);
       const int32_t pid = segment.slot(awaited.ordinal).pid.load(std::memory_order_acquire);
       if (pid != 0 && !process_alive(pid)) {

@@ -43,13 +43,13 @@ double time_all_reduce(const SweepOptions& options, const SweepHooks& hooks, flo
   for (int64_t batch = 2;; batch *= 2) {
     const auto start = Clock::now();
     for (int64_t i = 0; i < batch; ++i) hooks.all_reduce(data, n);
-    warm_s = std::chrono::duration<double>(Clock::now() - start).count() /
-             static_cast<double>(batch);
+    warm_s =
+        std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(batch);
     const bool enough = warm_s * static_cast<double>(batch) > 2e-3 || batch >= (1 << 16);
     if (hooks.broadcast_from_0(enough ? 1 : 0) == 1) break;
   }
-  const int64_t iterations = hooks.broadcast_from_0(std::clamp<int64_t>(
-      static_cast<int64_t>(options.repetition_ms * 1e-3 / warm_s), 1, 100'000));
+  const int64_t iterations = hooks.broadcast_from_0(
+      std::clamp<int64_t>(static_cast<int64_t>(options.repetition_ms * 1e-3 / warm_s), 1, 100'000));
   std::vector<double> per_call;
   for (int r = 0; r < options.repetitions; ++r) {
     hooks.barrier();

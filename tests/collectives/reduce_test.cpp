@@ -73,10 +73,10 @@ TEST(ReduceTest, StreamingStoresGiveTheSameResultAtAnyAlignment) {
         b[i] = 0.5f * static_cast<float>(i);
       }
       const void* sources[] = {a.data() + offset, b.data() + offset};
-      reduce_sources(plain.data() + offset, nullptr, sources, 2, n, DType::kF32, ReduceOp::kSum,
-                     2, false);
-      reduce_sources(streamed.data() + offset, copy.data() + offset, sources, 2, n,
-                     DType::kF32, ReduceOp::kSum, 2, true);
+      reduce_sources(plain.data() + offset, nullptr, sources, 2, n, DType::kF32, ReduceOp::kSum, 2,
+                     false);
+      reduce_sources(streamed.data() + offset, copy.data() + offset, sources, 2, n, DType::kF32,
+                     ReduceOp::kSum, 2, true);
       EXPECT_EQ(plain, streamed) << "offset " << offset << " n " << n;
       EXPECT_EQ(plain, copy) << "offset " << offset << " n " << n;
     }
