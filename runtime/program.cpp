@@ -51,9 +51,9 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
 std::string Program::text() const {
   std::string out = fmt::format(
       "program: {} kernels, nodes {} -> {} (folded {}, cse {}, dce {}), fused loops {} ({} ops), "
-      "matmul epilogues {}, in place {}, donated outputs {}, arena {} bytes\n",
+      "matmul epilogues {}, gemm accumulates {}, in place {}, donated outputs {}, arena {} bytes\n",
       stats.kernels, stats.nodes_in, stats.nodes_out, stats.folded, stats.cse_merged, stats.dce_removed,
-      stats.fused_loops, stats.fused_ops, stats.matmul_epilogues, stats.in_place, stats.donated_outputs,
+      stats.fused_loops, stats.fused_ops, stats.matmul_epilogues, stats.gemm_accumulates, stats.in_place, stats.donated_outputs,
       stats.arena_bytes);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];

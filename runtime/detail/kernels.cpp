@@ -138,7 +138,9 @@ void run_op_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Ar
     case Op::kConcat: return concat_kernel(attrs, ins, out);
     case Op::kBroadcast: return broadcast_kernel(ins[0], out);
     case Op::kPad: return pad_kernel(attrs, ins[0], out);
-    case Op::kMatmul: return matmul_kernel(attrs, ins[0], ins[1], out);
+    case Op::kMatmul:
+      if (ins.size() == 4) return matmul_accumulate_kernel(attrs, ins, out);
+      return matmul_kernel(attrs, ins[0], ins[1], out);
     case Op::kConv2d: return conv2d_kernel(attrs, ins[0], ins[1], out);
     case Op::kMaxPool2d: case Op::kAvgPool2d: return pool2d_kernel(op, attrs, ins[0], out);
     case Op::kConv2dGradInput: return conv2d_grad_input_kernel(attrs, ins[0], ins[1], out);

@@ -39,6 +39,8 @@ void concat_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out)
 void broadcast_kernel(const Arg& in, const Arg& out);
 void pad_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
 void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& out);
+// ins = {a, b, c, beta}: out = op(a) op(b) + beta * c (2-D f32/f64; out may be c's storage).
+void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& out);
 void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out);
 void conv2d_grad_input_kernel(const Attrs& attrs, const Arg& grad_out, const Arg& w, const Arg& out);

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -28,6 +30,19 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
   Eigen::Map<RowMat<T>> cm(c, m, n);
   if (k == 0) {
     cm.setZero();
+    return;
+  }
+  // f32/f64 straight to OpenBLAS with beta = 0: Eigen's BLAS path zeroes C and then calls
+  // gemm with beta = 1, an extra write and read of the whole output.
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    const auto to = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
+    const blasint bm = static_cast<blasint>(m), bn = static_cast<blasint>(n), bk = static_cast<blasint>(k);
+    const blasint lda = ta ? bm : bk, ldb = tb ? bk : bn;
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemm(CblasRowMajor, to(ta), to(tb), bm, bn, bk, 1.0f, a, lda, b, ldb, 0.0f, c, bn);
+    } else {
+      cblas_dgemm(CblasRowMajor, to(ta), to(tb), bm, bn, bk, 1.0, a, lda, b, ldb, 0.0, c, bn);
+    }
     return;
   }
   Eigen::Map<const RowMat<T>> am(a, ta ? k : m, ta ? m : k);
@@ -117,6 +132,29 @@ void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& ou
       return from_float(cf, out.data);
     }
     case DType::kBool: XS_CHECK(false, "matmul on bool is rejected by the shape rule");
+  }
+}
+
+void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
+  const bool ta = attrs.flag & 1, tb = attrs.flag & 2;
+  const Shape& as = ins[0].type->shape;
+  const Shape& cs = out.type->shape;
+  const blasint m = static_cast<blasint>(cs[0]), n = static_cast<blasint>(cs[1]);
+  const blasint k = static_cast<blasint>(as[ta ? 0 : 1]);
+  const size_t bytes = static_cast<size_t>(m) * n * dtype_size(out.type->dtype);
+  if (ins[2].data != out.data && bytes > 0) std::memcpy(out.data, ins[2].data, bytes);
+  if (m == 0 || n == 0) return;
+  const auto to = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
+  const blasint lda = ta ? m : k, ldb = tb ? k : n;
+  if (out.type->dtype == DType::kF32) {
+    const float beta = *static_cast<const float*>(ins[3].data);
+    cblas_sgemm(CblasRowMajor, to(ta), to(tb), m, n, k, 1.0f, static_cast<const float*>(ins[0].data), lda,
+                static_cast<const float*>(ins[1].data), ldb, beta, static_cast<float*>(out.data), n);
+  } else {
+    XS_CHECK(out.type->dtype == DType::kF64, "accumulating matmul on {}", dtype_name(out.type->dtype));
+    const double beta = *static_cast<const double*>(ins[3].data);
+    cblas_dgemm(CblasRowMajor, to(ta), to(tb), m, n, k, 1.0, static_cast<const double*>(ins[0].data), lda,
+                static_cast<const double*>(ins[1].data), ldb, beta, static_cast<double*>(out.data), n);
   }
 }
 

@@ -162,8 +162,14 @@ class Lowering {
   }
 
   bool in_place_ok(int g, int u, int d) const {
-    if (g < 0) return false;  // the GEMM reads its operands while writing: never in place
+    if (g < 0) return false;
     const Group& gr = groups_[g];
+    // A GEMM reads its operands while writing: never in place, except an accumulating GEMM
+    // over its own accumulator (C = A B + beta C is what gemm does in place).
+    if (gr.kind == Kernel::Kind::kMatmul) {
+      const std::vector<int>& ops = w_.nodes[gr.node].operands;
+      return gr.members.empty() && ops.size() == 4 && ops[2] == u && ops[0] != u && ops[1] != u;
+    }
     if (bytes_of(w_.nodes[u].type) != bytes_of(w_.nodes[d].type)) return false;
     if (gr.kind == Kernel::Kind::kLoop) return w_.nodes[u].type.shape == gr.shape;
     return gr.kind == Kernel::Kind::kOp &&
@@ -228,7 +234,7 @@ class Lowering {
       const int g = static_cast<int>(gi);
       std::vector<int> dying;
       for (int u : uses(g)) if (last_use[u] == g && !is_root_[u]) dying.push_back(u);
-      for (int d : defs(g)) storage_of_[d] = take_storage(groups_[g].kind == Kernel::Kind::kMatmul ? -1 : g, d, dying);
+      for (int d : defs(g)) storage_of_[d] = take_storage(g, d, dying);
       for (int u : dying) {
         if (u < 0) continue;
         const Storage& s = p_.storages[storage_of_[u]];
@@ -337,6 +343,7 @@ std::shared_ptr<Program> compile_graph(const Graph& graph) {
   detail::Work work{graph.nodes, graph.roots};
   detail::fold_constants(work, program->stats);
   detail::eliminate_common_subexpressions(work, program->stats);
+  detail::fuse_gemm_accumulate(work, program->stats);
   detail::eliminate_dead_code(work, program->stats);
   detail::Lowering lowering(work, *program);
   lowering.donated_ = graph.donated;

@@ -138,4 +138,53 @@ void eliminate_dead_code(Work& w, CompileStats& stats) {
   stats.nodes_out = static_cast<int64_t>(w.nodes.size());
 }
 
+namespace {
+
+// The accumulating form applies when `m` is a plain 2-D f32/f64 matmul used only by `add` and
+// `scaled` is x * s (either order) with x of the matmul's type and s 0-d, used only by `add`.
+bool accumulate_operands(const Work& w, const std::vector<int>& uses, const std::vector<uint8_t>& is_root, int m,
+                         int scaled, int* x, int* s) {
+  const GNode& mm = w.nodes[m];
+  const GNode& mul = w.nodes[scaled];
+  if (mm.op != Op::kMatmul || mm.operands.size() != 2 || mul.op != Op::kMul) return false;
+  if (uses[m] != 1 || uses[scaled] != 1 || is_root[m] || is_root[scaled]) return false;
+  if (mm.type.shape.size() != 2 || w.nodes[mm.operands[0]].type.shape.size() != 2 ||
+      w.nodes[mm.operands[1]].type.shape.size() != 2) return false;
+  if (mm.type.dtype != DType::kF32 && mm.type.dtype != DType::kF64) return false;
+  for (int k = 0; k < 2; ++k) {
+    const GNode& a = w.nodes[mul.operands[k]];
+    const GNode& b = w.nodes[mul.operands[1 - k]];
+    if (a.type == mm.type && b.type.shape.empty() && b.type.dtype == mm.type.dtype) {
+      *x = mul.operands[k];
+      *s = mul.operands[1 - k];
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void fuse_gemm_accumulate(Work& w, CompileStats& stats) {
+  std::vector<int> uses(w.nodes.size(), 0);
+  std::vector<uint8_t> is_root(w.nodes.size(), 0);
+  for (const GNode& n : w.nodes) for (int o : n.operands) ++uses[o];
+  for (int r : w.roots) is_root[r] = 1;
+  for (GNode& n : w.nodes) {
+    if (n.op != Op::kAdd || n.operands.size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      const int m = n.operands[k], scaled = n.operands[1 - k];
+      int x = -1, s = -1;
+      if (!accumulate_operands(w, uses, is_root, m, scaled, &x, &s)) continue;
+      const GNode mm = w.nodes[m];
+      if (mm.type != n.type) continue;
+      n.op = Op::kMatmul;
+      n.attrs = mm.attrs;
+      n.operands = {mm.operands[0], mm.operands[1], x, s};
+      ++stats.gemm_accumulates;
+      break;
+    }
+  }
+}
+
 }  // namespace xs::detail

@@ -175,14 +175,30 @@ namespace {
 TEST(Compiler, EarlierLoopJoinsTheMatmulEpilogueThatConsumesIt) {
   ScopedRuntime rt;
   const Tensor x = iota({16, 24}), dy = iota({16, 8}), v = iota({24, 8}, 0.3f);
-  const Tensor decayed = v * 0.9;                              // traced before the GEMM
+  const Tensor decayed = v * 0.9 + 0.5;                        // traced before the GEMM
   const Tensor update = decayed + matmul(x, dy, true, false);  // joins the GEMM's epilogue
   auto p = compile_roots({update});
   EXPECT_EQ(p->stats.kernels, 1);
   EXPECT_EQ(p->stats.matmul_epilogues, 1);
   const std::vector<float> got = update.to_vector<float>(), vv = v.to_vector<float>();
   const std::vector<float> g = matmul(x, dy, true, false).to_vector<float>();
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], vv[i] * 0.9f + g[i], 1e-5) << i;
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], vv[i] * 0.9f + 0.5f + g[i], 1e-5) << i;
+}
+
+TEST(Compiler, ScaledBufferPlusMatmulIsOneAccumulatingGemmWrittenIntoTheDonatedBuffer) {
+  ScopedRuntime rt;
+  const Tensor x = iota({16, 24}), dy = iota({16, 8});
+  Tensor v = iota({24, 8}, 0.3f);
+  const std::vector<float> vv = v.to_vector<float>();
+  const std::vector<float> g = matmul(x, dy, true, false).to_vector<float>();
+  const Tensor momentum = Tensor::scalar(0.9);
+  v.assign(v * momentum + matmul(x, dy, true, false));  // SGD's momentum buffer update
+  mark_step();
+  EXPECT_EQ(rt->last_stats().kernels, 1);
+  EXPECT_EQ(rt->last_stats().gemm_accumulates, 1);
+  EXPECT_EQ(rt->last_stats().donated_outputs, 1);
+  const std::vector<float> got = v.to_vector<float>();
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], vv[i] * 0.9f + g[i], 1e-4) << i;
 }
 
 TEST(Compiler, LoopFeedingTheGemmIsNotMovedAfterIt) {
