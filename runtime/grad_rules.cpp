@@ -22,7 +22,8 @@ Grads grad_neg(const Ctx&, const Tensor& g) { return {-g}; }
 Grads grad_abs(const Ctx& c, const Tensor& g) { return {g * sign(in(c, 0))}; }
 Grads grad_zero(const Ctx& c, const Tensor&) { return {Tensor::zeros(in(c, 0).shape(), in(c, 0).dtype())}; }
 Grads grad_square(const Ctx& c, const Tensor& g) { return {g * in(c, 0) * 2.0}; }
-Grads grad_relu(const Ctx& c, const Tensor& g) { return {g * mask(gt(in(c, 0), zero_of(g)), g.dtype())}; }
+// From the output (relu(x) > 0 iff x > 0): the pre-activation then need not be kept.
+Grads grad_relu(const Ctx& c, const Tensor& g) { return {g * mask(gt(c.output, zero_of(g)), g.dtype())}; }
 Grads grad_exp(const Ctx& c, const Tensor& g) { return {g * c.output}; }
 Grads grad_log(const Ctx& c, const Tensor& g) { return {g / in(c, 0)}; }
 Grads grad_sqrt(const Ctx& c, const Tensor& g) { return {g * 0.5 / c.output}; }
