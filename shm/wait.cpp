@@ -35,7 +35,10 @@ Waiter::Waiter(const Segment& segment, int64_t timeout_ms)
       timeout_ms_(timeout_ms),
       spin_ns_(segment.spin_allowed()
                    ? env_int(kSpinEnv, 0, 1'000'000).value_or(kDefaultSpinNs / 1000) * 1000
-                   : 0) {}
+                   : 0),
+      yield_ns_(segment.spin_allowed()
+                    ? 0
+                    : env_int(kYieldEnv, 0, 1'000'000).value_or(kDefaultYieldNs / 1000) * 1000) {}
 
 void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& probe,
                        const std::function<int()>& blame) {
