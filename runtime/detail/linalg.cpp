@@ -160,6 +160,16 @@ void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, cons
 
 namespace {
 
+// Output columns ox in [lo, hi) read input column ox*s - p + j inside [0, w): bounds are
+// worked out once per kernel column, so the copy loops below carry no per-element checks.
+inline void valid_range(int64_t w, int64_t s, int64_t p, int64_t j, int64_t ow, int64_t* lo, int64_t* hi) {
+  const int64_t first = p - j;  // ox*s >= first
+  *lo = first <= 0 ? 0 : (first + s - 1) / s;
+  const int64_t last = w - 1 + p - j;  // ox*s <= last
+  *hi = last < 0 ? 0 : std::min(ow, last / s + 1);
+  if (*hi < *lo) *hi = *lo;
+}
+
 // cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j] (0 outside).
 template <typename T>
 void im2col(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
@@ -168,12 +178,20 @@ void im2col(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
     for (int64_t i = 0; i < kh; ++i)
       for (int64_t j = 0; j < kw; ++j) {
         T* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
+        int64_t lo, hi;
+        valid_range(w, p[1], p[3], j, ow, &lo, &hi);
         for (int64_t oy = 0; oy < oh; ++oy) {
           const int64_t y = oy * p[0] - p[2] + i;
-          for (int64_t ox = 0; ox < ow; ++ox) {
-            const int64_t xx = ox * p[1] - p[3] + j;
-            row[oy * ow + ox] = (y >= 0 && y < h && xx >= 0 && xx < w) ? x[(ci * h + y) * w + xx] : T(0);
+          T* out = row + oy * ow;
+          if (y < 0 || y >= h) {
+            std::fill(out, out + ow, T(0));
+            continue;
           }
+          const int64_t base = (ci * h + y) * w - p[3] + j;  // x[base + ox * sw] is column ox
+          std::fill(out, out + lo, T(0));
+          if (p[1] == 1) std::copy(x + base + lo, x + base + hi, out + lo);
+          else for (int64_t ox = lo; ox < hi; ++ox) out[ox] = x[base + ox * p[1]];
+          std::fill(out + hi, out + ow, T(0));
         }
       }
 }
@@ -190,8 +208,31 @@ void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, co
   }
 }
 
+// Without padding every window lies inside the plane: no bounds checks (the common case).
+template <typename T>
+void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out, const Shape& os) {
+  const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = os[2], ow = os[3];
+  const T scale = T(1) / static_cast<T>(p[0] * p[1]);
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * h * w;
+    T* op = out + pl * oh * ow;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const T* win = xp + oy * p[2] * w + ox * p[3];
+        T acc = is_max ? win[0] : T(0);
+        for (int64_t i = 0; i < p[0]; ++i)
+          for (int64_t j = 0; j < p[1]; ++j) {
+            const T v = win[i * w + j];
+            acc = is_max ? (v > acc || std::isnan(v) ? v : acc) : acc + v;
+          }
+        op[oy * ow + ox] = is_max ? acc : acc * scale;
+      }
+  }
+}
+
 template <typename T>
 void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out, const Shape& os) {
+  if (p[4] == 0 && p[5] == 0) return pool_unpadded(is_max, p, x, xs, out, os);
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = os[2], ow = os[3];
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* xp = x + pl * h * w;
@@ -266,13 +307,15 @@ void col2im(const T* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t 
     for (int64_t i = 0; i < kh; ++i)
       for (int64_t j = 0; j < kw; ++j) {
         const T* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
+        int64_t lo, hi;
+        valid_range(w, p[1], p[3], j, ow, &lo, &hi);
         for (int64_t oy = 0; oy < oh; ++oy) {
           const int64_t y = oy * p[0] - p[2] + i;
           if (y < 0 || y >= h) continue;
-          for (int64_t ox = 0; ox < ow; ++ox) {
-            const int64_t xx = ox * p[1] - p[3] + j;
-            if (xx >= 0 && xx < w) x[(ci * h + y) * w + xx] += row[oy * ow + ox];
-          }
+          const int64_t base = (ci * h + y) * w - p[3] + j;  // x[base + ox * sw] is column ox
+          const T* in = row + oy * ow;
+          if (p[1] == 1) for (int64_t ox = lo; ox < hi; ++ox) x[base + ox] += in[ox];
+          else for (int64_t ox = lo; ox < hi; ++ox) x[base + ox * p[1]] += in[ox];
         }
       }
 }
@@ -307,9 +350,31 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
 // Routes each window's gradient to its first maximum (max) or spreads it over the window
 // divided by the full window size (avg, count_include_pad).
 template <typename T>
+void max_pool_grad_unpadded(const int64_t* p, const T* x, const T* g, const Shape& gs, T* out, const Shape& os) {
+  const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const T* xp = x + pl * h * w;
+    T* op = out + pl * h * w;
+    for (int64_t oy = 0; oy < oh; ++oy)
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int64_t at0 = oy * p[2] * w + ox * p[3];
+        int64_t best = at0;
+        T best_v = xp[at0];
+        for (int64_t i = 0; i < p[0]; ++i)
+          for (int64_t j = 0; j < p[1]; ++j) {
+            const int64_t at = at0 + i * w + j;
+            if (xp[at] > best_v || (std::isnan(xp[at]) && !std::isnan(best_v))) best = at, best_v = xp[at];
+          }
+        op[best] += g[(pl * oh + oy) * ow + ox];
+      }
+  }
+}
+
+template <typename T>
 void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out, const Shape& os) {
   const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
   std::fill(out, out + numel(os), T(0));
+  if (is_max && p[4] == 0 && p[5] == 0) return max_pool_grad_unpadded(p, x, g, gs, out, os);
   for (int64_t pl = 0; pl < planes; ++pl) {
     for (int64_t oy = 0; oy < oh; ++oy)
       for (int64_t ox = 0; ox < ow; ++ox) {

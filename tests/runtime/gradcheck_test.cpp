@@ -109,8 +109,10 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kConv2d] = {{{2, 2, 5, 5}, {3, 2, 3, 3}}, [=](const Inputs& x) {
                       return conv2d(x[0], x[1], {stride, stride}, {padding, padding});
                     }};
-  c[Op::kMaxPool2d] = {{{2, 2, 4, 5}}, [](const Inputs& x) { return max_pool2d(x[0], {2, 2}, {2, 1}, {1, 0}); }};
-  c[Op::kAvgPool2d] = {{{2, 2, 4, 5}}, [](const Inputs& x) { return avg_pool2d(x[0], {3, 2}, {1, 2}, {1, 0}); }};
+  // Padded and unpadded windows take different kernel paths: the seeds cover both.
+  const int64_t pool_pad = static_cast<int64_t>(rng() % 2);
+  c[Op::kMaxPool2d] = {{{2, 2, 4, 5}}, [=](const Inputs& x) { return max_pool2d(x[0], {2, 2}, {2, 1}, {pool_pad, 0}); }};
+  c[Op::kAvgPool2d] = {{{2, 2, 4, 5}}, [=](const Inputs& x) { return avg_pool2d(x[0], {3, 2}, {1, 2}, {pool_pad, 0}); }};
   c[Op::kGather] = {{{4, 3}}, [](const Inputs& x) { return gather(x[0], 0, index_tensor({2, 3}, 4, 7)); }};
   c[Op::kScatterAdd] = {{{5, 3}}, [](const Inputs& x) {
                           return scatter_add(index_tensor({5, 3}, 2, 9), x[0], 0, {2, 3});
