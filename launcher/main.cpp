@@ -16,6 +16,7 @@
 #include "launcher/command_path.h"
 #include "launcher/options.h"
 #include "launcher/output_mux.h"
+#include "launcher/segment_resources.h"
 #include "launcher/supervisor.h"
 
 namespace {
@@ -36,7 +37,10 @@ int run(int argc, const char* const* argv) {
     xs::write_all(2, fmt::format("xla-spawn: cannot execute {}: {}\n", path, std::strerror(errno)));
     ::_exit(xs::kExitCommandNotFound);
   };
-  return xs::supervise(cl.nprocs, exec_command, cl.supervisor).exit_code;
+  xs::SegmentResources segment;
+  xs::SupervisorOptions options = cl.supervisor;
+  options.resources = &segment;
+  return xs::supervise(cl.nprocs, exec_command, options).exit_code;
 }
 
 void fail(const std::string& message) {

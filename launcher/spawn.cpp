@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <optional>
+
+#include "launcher/segment_resources.h"
 
 namespace xs {
 namespace {
@@ -31,8 +34,12 @@ namespace {
 
 JobResult spawn(const std::function<void(int ordinal)>& fn, int nprocs,
                 const SpawnOptions& options) {
+  // Like xla-spawn, the job gets its shared-memory segment unless the caller brings its own.
+  std::optional<SegmentResources> segment;
+  SpawnOptions with_segment = options;
+  if (with_segment.resources == nullptr) with_segment.resources = &segment.emplace();
   return supervise(
-      nprocs, [&fn](int ordinal) { run_child(fn, ordinal); }, options);
+      nprocs, [&fn](int ordinal) { run_child(fn, ordinal); }, with_segment);
 }
 
 }  // namespace xs

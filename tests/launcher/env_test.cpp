@@ -50,7 +50,8 @@ TEST_P(EnvTest, EachReplicaGetsItsOrdinalWorldSizeAndTheSharedJobId) {
     EXPECT_EQ(vars.at("WORLD_SIZE"), w);
     EXPECT_EQ(vars.at("LOCAL_WORLD_SIZE"), w);
     EXPECT_EQ(vars.at("XLA_SPAWN_ATTEMPT"), "0");
-    EXPECT_EQ(vars.at("XLA_SPAWN_SEGMENT"), "<unset>");
+    EXPECT_EQ(vars.at("XLA_SPAWN_SEGMENT").rfind("/xla-spawn-", 0), 0u)
+        << vars.at("XLA_SPAWN_SEGMENT");
     EXPECT_EQ(vars.at("XLA_SPAWN_JOB_ID").rfind("xs-", 0), 0u) << vars.at("XLA_SPAWN_JOB_ID");
     job_ids.insert(vars.at("XLA_SPAWN_JOB_ID"));
   }
@@ -95,7 +96,8 @@ TEST(EnvTest, OuterJobVariablesAreReplacedNotInherited) {
                      "1", "--", helper_path(), "--do", "print-env"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[0] [0] ENV XLA_SPAWN_WORLD_SIZE=1"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("[1] [0] ENV XLA_SPAWN_SEGMENT=<unset>"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ENV XLA_SPAWN_SEGMENT=/outer"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] [0] ENV XLA_SPAWN_SEGMENT=/xla-spawn-"), std::string::npos) << r.out;
 }
 
 TEST(EnvTest, BindCoresPinsOrdinalToOneAllowedCpu) {

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "shm/segment.h"
 
 namespace xs {
 namespace {
@@ -70,6 +72,24 @@ TEST_P(SpawnTest, EachChildRunsFnWithItsOrdinalAndTheReplicaEnvironment) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, SpawnTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(SpawnTest, ChildrenAttachTheJobsSegmentWhichIsGoneAfterwards) {
+  constexpr int kWorld = 3;
+  Captured captured;
+  const JobResult r = spawn(
+      [](int ordinal) {
+        const Segment segment = Segment::attach(std::getenv("XLA_SPAWN_SEGMENT"), ordinal, kWorld,
+                                                std::getenv("XLA_SPAWN_JOB_ID"));
+        std::printf("%s\n", segment.name().c_str());
+      },
+      kWorld, captured.options());
+  ASSERT_EQ(r.exit_code, 0) << r.summary;
+  ASSERT_EQ(captured.lines.size(), static_cast<size_t>(kWorld));
+  const std::string name = captured.lines[0].at(0);
+  EXPECT_EQ(name, segment_name(r.job_id));
+  EXPECT_EQ(captured.lines[2].at(0), name);
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << name << " left behind";
+}
 
 TEST(SpawnFailureTest, ThrowingChildExitsOneAndTheSummaryCarriesWhat) {
   Captured captured;
