@@ -230,8 +230,27 @@ void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T
   }
 }
 
+// NaN-propagating max (the first NaN wins), branch-free enough to vectorise.
+template <typename T>
+inline T nan_max(T a, T b) { return (b > a || b != b) && a == a ? b : a; }
+
+// 2x2 windows, stride 2, no padding (the usual max pool): two rows at a time.
+template <typename T>
+void max_pool_2x2(const T* x, int64_t planes, int64_t h, int64_t w, T* out, int64_t oh, int64_t ow) {
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const T* r0 = x + (pl * h + 2 * oy) * w;
+      const T* r1 = r0 + w;
+      T* o = out + (pl * oh + oy) * ow;
+      for (int64_t ox = 0; ox < ow; ++ox)
+        o[ox] = nan_max(nan_max(r0[2 * ox], r0[2 * ox + 1]), nan_max(r1[2 * ox], r1[2 * ox + 1]));
+    }
+}
+
 template <typename T>
 void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out, const Shape& os) {
+  if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0)
+    return max_pool_2x2(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
   if (p[4] == 0 && p[5] == 0) return pool_unpadded(is_max, p, x, xs, out, os);
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = os[2], ow = os[3];
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -370,9 +389,32 @@ void max_pool_grad_unpadded(const int64_t* p, const T* x, const T* g, const Shap
   }
 }
 
+// 2x2 windows, stride 2, no padding, even plane: the windows tile the plane, so every input
+// cell is written once (the gradient at the window's first maximum, else 0) and no zero fill
+// is needed.
+template <typename T>
+void max_pool_grad_2x2(const T* x, const T* g, int64_t planes, int64_t h, int64_t w, T* out) {
+  const int64_t oh = h / 2, ow = w / 2;
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const int64_t r0 = (pl * h + 2 * oy) * w, r1 = r0 + w;
+      const T* gr = g + (pl * oh + oy) * ow;
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const int64_t at[4] = {r0 + 2 * ox, r0 + 2 * ox + 1, r1 + 2 * ox, r1 + 2 * ox + 1};
+        int best = 0;
+        for (int k = 1; k < 4; ++k)
+          if (x[at[k]] > x[at[best]] || (std::isnan(x[at[k]]) && !std::isnan(x[at[best]]))) best = k;
+        for (int k = 0; k < 4; ++k) out[at[k]] = k == best ? gr[ox] : T(0);
+      }
+    }
+}
+
 template <typename T>
 void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out, const Shape& os) {
   const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
+  if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0 && h % 2 == 0 &&
+      w % 2 == 0)
+    return max_pool_grad_2x2(x, g, planes, h, w, out);
   std::fill(out, out + numel(os), T(0));
   if (is_max && p[4] == 0 && p[5] == 0) return max_pool_grad_unpadded(p, x, g, gs, out, os);
   for (int64_t pl = 0; pl < planes; ++pl) {

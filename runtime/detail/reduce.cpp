@@ -87,9 +87,42 @@ const void* to_form(const std::vector<int64_t>& axes, const Arg& in, std::vector
   return scratch.data();
 }
 
+// Sums over [pre, kept, post] with the reduced axes on both sides of one run of kept axes
+// (a conv bias gradient: sum over N, H, W of NCHW): each kept index sums contiguous runs, so
+// no permuted copy is needed. Returns false when the axes are not of that form.
+template <typename S>
+bool sum_around(Op op, const std::vector<int64_t>& axes, const Shape& s, const S* x, S* out) {
+  const int64_t rank = static_cast<int64_t>(s.size());
+  std::vector<int64_t> kept;
+  for (int64_t d = 0; d < rank; ++d)
+    if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(d);
+  if (kept.empty() || kept.front() == 0 || kept.back() == rank - 1 ||
+      kept.back() - kept.front() + 1 != static_cast<int64_t>(kept.size())) return false;
+  int64_t pre = 1, mid = 1, post = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < kept.front() ? pre : d <= kept.back() ? mid : post) *= s[d];
+  std::vector<double> acc(mid, 0.0);
+  for (int64_t p = 0; p < pre; ++p)
+    for (int64_t m = 0; m < mid; ++m) {
+      const S* run = x + (p * mid + m) * post;
+      double a = 0;
+      for (int64_t i = 0; i < post; ++i) a += run[i];
+      acc[m] += a;
+    }
+  const double count = static_cast<double>(pre * post);
+  for (int64_t m = 0; m < mid; ++m) out[m] = static_cast<S>(op == Op::kMean ? acc[m] / count : acc[m]);
+  return true;
+}
+
 }  // namespace
 
 void reduce_kernel(Op op, const Attrs& attrs, const Arg& in, const Arg& out) {
+  if ((op == Op::kSum || op == Op::kMean) && numel(in.type->shape) > 0) {
+    const Shape& s = in.type->shape;
+    if (in.type->dtype == DType::kF32 &&
+        sum_around(op, attrs.ints, s, static_cast<const float*>(in.data), static_cast<float*>(out.data))) return;
+    if (in.type->dtype == DType::kF64 &&
+        sum_around(op, attrs.ints, s, static_cast<const double*>(in.data), static_cast<double*>(out.data))) return;
+  }
   std::vector<char> scratch;
   Form f;
   const void* x = to_form(attrs.ints, in, scratch, f);

@@ -114,3 +114,36 @@ TEST(Autograd, ForwardBackwardAndUpdateRunAsOneCachedGraph) {
 
 }  // namespace
 }  // namespace xs
+
+namespace xs {
+namespace {
+
+// The 2x2/stride-2 max pool has its own forward and gradient kernels: both against a host
+// reference (gradient at each window's maximum, 0 elsewhere).
+TEST(Autograd, MaxPool2x2GradientGoesToEachWindowsMaximum) {
+  ScopedRuntime rt;
+  const int64_t h = 4, w = 6;
+  std::vector<float> v(2 * h * w);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 37) % 23) - 11.0f;
+  Tensor x = Tensor::from_vector<float>(v, {1, 2, h, w}).set_requires_grad(true);
+  const Tensor y = max_pool2d(x, {2, 2}, {2, 2});
+  backward(sum(y * 2.0));
+  const std::vector<float> got = y.to_vector<float>(), gx = x.grad().to_vector<float>();
+  std::vector<float> want_g(v.size(), 0);
+  for (int64_t pl = 0; pl < 2; ++pl)
+    for (int64_t oy = 0; oy < h / 2; ++oy)
+      for (int64_t ox = 0; ox < w / 2; ++ox) {
+        int64_t best = (pl * h + 2 * oy) * w + 2 * ox;
+        for (int64_t i = 0; i < 2; ++i)
+          for (int64_t j = 0; j < 2; ++j) {
+            const int64_t at = (pl * h + 2 * oy + i) * w + 2 * ox + j;
+            if (v[at] > v[best]) best = at;
+          }
+        EXPECT_EQ(got[(pl * (h / 2) + oy) * (w / 2) + ox], v[best]);
+        want_g[best] = 2;
+      }
+  EXPECT_EQ(gx, want_g);
+}
+
+}  // namespace
+}  // namespace xs
