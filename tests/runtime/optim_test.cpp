@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "runtime/autograd.h"
+#include "runtime/flatten.h"
 #include "runtime/nn/linear.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adam.h"
@@ -185,6 +186,29 @@ TEST(StateDict, ParametersAndOptimizerStateRoundTripAndResumeIdentically) {
   bad = model_sd;
   bad[1].name = "bais";
   EXPECT_THROW(load_state_dict(b.named_state(), bad), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+TEST(Flatten, GradientsRoundTripThroughOneFlatBufferInOneGraph) {
+  ScopedRuntime rt;
+  Generator gen(2);
+  Linear fc(3, 2, gen);
+  SGD opt(fc.parameters(), {.lr = 0.1});
+  backward(sum(square(fc(Tensor::full_data({4, 3}, 0.5)))));
+  const std::vector<Tensor> grads = opt.gradients();
+  const Tensor flat = flatten_tensors(grads);
+  EXPECT_EQ(flat.shape(), (Shape{8}));
+  const std::vector<Tensor> back = unflatten_tensors(all_reduce(flat, ReduceOp::kMean), grads);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].shape(), (Shape{2, 3}));
+  EXPECT_EQ(back[0].to_vector<float>(), grads[0].to_vector<float>());
+  EXPECT_EQ(back[1].to_vector<float>(), grads[1].to_vector<float>());
+  EXPECT_THROW(unflatten_tensors(slice(flat, 0, 0, 7), grads), InvalidArgument);
 }
 
 }  // namespace
