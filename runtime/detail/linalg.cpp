@@ -231,8 +231,11 @@ void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T
 }
 
 // NaN-propagating max (the first NaN wins), branch-free enough to vectorise.
+// Bitwise & and | (not && and ||): no branches, so the loops below can vectorise.
 template <typename T>
-inline T nan_max(T a, T b) { return (b > a || b != b) && a == a ? b : a; }
+inline bool takes_over(T a, T b) { return ((b > a) | (b != b)) & (a == a); }  // b replaces a as max
+template <typename T>
+inline T nan_max(T a, T b) { return takes_over(a, b) ? b : a; }
 
 // 2x2 windows, stride 2, no padding (the usual max pool): two rows at a time.
 template <typename T>
@@ -358,7 +361,18 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = gs[1], oh = gs[2], ow = gs[3];
   const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
   std::fill(out, out + numel(os), T(0));
-  std::vector<T> cols(ckk * oh * ow), part(o * ckk);
+  std::vector<T> cols(ckk * oh * ow);
+  if constexpr (std::is_same_v<T, float>) {
+    // Accumulate over the batch inside the GEMM (beta = 1): no per-sample partial to add.
+    const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk), k = static_cast<blasint>(oh * ow);
+    for (int64_t b = 0; b < n; ++b) {
+      im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, g + b * o * oh * ow, k, cols.data(), k,
+                  b == 0 ? 0.0f : 1.0f, out, nn);
+    }
+    return;
+  }
+  std::vector<T> part(o * ckk);
   for (int64_t b = 0; b < n; ++b) {
     im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data());
     gemm<T>(false, true, o, ckk, oh * ow, g + b * o * oh * ow, cols.data(), part.data());
@@ -400,11 +414,18 @@ void max_pool_grad_2x2(const T* x, const T* g, int64_t planes, int64_t h, int64_
       const int64_t r0 = (pl * h + 2 * oy) * w, r1 = r0 + w;
       const T* gr = g + (pl * oh + oy) * ow;
       for (int64_t ox = 0; ox < ow; ++ox) {
-        const int64_t at[4] = {r0 + 2 * ox, r0 + 2 * ox + 1, r1 + 2 * ox, r1 + 2 * ox + 1};
+        const T v[4] = {x[r0 + 2 * ox], x[r0 + 2 * ox + 1], x[r1 + 2 * ox], x[r1 + 2 * ox + 1]};
         int best = 0;
-        for (int k = 1; k < 4; ++k)
-          if (x[at[k]] > x[at[best]] || (std::isnan(x[at[k]]) && !std::isnan(x[at[best]]))) best = k;
-        for (int k = 0; k < 4; ++k) out[at[k]] = k == best ? gr[ox] : T(0);
+        T best_v = v[0];
+        for (int k = 1; k < 4; ++k) {
+          const bool take = takes_over(best_v, v[k]);
+          best = take ? k : best;
+          best_v = take ? v[k] : best_v;
+        }
+        out[r0 + 2 * ox] = best == 0 ? gr[ox] : T(0);
+        out[r0 + 2 * ox + 1] = best == 1 ? gr[ox] : T(0);
+        out[r1 + 2 * ox] = best == 2 ? gr[ox] : T(0);
+        out[r1 + 2 * ox + 1] = best == 3 ? gr[ox] : T(0);
       }
     }
 }
