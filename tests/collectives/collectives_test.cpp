@@ -49,7 +49,8 @@ TEST_P(CollectivesTest, AllGatherPlacesOrdinalKAtOffsetK) {
       comm.all_gather(in.data(), out.data(), n, DType::kF32);
       for (int k = 0; k < child.world_size; ++k) {
         const std::vector<std::byte> want = make_input(DType::kF32, k, n);
-        if (std::memcmp(out.data() + k * want.size(), want.data(), want.size()) != 0) {
+        if (!want.empty() &&
+            std::memcmp(out.data() + k * want.size(), want.data(), want.size()) != 0) {
           return fmt::format("n={}: block of ordinal {} wrong", n, k);
         }
       }
