@@ -10,6 +10,8 @@
 #include "runtime/autograd.h"
 #include "runtime/loss.h"
 #include "runtime/nn/activation.h"
+#include "runtime/nn/batch_norm.h"
+#include "runtime/nn/dropout.h"
 #include "runtime/nn/conv2d.h"
 #include "runtime/nn/linear.h"
 #include "runtime/nn/sequential.h"
@@ -141,6 +143,26 @@ TEST(Training, CnnStepCompilesOnce) {
                   std::make_shared<Linear>(32, 10, gen)});
   SGD opt(cnn.parameters(), {.lr = 0.01, .momentum = 0.9});
   expect_compiles_once(cnn, opt, zeros_batch({16, 1, 28, 28}));
+}
+
+// BatchNorm's running statistics and Dropout's fresh masks are in-graph state and data: a step
+// with both still compiles once, and the model still learns.
+TEST(Training, CnnWithBatchNormAndDropoutLearnsAndCompilesOnce) {
+  ScopedRuntime rt;
+  Generator gen(4);
+  Sequential cnn({std::make_shared<Conv2d>(1, 4, 3, gen, 1, 1), std::make_shared<BatchNorm2d>(4),
+                  std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+                  std::make_shared<Dropout>(0.1), std::make_shared<Linear>(64, 4, gen)});
+  Adam opt(cnn.parameters(), {.lr = 0.02});
+  const Batch data = patches(128, 5);
+  const Result r = train(cnn, opt, data, 60);
+  EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 1);
+  cnn.eval();
+  const double eval_loss = cross_entropy(cnn(data.x), data.labels).item();
+  EXPECT_LT(eval_loss, 0.2) << "training loss " << r.loss;
+  auto* bn = dynamic_cast<BatchNorm2d*>(&cnn.at(1));
+  ASSERT_NE(bn, nullptr);
+  EXPECT_NE(bn->running_mean().to_vector<float>(), std::vector<float>(4, 0.0f));
 }
 
 }  // namespace
