@@ -40,7 +40,9 @@ po::options_description describe_options() {
        "after SIGTERM, wait this long before SIGKILL (default 3)")
       ("timeout", po::value<std::string>()->value_name("SECONDS"),
        "stop the whole job after this long and exit 124 (default: no limit)")
-      ("bind-cores", po::bool_switch(), "pin ordinal k to the (k mod CPUs)-th allowed CPU")
+      ("bind-cores", po::bool_switch(),
+       "pin ordinal k to the (k mod CPUs)-th allowed CPU (default: when 2 <= N <= CPUs)")
+      ("no-bind-cores", po::bool_switch(), "never pin replicas to CPUs")
       ("max-restarts", po::value<std::string>()->value_name("K"),
        "after a failure, restart the whole group up to K times (default 0)");
   // clang-format on
@@ -125,7 +127,12 @@ void apply_values(const po::variables_map& vm, CommandLine& cl) {
   SupervisorOptions& s = cl.supervisor;
   s.output.prefix = !vm["no-prefix"].as<bool>();
   s.output.timestamp = vm["timestamp"].as<bool>();
-  s.bind_cores = vm["bind-cores"].as<bool>();
+  if (vm["bind-cores"].as<bool>() && vm["no-bind-cores"].as<bool>()) {
+    throw UsageError("--bind-cores and --no-bind-cores contradict each other");
+  }
+  s.bind_cores = vm["bind-cores"].as<bool>()      ? CoreBinding::kOn
+                 : vm["no-bind-cores"].as<bool>() ? CoreBinding::kOff
+                                                  : CoreBinding::kAuto;
   if (vm.count("log-dir")) s.output.log_dir = vm["log-dir"].as<std::string>();
   if (vm.count("log-dir") && s.output.log_dir.empty()) throw UsageError("--log-dir: empty path");
   if (vm.count("show-ordinals")) {

@@ -42,6 +42,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, BadInputTest,
     ::testing::Values(
         BadInput{"ZeroReplicas", {"-n", "0"}, 2, "--nprocs='0': out of range"},
+        BadInput{"ContradictoryBinding", {"--bind-cores", "--no-bind-cores"}, 2, "contradict"},
         BadInput{"NegativeReplicas", {"-n", "-3"}, 2, "--nprocs='-3': out of range"},
         BadInput{"NegativeReplicasLongForm", {"--nprocs=-1"}, 2, "--nprocs='-1'"},
         BadInput{"NonNumericReplicas", {"-n", "four"}, 2, "--nprocs='four': expected an integer"},

@@ -100,6 +100,27 @@ TEST(EnvTest, OuterJobVariablesAreReplacedNotInherited) {
   EXPECT_NE(r.out.find("[1] [0] ENV XLA_SPAWN_SEGMENT=/xla-spawn-"), std::string::npos) << r.out;
 }
 
+// "[k] CPUS a,b,..." of ordinal k.
+std::string cpus_of(const RunResult& r, int k) {
+  return lines_with(r.out, "[" + std::to_string(k) + "]").at(0);
+}
+
+TEST(EnvTest, BindingIsAutomaticOnlyWhenReplicasFitTheCpus) {
+  const RunResult free_one = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "affinity"});
+  const RunResult free_two =
+      run_xla_spawn({"-n", "2", "--no-bind-cores", "--", helper_path(), "--do", "affinity"});
+  const RunResult auto_two = run_xla_spawn({"-n", "2", "--", helper_path(), "--do", "affinity"});
+  ASSERT_EQ(free_one.exit_code, 0) << free_one.err;
+  ASSERT_EQ(free_two.exit_code, 0) << free_two.err;
+  ASSERT_EQ(auto_two.exit_code, 0) << auto_two.err;
+  const std::string all = cpus_of(free_one, 0).substr(4);  // "CPUS ..." for everything allowed
+  EXPECT_EQ(cpus_of(free_two, 1).substr(4), all) << "--no-bind-cores must not pin";
+  if (all.find(',') == std::string::npos) GTEST_SKIP() << "one CPU: nothing to bind to";
+  EXPECT_EQ(cpus_of(auto_two, 0).find(','), std::string::npos) << auto_two.out;
+  EXPECT_EQ(cpus_of(auto_two, 1).find(','), std::string::npos) << auto_two.out;
+  EXPECT_NE(cpus_of(auto_two, 0).substr(4), cpus_of(auto_two, 1).substr(4)) << auto_two.out;
+}
+
 TEST(EnvTest, BindCoresPinsOrdinalToOneAllowedCpu) {
   const RunResult r =
       run_xla_spawn({"-n", "3", "--bind-cores", "--", helper_path(), "--do", "affinity"});

@@ -30,7 +30,7 @@ TEST(OptionsTest, DefaultsFollowTheDocumentation) {
   EXPECT_EQ(cl.supervisor.grace, std::chrono::seconds(3));
   EXPECT_EQ(cl.supervisor.timeout.count(), 0);
   EXPECT_EQ(cl.supervisor.max_restarts, 0);
-  EXPECT_FALSE(cl.supervisor.bind_cores);
+  EXPECT_EQ(cl.supervisor.bind_cores, CoreBinding::kAuto);
 }
 
 TEST(OptionsTest, EveryOptionIsParsed) {
@@ -44,7 +44,7 @@ TEST(OptionsTest, EveryOptionIsParsed) {
   EXPECT_EQ(cl.supervisor.output.shown, (std::vector<bool>{false, true, false, true, true, false}));
   EXPECT_EQ(cl.supervisor.grace, std::chrono::milliseconds(250));
   EXPECT_EQ(cl.supervisor.timeout, std::chrono::seconds(90));
-  EXPECT_TRUE(cl.supervisor.bind_cores);
+  EXPECT_EQ(cl.supervisor.bind_cores, CoreBinding::kOn);
   EXPECT_EQ(cl.supervisor.max_restarts, 2);
 }
 
