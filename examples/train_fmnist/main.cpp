@@ -1,0 +1,38 @@
+// train_fmnist: trains an MLP or a CNN on Fashion-MNIST with the replica API, alone or as any
+// number of replicas under xla-spawn, reporting test accuracy after each epoch.
+//
+//   xla-spawn -n 4 -- train_fmnist --model mlp --epochs 15 --batch-size 32 --checkpoint /tmp/m.ckpt --resume
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "examples/train_fmnist/options.h"
+#include "examples/train_fmnist/trainer.h"
+#include "replica/xm.h"
+#include "runtime/runtime.h"
+
+int main(int argc, char** argv) try {
+  const xs::fmnist::TrainOptions options = xs::fmnist::parse_train_options(argc, argv);
+  if (options.help) {
+    fmt::print("{}", options.usage);
+    return EXIT_SUCCESS;
+  }
+  xs::xm::init();
+  const xs::fmnist::TrainResult r = xs::fmnist::Trainer(options).run();
+  xs::xm::master_print("done: {} steps, {} epochs, test accuracy {:.4f}, {:.0f} samples/s over {:.1f} s of "
+                       "training", r.steps, r.epochs_completed, r.test_accuracy, r.samples_per_second,
+                       r.train_seconds);
+  if (options.metrics) xs::xm::master_print("{}", xs::metrics_report());
+  xs::xm::shutdown();
+  return EXIT_SUCCESS;
+} catch (const xs::InvalidArgument& e) {
+  fmt::print(stderr, "train_fmnist: {}\n", e.what());
+  return 2;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "train_fmnist: {}\n", e.what());
+  return EXIT_FAILURE;
+}

@@ -1,0 +1,61 @@
+#include "examples/train_fmnist/step_timing.h"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "replica/xm.h"
+#include "replica/xm_collectives.h"
+#include "runtime/runtime.h"
+
+namespace xs::fmnist {
+namespace {
+
+double total_ns(std::string_view timer) { return runtime().metrics().timer(timer).total_ns; }
+
+}  // namespace
+
+void StepTimer::begin() {
+  start_ = std::chrono::steady_clock::now();
+  compile_ns_ = total_ns(kTimerCompileTime);
+  execute_ns_ = total_ns(kTimerExecuteTime);
+  allreduce_ns_ = total_ns(kTimerAllReduceTime);
+}
+
+void StepTimer::data_ready() { data_ready_ = std::chrono::steady_clock::now(); }
+
+void StepTimer::end(int64_t epoch, int64_t step) {
+  using Ms = std::chrono::duration<double, std::milli>;
+  const auto now = std::chrono::steady_clock::now();
+  const double step_ms = Ms(now - start_).count();
+  const double wait_ms = Ms(data_ready_ - start_).count();
+  const double compile_ms = (total_ns(kTimerCompileTime) - compile_ns_) / 1e6;
+  const double execute_ms = (total_ns(kTimerExecuteTime) - execute_ns_) / 1e6;
+  // The all-reduce runs inside the program, so its time is part of ExecuteTime.
+  const double allreduce_ms = (total_ns(kTimerAllReduceTime) - allreduce_ns_) / 1e6;
+  const double trace_ms = step_ms - wait_ms - compile_ms - execute_ms;
+  for (double v : {static_cast<double>(epoch), static_cast<double>(step), step_ms, wait_ms, trace_ms,
+                   compile_ms, execute_ms - allreduce_ms, allreduce_ms}) {
+    rows_.push_back(v);
+  }
+}
+
+void StepTimer::write_csv(const std::string& path) const {
+  const std::vector<double> all = xm::all_gather(rows_);
+  if (!xm::is_master()) return;
+  std::ofstream out(path);
+  if (!out) throw IoError(errno_message("step timing CSV " + path, errno));
+  out << "ordinal,epoch,step,step_ms,wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms\n";
+  const size_t per_ordinal = rows_.size();
+  for (size_t k = 0; k < static_cast<size_t>(xm::world_size()); ++k) {
+    for (size_t r = 0; r < per_ordinal; r += kColumns) {
+      const double* v = &all[k * per_ordinal + r];
+      out << fmt::format("{},{:.0f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", k, v[0], v[1],
+                         v[2], v[3], v[4], v[5], v[6], v[7]);
+    }
+  }
+  if (!out.flush()) throw IoError(errno_message("writing step timing CSV " + path, errno));
+}
+
+}  // namespace xs::fmnist

@@ -1,0 +1,33 @@
+#pragma once
+// Per-step timing of one replica (wall time of the step split into waiting for data, tracing,
+// compiling, computing and the in-graph all-reduce, from the runtime's metrics timers), gathered
+// on the master at the end and written as one CSV with a row per (ordinal, step): the input of
+// the scaling benchmark.
+//
+//   StepTimer t; t.begin(); ...wait for batch...; t.data_ready(); ...step...; t.end(epoch, step);
+//   t.write_csv(path);   // collective
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xs::fmnist {
+
+class StepTimer {
+ public:
+  void begin();
+  void data_ready();
+  void end(int64_t epoch, int64_t step);
+  // Collective (every replica ran the same number of steps); the master writes `path`:
+  // ordinal,epoch,step,step_ms,wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms.
+  void write_csv(const std::string& path) const;
+
+ private:
+  static constexpr int kColumns = 8;  // epoch, step and six durations (ms)
+  std::vector<double> rows_;          // kColumns per step
+  std::chrono::steady_clock::time_point start_, data_ready_;
+  double compile_ns_ = 0, execute_ns_ = 0, allreduce_ns_ = 0;  // timer totals at begin()
+};
+
+}  // namespace xs::fmnist

@@ -1,0 +1,129 @@
+#include "examples/train_fmnist/trainer.h"
+
+#include <csignal>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "examples/train_fmnist/models.h"
+#include "replica/fashion_mnist.h"
+#include "replica/optimizer_step.h"
+#include "replica/progress.h"
+#include "replica/xm.h"
+#include "replica/xm_checkpoint.h"
+#include "replica/xm_collectives.h"
+#include "runtime/autograd.h"
+#include "runtime/loss.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adam.h"
+#include "runtime/optim/lr_schedule.h"
+#include "runtime/optim/sgd.h"
+#include "runtime/runtime.h"
+
+namespace xs::fmnist {
+namespace {
+
+// The first `n` samples (all when n is 0 or larger than the set).
+std::shared_ptr<const ImageDataset> load_prefix(const std::string& dir, Split split, int64_t n) {
+  auto data = std::make_shared<ImageDataset>(load_fashion_mnist(dir, split));
+  if (n > 0 && n < data->n_samples) {
+    data->n_samples = n;
+    data->images.resize(static_cast<size_t>(n * data->sample_elems()));
+    data->labels.resize(static_cast<size_t>(n));
+  }
+  return data;
+}
+
+ShardSpec shard_spec(const ImageDataset& data, int64_t batch_size, uint64_t seed, bool shuffle) {
+  return ShardSpec{.n_samples = data.n_samples, .batch_size = batch_size, .ordinal = xm::ordinal(),
+                   .world_size = xm::world_size(), .seed = seed, .tail = TailMode::kPad,
+                   .shuffle = shuffle};
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
+  if (o.optimizer == "sgd") {
+    return std::make_unique<SGD>(std::move(params), SgdOptions{.lr = o.lr, .momentum = o.momentum,
+                                                               .weight_decay = o.weight_decay});
+  }
+  const AdamOptions adam{.lr = o.lr, .weight_decay = o.weight_decay};
+  if (o.optimizer == "adamw") return std::make_unique<AdamW>(std::move(params), adam);
+  return std::make_unique<Adam>(std::move(params), adam);
+}
+
+// A distinct in-graph RNG stream per step, so dropout masks after a resume are the same as in
+// an uninterrupted run.
+uint64_t step_seed(uint64_t seed, int64_t step) {
+  return seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(step) * 0xbf58476d1ce4e5b9ull + 1;
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
+  train_data_ = load_prefix(options_.data_dir, Split::kTrain, options_.train_samples);
+  test_data_ = load_prefix(options_.data_dir, Split::kTest, options_.test_samples);
+  train_loader_ = make_image_loader(train_data_, shard_spec(*train_data_, options_.batch_size,
+                                                            options_.seed, true),
+                                    kFashionMnistNormalization);
+  model_ = make_model(options_.model, options_.seed);
+  optimizer_ = make_optimizer(options_, model_->parameters());
+  // Replicas start from the master's parameters whatever their own initialisation gave.
+  xm::broadcast_parameters(model_->named_state());
+  total_steps_ = options_.epochs * train_loader_->batches_per_epoch();
+}
+
+void Trainer::resume() {
+  const auto meta = xm::load_if_exists(options_.checkpoint, model_->named_state(), optimizer_.get());
+  if (!meta) {
+    xm::master_print("no checkpoint at {}: starting from scratch", options_.checkpoint);
+    return;
+  }
+  const Checkpoint view{options_.checkpoint, {}, *meta};
+  for (const auto& [key, want] : {std::pair{"model", options_.model}, {"optimizer", options_.optimizer}}) {
+    if (view.meta_string(key) != want) {
+      throw InvalidArgument(fmt::format("checkpoint {} is for {} '{}', this run trains '{}'",
+                                        options_.checkpoint, key, view.meta_string(key), want));
+    }
+  }
+  const int64_t global_batch = options_.batch_size * xm::world_size();
+  if (view.meta_int("global_batch") != global_batch) {
+    throw InvalidArgument(fmt::format("checkpoint {} was trained with global batch {}, this run uses {} "
+                                      "(the data order would differ)",
+                                      options_.checkpoint, view.meta_int("global_batch"), global_batch));
+  }
+  start_epoch_ = view.meta_int("epoch");
+  start_batch_ = view.meta_int("batch");
+  global_step_ = view.meta_int("global_step");
+  xm::master_print("resumed from {}: epoch {}, batch {}, step {}", options_.checkpoint,
+                   start_epoch_ + 1, start_batch_, global_step_);
+}
+
+void Trainer::save(int64_t epoch, int64_t next_batch) {
+  if (options_.checkpoint.empty()) return;
+  xm::save(options_.checkpoint, model_->named_state(), optimizer_.get(),
+           {{"epoch", epoch},
+            {"batch", next_batch},
+            {"global_step", global_step_},
+            {"global_batch", options_.batch_size * xm::world_size()},
+            {"seed", static_cast<int64_t>(options_.seed)},
+            {"model", options_.model},
+            {"optimizer", options_.optimizer}});
+}
+
+void Trainer::set_learning_rate() {
+  const double factor = options_.schedule == "cosine" ? cosine_decay(total_steps_)(global_step_) : 1.0;
+  optimizer_->set_lr(options_.lr * factor);
+}
+
+void Trainer::train_step(const xm::DeviceBatch& batch, double& loss_value) {
+  runtime().manual_seed(step_seed(options_.seed, global_step_));
+  set_learning_rate();
+  const Tensor logits = (*model_)(batch.images);
+  const Tensor loss = cross_entropy(logits, batch.labels, batch.mask, batch.divisor);
+  backward(loss);
+  xm::optimizer_step(*optimizer_);
+  ++global_step_;
+  ++result_.steps;
+  loss_value = loss.item();  // materialised by the step: a copy, not a second graph
+}
+
+}  // namespace xs::fmnist

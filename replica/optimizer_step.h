@@ -1,0 +1,23 @@
+#pragma once
+// xm.optimizer_step for the lazy runtime: the gradients' mean all-reduce is recorded into the
+// same graph as the forward, backward and update (one in-graph collective per dtype over the
+// gradients flattened into one buffer), so a step is one compiled program. And the start of
+// training: every replica takes the master's initial parameters.
+//
+//   xs::xm::broadcast_parameters(model.named_state());
+//   backward(loss); xs::xm::optimizer_step(opt);      // all-reduce, update, mark_step
+
+#include "runtime/nn/module.h"
+#include "runtime/optim/optimizer.h"
+
+namespace xs::xm {
+
+// Collective: replaces every tensor's value by ordinal 0's (as materialised data).
+void broadcast_parameters(const NamedTensors& named);
+
+// Mean-all-reduces the optimizer's gradients in-graph, records the update, drops the
+// gradients and runs the step (mark_step). With XLA_SPAWN_DEBUG_REPLICAS=1 it then checks
+// that every replica ran the same graph and holds the same parameters (PeerFailure if not).
+void optimizer_step(Optimizer& optimizer);
+
+}  // namespace xs::xm

@@ -1,0 +1,33 @@
+#pragma once
+// xm.save / load for training state: the model's parameters and buffers ("model.<name>"), the
+// optimizer's state ("optim.<name>") and metadata (epoch, batch, ...) in one checkpoint file
+// (replica/checkpoint.h: atomic write, validated read). Saving is collective: the master
+// writes, the others wait, so no replica runs ahead of a checkpoint that is not on disk.
+//
+//   xs::xm::save(path, model.named_state(), &opt, {{"epoch", epoch}, {"batch", 0}});
+//   if (auto meta = xs::xm::load_if_exists(path, model.named_state(), &opt)) resume(*meta);
+
+#include <optional>
+#include <string>
+
+#include "replica/checkpoint.h"
+#include "runtime/nn/module.h"
+#include "runtime/optim/optimizer.h"
+
+namespace xs::xm {
+
+// Collective; the master writes `path` atomically (the previous file stays intact on failure).
+void save(const std::string& path, const NamedTensors& model_state, const Optimizer* optimizer,
+          const CheckpointMetadata& metadata);
+
+// Loads into the model (and optimizer, if given) and returns the metadata. Throws
+// xs::InvalidArgument naming the file and the entry when the file is damaged or does not fit
+// the model (a missing, extra or differently shaped tensor); nothing is changed then.
+CheckpointMetadata load(const std::string& path, const NamedTensors& model_state,
+                        Optimizer* optimizer);
+// load(), or nullopt when `path` does not exist.
+std::optional<CheckpointMetadata> load_if_exists(const std::string& path,
+                                                 const NamedTensors& model_state,
+                                                 Optimizer* optimizer);
+
+}  // namespace xs::xm
