@@ -16,7 +16,9 @@ namespace {
 // Per thread, like PyTorch's grad mode (the runtime itself is one per replica process).
 thread_local bool g_grad_enabled = true;
 
-bool has_history(const Tensor& t) { return t.defined() && (t.impl()->grad_fn != nullptr || t.requires_grad()); }
+bool has_history(const Tensor& t) {
+  return t.defined() && (t.impl()->grad_fn != nullptr || t.requires_grad());
+}
 
 // Nodes reachable from `root`, each after every node that feeds gradients into it (so
 // processing in this order sees a node's full gradient before its rule runs).
@@ -42,19 +44,23 @@ std::vector<AutogradNode*> topological_order(AutogradNode* root) {
   return post;
 }
 
-Tensor accumulate(const Tensor& sum_so_far, const Tensor& g) { return sum_so_far.defined() ? sum_so_far + g : g; }
+Tensor accumulate(const Tensor& sum_so_far, const Tensor& g) {
+  return sum_so_far.defined() ? sum_so_far + g : g;
+}
 
 std::vector<Tensor> run_rule(AutogradNode& node, const Tensor& grad_out) {
   const GradRule rule = grad_rule(node.op);
   if (rule == nullptr) {
-    throw InvalidArgument(fmt::format("backward: op '{}' has no gradient rule (in runtime/ops.def) but a gradient "
-                                      "flows through it; detach() its result or add a rule",
-                                      op_name(node.op)));
+    throw InvalidArgument(
+        fmt::format("backward: op '{}' has no gradient rule (in runtime/ops.def) but a gradient "
+                    "flows through it; detach() its result or add a rule",
+                    op_name(node.op)));
   }
   if (node.output == nullptr) {
-    throw InvalidArgument(fmt::format("backward: through the record of '{}' a second time; its saved values were "
-                                      "released by the first backward()",
-                                      op_name(node.op)));
+    throw InvalidArgument(
+        fmt::format("backward: through the record of '{}' a second time; its saved values were "
+                    "released by the first backward()",
+                    op_name(node.op)));
   }
   std::vector<Tensor> inputs;
   inputs.reserve(node.inputs.size());
@@ -78,7 +84,8 @@ void accumulate_into_leaf(Tensor leaf, const Tensor& g) {
 
 }  // namespace
 
-void attach_grad_fn(Tensor& result, Op op, const Attrs& attrs, const std::vector<Tensor>& operands) {
+void attach_grad_fn(Tensor& result, Op op, const Attrs& attrs,
+                    const std::vector<Tensor>& operands) {
   if (!g_grad_enabled || !is_float(result.dtype())) return;
   if (std::none_of(operands.begin(), operands.end(), has_history)) return;
   auto node = std::make_shared<AutogradNode>();
@@ -97,15 +104,17 @@ void attach_grad_fn(Tensor& result, Op op, const Attrs& attrs, const std::vector
 
 void backward(const Tensor& root, const Tensor& grad_root) {
   if (!root.defined() || !root.requires_grad()) {
-    throw InvalidArgument("backward: the tensor does not require gradients (no input of it requires them, or it "
-                          "was computed under no_grad)");
+    throw InvalidArgument(
+        "backward: the tensor does not require gradients (no input of it requires them, or it "
+        "was computed under no_grad)");
   }
   if (!grad_root.defined() && root.numel() != 1) {
-    throw InvalidArgument(fmt::format("backward: needs a scalar (got {}) or an explicit gradient", type_str(root.type())));
+    throw InvalidArgument(fmt::format("backward: needs a scalar (got {}) or an explicit gradient",
+                                      type_str(root.type())));
   }
   if (grad_root.defined() && grad_root.shape() != root.shape()) {
-    throw InvalidArgument(fmt::format("backward: gradient {} does not match the tensor {}", type_str(grad_root.type()),
-                                      type_str(root.type())));
+    throw InvalidArgument(fmt::format("backward: gradient {} does not match the tensor {}",
+                                      type_str(grad_root.type()), type_str(root.type())));
   }
   NoGradGuard no_grad;
   const Tensor seed = grad_root.defined() ? grad_root : Tensor::ones(root.shape(), root.dtype());
@@ -114,14 +123,17 @@ void backward(const Tensor& root, const Tensor& grad_root) {
   std::unordered_map<AutogradNode*, Tensor> pending{{keep.get(), seed}};
   for (AutogradNode* node : topological_order(keep.get())) {
     auto it = pending.find(node);
-    if (it == pending.end()) continue;  // no gradient reached it (e.g. only through integer operands)
+    if (it == pending.end())
+      continue;  // no gradient reached it (e.g. only through integer operands)
     const Tensor grad_out = std::move(it->second);
     pending.erase(it);
     const std::vector<Tensor> grads = run_rule(*node, grad_out);
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;
-      if (AutogradNode* next = node->next_nodes[i].get()) pending[next] = accumulate(pending[next], grads[i]);
-      else if (node->next_leaves[i].defined()) accumulate_into_leaf(node->next_leaves[i], grads[i]);
+      if (AutogradNode* next = node->next_nodes[i].get())
+        pending[next] = accumulate(pending[next], grads[i]);
+      else if (node->next_leaves[i].defined())
+        accumulate_into_leaf(node->next_leaves[i], grads[i]);
     }
     // Release saved values now (as PyTorch does without retain_graph).
     node->inputs.clear();
@@ -129,18 +141,27 @@ void backward(const Tensor& root, const Tensor& grad_root) {
   }
 }
 
-bool grad_enabled() { return g_grad_enabled; }
+bool grad_enabled() {
+  return g_grad_enabled;
+}
 
-NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
-NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) {
+  g_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  g_grad_enabled = previous_;
+}
 
-Tensor detach(const Tensor& x) { return Tensor::from_ir(x.ir()); }
+Tensor detach(const Tensor& x) {
+  return Tensor::from_ir(x.ir());
+}
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const int64_t extra = g.dim() - static_cast<int64_t>(shape.size());
   if (extra < 0) {
-    throw InvalidArgument(fmt::format("sum_to: cannot reduce {} to shape {}", type_str(g.type()), shape_str(shape)));
+    throw InvalidArgument(
+        fmt::format("sum_to: cannot reduce {} to shape {}", type_str(g.type()), shape_str(shape)));
   }
   std::vector<int64_t> axes;
   for (int64_t i = 0; i < g.dim(); ++i) {

@@ -12,8 +12,8 @@ Tensor flatten_tensors(const std::vector<Tensor>& tensors) {
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
     if (!parts.empty() && t.dtype() != parts.front().dtype()) {
-      throw InvalidArgument(fmt::format("flatten_tensors: mixed dtypes {} and {}", dtype_name(parts.front().dtype()),
-                                        dtype_name(t.dtype())));
+      throw InvalidArgument(fmt::format("flatten_tensors: mixed dtypes {} and {}",
+                                        dtype_name(parts.front().dtype()), dtype_name(t.dtype())));
     }
     parts.push_back(reshape(t, {t.numel()}));
   }
@@ -25,8 +25,9 @@ std::vector<Tensor> unflatten_tensors(const Tensor& flat, const std::vector<Tens
   int64_t total = 0;
   for (const Tensor& t : like) total += t.defined() ? t.numel() : 0;
   if (flat.dim() != 1 || flat.numel() != total) {
-    throw InvalidArgument(fmt::format("unflatten_tensors: {} does not hold the {} elements of the list",
-                                      type_str(flat.type()), total));
+    throw InvalidArgument(
+        fmt::format("unflatten_tensors: {} does not hold the {} elements of the list",
+                    type_str(flat.type()), total));
   }
   std::vector<Tensor> out;
   int64_t at = 0;

@@ -14,25 +14,59 @@ namespace {
 using Grads = std::vector<Tensor>;
 using Ctx = GradContext;
 
-const Tensor& in(const Ctx& c, size_t i) { return c.inputs[i]; }
-Tensor mask(const Tensor& cond, DType dtype) { return cast(cond, dtype); }
-Tensor zero_of(const Tensor& x) { return Tensor::scalar(0, x.dtype()); }
+const Tensor& in(const Ctx& c, size_t i) {
+  return c.inputs[i];
+}
+Tensor mask(const Tensor& cond, DType dtype) {
+  return cast(cond, dtype);
+}
+Tensor zero_of(const Tensor& x) {
+  return Tensor::scalar(0, x.dtype());
+}
 
-Grads grad_neg(const Ctx&, const Tensor& g) { return {-g}; }
-Grads grad_abs(const Ctx& c, const Tensor& g) { return {g * sign(in(c, 0))}; }
-Grads grad_zero(const Ctx& c, const Tensor&) { return {Tensor::zeros(in(c, 0).shape(), in(c, 0).dtype())}; }
-Grads grad_square(const Ctx& c, const Tensor& g) { return {g * in(c, 0) * 2.0}; }
+Grads grad_neg(const Ctx&, const Tensor& g) {
+  return {-g};
+}
+Grads grad_abs(const Ctx& c, const Tensor& g) {
+  return {g * sign(in(c, 0))};
+}
+Grads grad_zero(const Ctx& c, const Tensor&) {
+  return {Tensor::zeros(in(c, 0).shape(), in(c, 0).dtype())};
+}
+Grads grad_square(const Ctx& c, const Tensor& g) {
+  return {g * in(c, 0) * 2.0};
+}
 // From the output (relu(x) > 0 iff x > 0): the pre-activation then need not be kept.
-Grads grad_relu(const Ctx& c, const Tensor& g) { return {g * mask(gt(c.output, zero_of(g)), g.dtype())}; }
-Grads grad_exp(const Ctx& c, const Tensor& g) { return {g * c.output}; }
-Grads grad_log(const Ctx& c, const Tensor& g) { return {g / in(c, 0)}; }
-Grads grad_sqrt(const Ctx& c, const Tensor& g) { return {g * 0.5 / c.output}; }
-Grads grad_rsqrt(const Ctx& c, const Tensor& g) { return {g * -0.5 * c.output / in(c, 0)}; }
-Grads grad_reciprocal(const Ctx& c, const Tensor& g) { return {-g * square(c.output)}; }
-Grads grad_tanh(const Ctx& c, const Tensor& g) { return {g * (1.0 - square(c.output))}; }
-Grads grad_sigmoid(const Ctx& c, const Tensor& g) { return {g * c.output * (1.0 - c.output)}; }
-Grads grad_sin(const Ctx& c, const Tensor& g) { return {g * cos(in(c, 0))}; }
-Grads grad_cos(const Ctx& c, const Tensor& g) { return {-g * sin(in(c, 0))}; }
+Grads grad_relu(const Ctx& c, const Tensor& g) {
+  return {g * mask(gt(c.output, zero_of(g)), g.dtype())};
+}
+Grads grad_exp(const Ctx& c, const Tensor& g) {
+  return {g * c.output};
+}
+Grads grad_log(const Ctx& c, const Tensor& g) {
+  return {g / in(c, 0)};
+}
+Grads grad_sqrt(const Ctx& c, const Tensor& g) {
+  return {g * 0.5 / c.output};
+}
+Grads grad_rsqrt(const Ctx& c, const Tensor& g) {
+  return {g * -0.5 * c.output / in(c, 0)};
+}
+Grads grad_reciprocal(const Ctx& c, const Tensor& g) {
+  return {-g * square(c.output)};
+}
+Grads grad_tanh(const Ctx& c, const Tensor& g) {
+  return {g * (1.0 - square(c.output))};
+}
+Grads grad_sigmoid(const Ctx& c, const Tensor& g) {
+  return {g * c.output * (1.0 - c.output)};
+}
+Grads grad_sin(const Ctx& c, const Tensor& g) {
+  return {g * cos(in(c, 0))};
+}
+Grads grad_cos(const Ctx& c, const Tensor& g) {
+  return {-g * sin(in(c, 0))};
+}
 
 Grads grad_erf(const Ctx& c, const Tensor& g) {
   const Tensor& x = in(c, 0);
@@ -47,10 +81,18 @@ Grads grad_gelu(const Ctx& c, const Tensor& g) {
   return {g * (cdf + x * pdf)};
 }
 
-Grads grad_add(const Ctx&, const Tensor& g) { return {g, g}; }
-Grads grad_sub(const Ctx&, const Tensor& g) { return {g, -g}; }
-Grads grad_mul(const Ctx& c, const Tensor& g) { return {g * in(c, 1), g * in(c, 0)}; }
-Grads grad_div(const Ctx& c, const Tensor& g) { return {g / in(c, 1), -g * c.output / in(c, 1)}; }
+Grads grad_add(const Ctx&, const Tensor& g) {
+  return {g, g};
+}
+Grads grad_sub(const Ctx&, const Tensor& g) {
+  return {g, -g};
+}
+Grads grad_mul(const Ctx& c, const Tensor& g) {
+  return {g * in(c, 1), g * in(c, 0)};
+}
+Grads grad_div(const Ctx& c, const Tensor& g) {
+  return {g / in(c, 1), -g * c.output / in(c, 1)};
+}
 
 // Ties send the whole gradient to the first operand.
 Grads grad_maximum(const Ctx& c, const Tensor& g) {
@@ -91,7 +133,9 @@ int64_t reduced_count(const Tensor& x, const Attrs& attrs) {
   return n;
 }
 
-Grads grad_sum(const Ctx& c, const Tensor& g) { return {unreduce(g, in(c, 0), c.attrs)}; }
+Grads grad_sum(const Ctx& c, const Tensor& g) {
+  return {unreduce(g, in(c, 0), c.attrs)};
+}
 
 Grads grad_mean(const Ctx& c, const Tensor& g) {
   return {unreduce(g, in(c, 0), c.attrs) / static_cast<double>(reduced_count(in(c, 0), c.attrs))};
@@ -105,7 +149,9 @@ Grads grad_max_min(const Ctx& c, const Tensor& g) {
   return {unreduce(g, x, c.attrs) * hit / ties};
 }
 
-Grads grad_reshape(const Ctx& c, const Tensor& g) { return {reshape(g, in(c, 0).shape())}; }
+Grads grad_reshape(const Ctx& c, const Tensor& g) {
+  return {reshape(g, in(c, 0).shape())};
+}
 
 Grads grad_permute(const Ctx& c, const Tensor& g) {
   std::vector<int64_t> inverse(c.attrs.ints.size());
@@ -150,7 +196,9 @@ Grads grad_concat(const Ctx& c, const Tensor& g) {
   return out;
 }
 
-Grads grad_broadcast(const Ctx&, const Tensor& g) { return {g}; }  // sum_to does the work
+Grads grad_broadcast(const Ctx&, const Tensor& g) {
+  return {g};
+}  // sum_to does the work
 
 Grads grad_pad(const Ctx& c, const Tensor& g) {
   Tensor r = g;
@@ -172,26 +220,34 @@ Grads grad_matmul(const Ctx& c, const Tensor& g) {
 }
 
 std::vector<int64_t> ints(const Attrs& a, size_t from, size_t n) {
-  return {a.ints.begin() + static_cast<ptrdiff_t>(from), a.ints.begin() + static_cast<ptrdiff_t>(from + n)};
+  return {a.ints.begin() + static_cast<ptrdiff_t>(from),
+          a.ints.begin() + static_cast<ptrdiff_t>(from + n)};
 }
 
-std::vector<int64_t> spatial(const Tensor& t) { return {t.shape()[2], t.shape()[3]}; }
+std::vector<int64_t> spatial(const Tensor& t) {
+  return {t.shape()[2], t.shape()[3]};
+}
 
 Grads grad_conv2d(const Ctx& c, const Tensor& g) {
   const Tensor &x = in(c, 0), &w = in(c, 1);
   const auto stride = ints(c.attrs, 0, 2), padding = ints(c.attrs, 2, 2);
-  return {conv2d_grad_input(g, w, stride, padding, spatial(x)), conv2d_grad_weight(x, g, stride, padding, spatial(w))};
+  return {conv2d_grad_input(g, w, stride, padding, spatial(x)),
+          conv2d_grad_weight(x, g, stride, padding, spatial(w))};
 }
 
 Grads grad_max_pool2d(const Ctx& c, const Tensor& g) {
-  return {max_pool2d_grad(in(c, 0), g, ints(c.attrs, 0, 2), ints(c.attrs, 2, 2), ints(c.attrs, 4, 2))};
+  return {
+      max_pool2d_grad(in(c, 0), g, ints(c.attrs, 0, 2), ints(c.attrs, 2, 2), ints(c.attrs, 4, 2))};
 }
 
 Grads grad_avg_pool2d(const Ctx& c, const Tensor& g) {
-  return {avg_pool2d_grad(g, spatial(in(c, 0)), ints(c.attrs, 0, 2), ints(c.attrs, 2, 2), ints(c.attrs, 4, 2))};
+  return {avg_pool2d_grad(g, spatial(in(c, 0)), ints(c.attrs, 0, 2), ints(c.attrs, 2, 2),
+                          ints(c.attrs, 4, 2))};
 }
 
-Grads grad_scatter_add(const Ctx& c, const Tensor& g) { return {Tensor(), gather(g, c.attrs.ints[0], in(c, 0))}; }
+Grads grad_scatter_add(const Ctx& c, const Tensor& g) {
+  return {Tensor(), gather(g, c.attrs.ints[0], in(c, 0))};
+}
 
 Grads grad_gather(const Ctx& c, const Tensor& g) {
   return {scatter_add(in(c, 1), g, c.attrs.ints[0], in(c, 0).shape()), Tensor()};
@@ -201,7 +257,8 @@ Grads grad_gather(const Ctx& c, const Tensor& g) {
 Grads grad_all_reduce(const Ctx& c, const Tensor& g) {
   const auto op = static_cast<ReduceOp>(c.attrs.flag);
   if (op != ReduceOp::kSum && op != ReduceOp::kMean) {
-    throw InvalidArgument("backward: all_reduce with max/min has no gradient rule; detach() its result");
+    throw InvalidArgument(
+        "backward: all_reduce with max/min has no gradient rule; detach() its result");
   }
   return {all_reduce(g, op)};
 }

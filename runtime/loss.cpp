@@ -21,14 +21,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
   return mean(cross_entropy_per_sample(logits, labels));
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weight, const Tensor& divisor) {
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weight,
+                     const Tensor& divisor) {
   if (weight.shape() != Shape{logits.shape().at(0)} || divisor.dim() != 0) {
-    throw InvalidArgument(fmt::format("cross_entropy: weight {} must be [N] and divisor {} 0-d for logits {}",
-                                      type_str(weight.type()), type_str(divisor.type()), type_str(logits.type())));
+    throw InvalidArgument(
+        fmt::format("cross_entropy: weight {} must be [N] and divisor {} 0-d for logits {}",
+                    type_str(weight.type()), type_str(divisor.type()), type_str(logits.type())));
   }
   return sum(cross_entropy_per_sample(logits, labels) * weight) / divisor;
 }
 
-Tensor mse_loss(const Tensor& prediction, const Tensor& target) { return mean(square(prediction - target)); }
+Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
+  return mean(square(prediction - target));
+}
 
 }  // namespace xs

@@ -14,7 +14,8 @@ namespace xs {
 // logits [N, C] float, labels [N] i32/i64 in [0, C): mean of -log softmax(logits)[label].
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
 // sum_i weight[i] * nll_i / divisor; weight [N] and divisor (0-d) of the logits' dtype.
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weight, const Tensor& divisor);
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& weight,
+                     const Tensor& divisor);
 // Per-sample negative log-likelihood [N].
 Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& labels);
 

@@ -16,8 +16,8 @@ namespace {
 Tensor tensor_of(const HostTensorData& e) {
   const size_t need = static_cast<size_t>(numel(e.shape)) * dtype_size(e.dtype);
   if (e.bytes.size() != need) {
-    throw InvalidArgument(fmt::format("state dict entry '{}': {} bytes for {} (needs {})", e.name, e.bytes.size(),
-                                      type_str({e.shape, e.dtype}), need));
+    throw InvalidArgument(fmt::format("state dict entry '{}': {} bytes for {} (needs {})", e.name,
+                                      e.bytes.size(), type_str({e.shape, e.dtype}), need));
   }
   BufferPtr buf = Buffer::allocate(need);
   if (need > 0) std::memcpy(buf->data(), e.bytes.data(), need);
@@ -27,7 +27,9 @@ Tensor tensor_of(const HostTensorData& e) {
 }  // namespace
 
 StateDict to_state_dict(const NamedTensors& named) {
-  if (std::any_of(named.begin(), named.end(), [](const auto& nt) { return nt.second.is_pending(); })) mark_step();
+  if (std::any_of(named.begin(), named.end(),
+                  [](const auto& nt) { return nt.second.is_pending(); }))
+    mark_step();
   StateDict out;
   for (const auto& [name, t] : named) {
     HostTensorData e{name, t.dtype(), t.shape(), {}};
@@ -49,16 +51,19 @@ void load_state_dict(const NamedTensors& named, const StateDict& state) {
   std::unordered_map<std::string, const HostTensorData*> by_name;
   for (const HostTensorData& e : state) by_name[e.name] = &e;
   if (by_name.size() != named.size()) {
-    throw InvalidArgument(fmt::format("load_state_dict: {} entries, the model has {} tensors", state.size(), named.size()));
+    throw InvalidArgument(fmt::format("load_state_dict: {} entries, the model has {} tensors",
+                                      state.size(), named.size()));
   }
   std::vector<Tensor> values;
   for (const auto& [name, t] : named) {
     auto it = by_name.find(name);
-    if (it == by_name.end()) throw InvalidArgument(fmt::format("load_state_dict: no entry '{}'", name));
+    if (it == by_name.end())
+      throw InvalidArgument(fmt::format("load_state_dict: no entry '{}'", name));
     const HostTensorData& e = *it->second;
     if (e.shape != t.shape() || e.dtype != t.dtype()) {
-      throw InvalidArgument(fmt::format("load_state_dict: entry '{}' is {}, the model's tensor is {}", name,
-                                        type_str({e.shape, e.dtype}), type_str(t.type())));
+      throw InvalidArgument(
+          fmt::format("load_state_dict: entry '{}' is {}, the model's tensor is {}", name,
+                      type_str({e.shape, e.dtype}), type_str(t.type())));
     }
     values.push_back(tensor_of(e));
   }

@@ -68,8 +68,9 @@ class Floor {
     for (size_t i = 0; i < gemms_.size(); ++i) {
       const Gemm& g = gemms_[i];
       for (int64_t r = 0; r < g.count; ++r) {
-        cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans, g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k,
-                    1.0f, a_[i].data(), g.ta ? g.m : g.k, b_[i].data(), g.tb ? g.k : g.n, 0.0f, c_[i].data(), g.n);
+        cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+                    g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a_[i].data(),
+                    g.ta ? g.m : g.k, b_[i].data(), g.tb ? g.k : g.n, 0.0f, c_[i].data(), g.n);
       }
     }
   }
@@ -88,33 +89,47 @@ struct Model {
 
 Model mlp(Generator& gen) {
   auto net = std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-      std::make_shared<Linear>(784, 512, gen), std::make_shared<ReLU>(), std::make_shared<Linear>(512, 512, gen),
-      std::make_shared<ReLU>(), std::make_shared<Linear>(512, 10, gen)});
+      std::make_shared<Linear>(784, 512, gen), std::make_shared<ReLU>(),
+      std::make_shared<Linear>(512, 512, gen), std::make_shared<ReLU>(),
+      std::make_shared<Linear>(512, 10, gen)});
   return {"MLP 784-512-512-10 b128 SGD-momentum step",
           net,
           {128, 784},
-          {{false, true, 128, 512, 784, 1}, {false, true, 128, 512, 512, 1}, {false, true, 128, 10, 512, 1},
-           {true, false, 10, 512, 128, 1}, {false, false, 128, 512, 10, 1}, {true, false, 512, 512, 128, 1},
-           {false, false, 128, 512, 512, 1}, {true, false, 512, 784, 128, 1}}};
+          {{false, true, 128, 512, 784, 1},
+           {false, true, 128, 512, 512, 1},
+           {false, true, 128, 10, 512, 1},
+           {true, false, 10, 512, 128, 1},
+           {false, false, 128, 512, 10, 1},
+           {true, false, 512, 512, 128, 1},
+           {false, false, 128, 512, 512, 1},
+           {true, false, 512, 784, 128, 1}}};
 }
 
 Model cnn(Generator& gen) {
   auto net = std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-      std::make_shared<Conv2d>(1, 32, 5, gen, 1, 2), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-      std::make_shared<Conv2d>(32, 64, 5, gen, 1, 2), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-      std::make_shared<Flatten>(), std::make_shared<Linear>(3136, 128, gen), std::make_shared<ReLU>(),
+      std::make_shared<Conv2d>(1, 32, 5, gen, 1, 2), std::make_shared<ReLU>(),
+      std::make_shared<MaxPool2d>(2), std::make_shared<Conv2d>(32, 64, 5, gen, 1, 2),
+      std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+      std::make_shared<Linear>(3136, 128, gen), std::make_shared<ReLU>(),
       std::make_shared<Linear>(128, 10, gen)});
   const int64_t b = 128;
   return {"CNN 2x(conv5x5+relu+pool2) 3136-128-10 b128 SGD-momentum step",
           net,
           {b, 1, 28, 28},
           {// conv1: forward, weight gradient (no input gradient: the image needs none)
-           {false, false, 32, 784, 25, b}, {false, true, 32, 25, 784, b},
+           {false, false, 32, 784, 25, b},
+           {false, true, 32, 25, 784, b},
            // conv2: forward, weight gradient, input gradient (cols = W^T g)
-           {false, false, 64, 196, 800, b}, {false, true, 64, 800, 196, b}, {true, false, 800, 196, 64, b},
+           {false, false, 64, 196, 800, b},
+           {false, true, 64, 800, 196, b},
+           {true, false, 800, 196, 64, b},
            // dense layers: forward, weight gradient, input gradient
-           {false, true, b, 128, 3136, 1}, {true, false, 128, 3136, b, 1}, {false, false, b, 3136, 128, 1},
-           {false, true, b, 10, 128, 1}, {true, false, 10, 128, b, 1}, {false, false, b, 128, 10, 1}}};
+           {false, true, b, 128, 3136, 1},
+           {true, false, 128, 3136, b, 1},
+           {false, false, b, 3136, 128, 1},
+           {false, true, b, 10, 128, 1},
+           {true, false, 10, 128, b, 1},
+           {false, false, b, 128, 10, 1}}};
 }
 
 struct Result {
@@ -124,7 +139,8 @@ struct Result {
 
 Result bench(const Model& model, int reps) {
   std::vector<float> x(numel(model.input));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
   const int64_t batch = model.input[0];
   std::vector<int64_t> labels(batch);
   for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 7) % 10;
@@ -142,7 +158,8 @@ Result bench(const Model& model, int reps) {
   step();
   const double first = loss.item();
   for (int i = 0; i < 3; ++i) step();
-  if (!(loss.item() < first)) throw Error(fmt::format("{}: loss did not fall ({} -> {})", model.name, first, loss.item()));
+  if (!(loss.item() < first))
+    throw Error(fmt::format("{}: loss did not fall ({} -> {})", model.name, first, loss.item()));
   Floor floor(model.floor);
   std::vector<double> ts, tf;
   for (int i = 0; i < reps; ++i) {
@@ -154,7 +171,8 @@ Result bench(const Model& model, int reps) {
     tf.push_back(now_s() - t0);
   }
   const Metrics& m = runtime().metrics();
-  return {median(ts) * 1e3, median(tf) * 1e3, m.counter(kCounterUncachedCompile), m.counter(kCounterCachedCompile)};
+  return {median(ts) * 1e3, median(tf) * 1e3, m.counter(kCounterUncachedCompile),
+          m.counter(kCounterCachedCompile)};
 }
 
 }  // namespace
@@ -165,8 +183,10 @@ int main(int argc, char** argv) {
   int reps = 30;
   std::string filter;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
+      filter = argv[++i];
     else {
       std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn]\n", argv[0]);
       return 2;
@@ -174,15 +194,18 @@ int main(int argc, char** argv) {
   }
   openblas_set_num_threads(1);
   std::printf("OpenBLAS core: %s\n", openblas_get_corename());
-  std::printf("%-64s %10s %10s %7s %9s  %s\n", "benchmark", "step ms", "gemm ms", "ratio", "compiles", "bar");
-  for (const auto& [key, make] : std::vector<std::pair<std::string, Model (*)(Generator&)>>{{"mlp", mlp}, {"cnn", cnn}}) {
+  std::printf("%-64s %10s %10s %7s %9s  %s\n", "benchmark", "step ms", "gemm ms", "ratio",
+              "compiles", "bar");
+  for (const auto& [key, make] :
+       std::vector<std::pair<std::string, Model (*)(Generator&)>>{{"mlp", mlp}, {"cnn", cnn}}) {
     if (!filter.empty() && filter != key) continue;
     ScopedRuntime rt;
     Generator gen(0);
     const Model model = make(gen);
     const Result r = bench(model, key == "cnn" ? std::max(3, reps / 3) : reps);
-    std::printf("%-64s %10.3f %10.3f %7.3f %4lld+%-4lld  <= 1.15\n", model.name.c_str(), r.step_ms, r.floor_ms,
-                r.step_ms / r.floor_ms, static_cast<long long>(r.uncached), static_cast<long long>(r.cached));
+    std::printf("%-64s %10.3f %10.3f %7.3f %4lld+%-4lld  <= 1.15\n", model.name.c_str(), r.step_ms,
+                r.floor_ms, r.step_ms / r.floor_ms, static_cast<long long>(r.uncached),
+                static_cast<long long>(r.cached));
   }
   return 0;
 }

@@ -34,7 +34,8 @@ void with_float(DType dtype, std::span<const Arg> ins, const Arg& out, F f) {
     for (const Arg& a : ins) in.push_back(static_cast<const double*>(a.data));
     return f(in, static_cast<double*>(out.data));
   }
-  XS_CHECK(dtype == DType::kBF16, "gradient kernel on {} is rejected by the shape rule", dtype_name(dtype));
+  XS_CHECK(dtype == DType::kBF16, "gradient kernel on {} is rejected by the shape rule",
+           dtype_name(dtype));
   std::vector<std::vector<float>> conv;
   std::vector<const float*> in;
   for (const Arg& a : ins) conv.push_back(to_float(a.data, numel(a.type->shape)));

@@ -14,7 +14,8 @@ namespace {
 
 // Without padding every window lies inside the plane: no bounds checks (the common case).
 template <typename T>
-void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out, const Shape& os) {
+void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out,
+                   const Shape& os) {
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = os[2], ow = os[3];
   const T scale = T(1) / static_cast<T>(p[0] * p[1]);
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -37,13 +38,18 @@ void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T
 // NaN-propagating max (the first NaN wins), branch-free enough to vectorise.
 // Bitwise & and | (not && and ||): no branches, so the loops below can vectorise.
 template <typename T>
-inline bool takes_over(T a, T b) { return ((b > a) | (b != b)) & (a == a); }  // b replaces a as max
+inline bool takes_over(T a, T b) {
+  return ((b > a) | (b != b)) & (a == a);
+}  // b replaces a as max
 template <typename T>
-inline T nan_max(T a, T b) { return takes_over(a, b) ? b : a; }
+inline T nan_max(T a, T b) {
+  return takes_over(a, b) ? b : a;
+}
 
 // 2x2 windows, stride 2, no padding (the usual max pool): two rows at a time.
 template <typename T>
-void max_pool_2x2(const T* x, int64_t planes, int64_t h, int64_t w, T* out, int64_t oh, int64_t ow) {
+void max_pool_2x2(const T* x, int64_t planes, int64_t h, int64_t w, T* out, int64_t oh,
+                  int64_t ow) {
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t oy = 0; oy < oh; ++oy) {
       const T* r0 = x + (pl * h + 2 * oy) * w;
@@ -55,7 +61,8 @@ void max_pool_2x2(const T* x, int64_t planes, int64_t h, int64_t w, T* out, int6
 }
 
 template <typename T>
-void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out, const Shape& os) {
+void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out,
+                const Shape& os) {
   if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0)
     return max_pool_2x2(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
   if (p[4] == 0 && p[5] == 0) return pool_unpadded(is_max, p, x, xs, out, os);
@@ -81,7 +88,8 @@ void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* o
 // Routes each window's gradient to its first maximum (max) or spreads it over the window
 // divided by the full window size (avg, count_include_pad).
 template <typename T>
-void max_pool_grad_unpadded(const int64_t* p, const T* x, const T* g, const Shape& gs, T* out, const Shape& os) {
+void max_pool_grad_unpadded(const int64_t* p, const T* x, const T* g, const Shape& gs, T* out,
+                            const Shape& os) {
   const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
   for (int64_t pl = 0; pl < planes; ++pl) {
     const T* xp = x + pl * h * w;
@@ -94,7 +102,8 @@ void max_pool_grad_unpadded(const int64_t* p, const T* x, const T* g, const Shap
         for (int64_t i = 0; i < p[0]; ++i)
           for (int64_t j = 0; j < p[1]; ++j) {
             const int64_t at = at0 + i * w + j;
-            if (xp[at] > best_v || (std::isnan(xp[at]) && !std::isnan(best_v))) best = at, best_v = xp[at];
+            if (xp[at] > best_v || (std::isnan(xp[at]) && !std::isnan(best_v)))
+              best = at, best_v = xp[at];
           }
         op[best] += g[(pl * oh + oy) * ow + ox];
       }
@@ -129,10 +138,11 @@ void max_pool_grad_2x2(const T* x, const T* g, int64_t planes, int64_t h, int64_
 }
 
 template <typename T>
-void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out, const Shape& os) {
+void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out,
+                     const Shape& os) {
   const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
-  if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0 && h % 2 == 0 &&
-      w % 2 == 0)
+  if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0 &&
+      h % 2 == 0 && w % 2 == 0)
     return max_pool_grad_2x2(x, g, planes, h, w, out);
   std::fill(out, out + numel(os), T(0));
   if (is_max && p[4] == 0 && p[5] == 0) return max_pool_grad_unpadded(p, x, g, gs, out, os);
@@ -147,8 +157,10 @@ void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, cons
             const int64_t y = oy * p[2] - p[4] + i, xx = ox * p[3] - p[5] + j;
             if (y < 0 || y >= h || xx < 0 || xx >= w) continue;
             const int64_t at = (pl * h + y) * w + xx;
-            if (!is_max) out[at] += gv / static_cast<T>(p[0] * p[1]);
-            else if (best < 0 || x[at] > best_v || (std::isnan(x[at]) && !std::isnan(best_v))) best = at, best_v = x[at];
+            if (!is_max)
+              out[at] += gv / static_cast<T>(p[0] * p[1]);
+            else if (best < 0 || x[at] > best_v || (std::isnan(x[at]) && !std::isnan(best_v)))
+              best = at, best_v = x[at];
           }
         if (is_max && best >= 0) out[best] += gv;
       }
@@ -163,16 +175,19 @@ void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out) {
   const Shape &xs = x.type->shape, &os = out.type->shape;
   switch (out.type->dtype) {
     case DType::kF32:
-      return pool_typed(is_max, p, static_cast<const float*>(x.data), xs, static_cast<float*>(out.data), os);
+      return pool_typed(is_max, p, static_cast<const float*>(x.data), xs,
+                        static_cast<float*>(out.data), os);
     case DType::kF64:
-      return pool_typed(is_max, p, static_cast<const double*>(x.data), xs, static_cast<double*>(out.data), os);
+      return pool_typed(is_max, p, static_cast<const double*>(x.data), xs,
+                        static_cast<double*>(out.data), os);
     case DType::kBF16: {
       const std::vector<float> xf = to_float(x.data, numel(xs));
       std::vector<float> of(numel(os));
       pool_typed(is_max, p, xf.data(), xs, of.data(), os);
       return from_float(of, out.data);
     }
-    default: XS_CHECK(false, "pool2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
+    default:
+      XS_CHECK(false, "pool2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
   }
 }
 
@@ -180,8 +195,8 @@ void pool2d_grad_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, con
   const bool is_max = op == Op::kMaxPool2dGrad;
   const Arg& g = ins[is_max ? 1 : 0];
   with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
-    pool_grad_typed(is_max, attrs.ints.data(), is_max ? in[0] : nullptr, in[is_max ? 1 : 0], g.type->shape, o,
-                    out.type->shape);
+    pool_grad_typed(is_max, attrs.ints.data(), is_max ? in[0] : nullptr, in[is_max ? 1 : 0],
+                    g.type->shape, o, out.type->shape);
   });
 }
 

@@ -33,7 +33,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     NoGradGuard no_grad;
     const Tensor m = reshape(detach(mean_c), {channels_}), v = reshape(detach(var_c), {channels_});
     running_mean_->assign(*running_mean_ * (1 - momentum_) + m * momentum_);
-    running_var_->assign(*running_var_ * (1 - momentum_) + v * (momentum_ * n / std::max(n - 1, 1.0)));
+    running_var_->assign(*running_var_ * (1 - momentum_) +
+                         v * (momentum_ * n / std::max(n - 1, 1.0)));
   } else {
     mean_c = reshape(*running_mean_, per_channel);
     var_c = reshape(*running_var_, per_channel);

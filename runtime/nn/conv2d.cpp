@@ -7,11 +7,12 @@
 
 namespace xs {
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Generator& gen, int64_t stride,
-               int64_t padding, bool bias)
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Generator& gen,
+               int64_t stride, int64_t padding, bool bias)
     : stride_(stride), padding_(padding) {
   const int64_t fan_in = in_channels * kernel * kernel;
-  weight_ = &register_parameter("weight", kaiming_uniform({out_channels, in_channels, kernel, kernel}, fan_in, gen));
+  weight_ = &register_parameter(
+      "weight", kaiming_uniform({out_channels, in_channels, kernel, kernel}, fan_in, gen));
   if (bias) {
     const double bound = 1 / std::sqrt(static_cast<double>(fan_in));
     bias_ = &register_parameter("bias", uniform_tensor({out_channels}, -bound, bound, gen));

@@ -14,8 +14,8 @@ namespace xs {
 
 class Conv2d : public Module {
  public:
-  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Generator& gen, int64_t stride = 1,
-         int64_t padding = 0, bool bias = true);
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Generator& gen,
+         int64_t stride = 1, int64_t padding = 0, bool bias = true);
   Tensor forward(const Tensor& x) override;
   Tensor& weight() { return *weight_; }
   Tensor* bias() { return bias_; }

@@ -16,13 +16,17 @@ Tensor uniform_tensor(const Shape& shape, double lo, double hi, Generator& gen) 
 }
 
 Tensor kaiming_uniform(const Shape& shape, int64_t fan_in, Generator& gen, double a) {
-  if (fan_in <= 0) throw InvalidArgument(fmt::format("kaiming_uniform: fan_in {} for shape {}", fan_in, shape_str(shape)));
+  if (fan_in <= 0)
+    throw InvalidArgument(
+        fmt::format("kaiming_uniform: fan_in {} for shape {}", fan_in, shape_str(shape)));
   const double bound = std::sqrt(2.0 / (1 + a * a)) * std::sqrt(3.0 / static_cast<double>(fan_in));
   return uniform_tensor(shape, -bound, bound, gen);
 }
 
-Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out, Generator& gen, double gain) {
-  if (fan_in + fan_out <= 0) throw InvalidArgument(fmt::format("xavier_uniform: no fan for shape {}", shape_str(shape)));
+Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out, Generator& gen,
+                      double gain) {
+  if (fan_in + fan_out <= 0)
+    throw InvalidArgument(fmt::format("xavier_uniform: no fan for shape {}", shape_str(shape)));
   const double bound = gain * std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
   return uniform_tensor(shape, -bound, bound, gen);
 }

@@ -17,9 +17,11 @@ Tensor uniform_tensor(const Shape& shape, double lo, double hi, Generator& gen);
 
 // PyTorch's kaiming_uniform_(a, mode=fan_in, nonlinearity=leaky_relu): bound =
 // sqrt(2 / (1 + a^2)) * sqrt(3 / fan_in).
-Tensor kaiming_uniform(const Shape& shape, int64_t fan_in, Generator& gen, double a = 2.23606797749979);
+Tensor kaiming_uniform(const Shape& shape, int64_t fan_in, Generator& gen,
+                       double a = 2.23606797749979);
 
 // Glorot (Xavier) uniform: bound = gain * sqrt(6 / (fan_in + fan_out)).
-Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out, Generator& gen, double gain = 1);
+Tensor xavier_uniform(const Shape& shape, int64_t fan_in, int64_t fan_out, Generator& gen,
+                      double gain = 1);
 
 }  // namespace xs

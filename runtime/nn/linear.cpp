@@ -8,7 +8,8 @@
 namespace xs {
 
 Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias) {
-  weight_ = &register_parameter("weight", kaiming_uniform({out_features, in_features}, in_features, gen));
+  weight_ =
+      &register_parameter("weight", kaiming_uniform({out_features, in_features}, in_features, gen));
   if (bias) {
     const double bound = 1 / std::sqrt(static_cast<double>(in_features));
     bias_ = &register_parameter("bias", uniform_tensor({out_features}, -bound, bound, gen));

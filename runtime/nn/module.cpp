@@ -7,7 +7,8 @@
 namespace xs {
 
 void Module::collect(const std::string& prefix, bool parameters, NamedTensors& out) const {
-  for (const auto& [name, t] : parameters ? parameters_ : buffers_) out.emplace_back(prefix + name, *t);
+  for (const auto& [name, t] : parameters ? parameters_ : buffers_)
+    out.emplace_back(prefix + name, *t);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", parameters, out);
 }
 

@@ -10,11 +10,14 @@
 namespace xs {
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay)
-    : Optimizer(std::move(params), options.lr), options_(options), decoupled_(decoupled_weight_decay) {
-  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 && options.eps >= 0 &&
-        options.weight_decay >= 0)) {
-    throw InvalidArgument(fmt::format("Adam: betas ({}, {}) must be in [0, 1), eps {} and weight_decay {} >= 0",
-                                      options.beta1, options.beta2, options.eps, options.weight_decay));
+    : Optimizer(std::move(params), options.lr),
+      options_(options),
+      decoupled_(decoupled_weight_decay) {
+  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
+        options.eps >= 0 && options.weight_decay >= 0)) {
+    throw InvalidArgument(
+        fmt::format("Adam: betas ({}, {}) must be in [0, 1), eps {} and weight_decay {} >= 0",
+                    options.beta1, options.beta2, options.eps, options.weight_decay));
   }
   beta1_ = Tensor::full_data({}, options.beta1);
   one_minus_beta1_ = Tensor::full_data({}, 1 - options.beta1);

@@ -9,7 +9,8 @@
 namespace xs {
 
 Tensor clip_gradients(std::vector<Tensor>& grads, double max_norm) {
-  if (!(max_norm > 0)) throw InvalidArgument(fmt::format("clip_grad_norm: max_norm {} must be > 0", max_norm));
+  if (!(max_norm > 0))
+    throw InvalidArgument(fmt::format("clip_grad_norm: max_norm {} must be > 0", max_norm));
   NoGradGuard no_grad;
   Tensor total;
   for (const Tensor& g : grads) {

@@ -10,7 +10,8 @@ namespace xs {
 Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].defined() || !params_[i].requires_grad() || !params_[i].is_leaf()) {
-      throw InvalidArgument(fmt::format("Optimizer: parameter {} is not a leaf that requires gradients", i));
+      throw InvalidArgument(
+          fmt::format("Optimizer: parameter {} is not a leaf that requires gradients", i));
     }
   }
   set_lr(lr);
@@ -41,7 +42,8 @@ std::vector<Tensor> Optimizer::gradients() const {
 
 void Optimizer::apply(const std::vector<Tensor>& grads) {
   if (grads.size() != params_.size()) {
-    throw InvalidArgument(fmt::format("Optimizer::apply: {} gradients for {} parameters", grads.size(), params_.size()));
+    throw InvalidArgument(fmt::format("Optimizer::apply: {} gradients for {} parameters",
+                                      grads.size(), params_.size()));
   }
   NoGradGuard no_grad;
   ++steps_;
@@ -49,8 +51,8 @@ void Optimizer::apply(const std::vector<Tensor>& grads) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!grads[i].defined()) continue;
     if (grads[i].shape() != params_[i].shape()) {
-      throw InvalidArgument(fmt::format("Optimizer::apply: gradient {} for parameter {} of {}", type_str(grads[i].type()),
-                                        i, type_str(params_[i].type())));
+      throw InvalidArgument(fmt::format("Optimizer::apply: gradient {} for parameter {} of {}",
+                                        type_str(grads[i].type()), i, type_str(params_[i].type())));
     }
     update(params_[i], grads[i], state_[i]);
   }
@@ -65,7 +67,8 @@ NamedTensors Optimizer::named_state() const {
   out.emplace_back("step", Tensor::from_vector<int64_t>({steps_}, {}));
   const std::vector<std::string> names = state_names();
   for (size_t i = 0; i < state_.size(); ++i) {
-    for (size_t k = 0; k < names.size(); ++k) out.emplace_back(fmt::format("{}.{}", i, names[k]), state_[i][k]);
+    for (size_t k = 0; k < names.size(); ++k)
+      out.emplace_back(fmt::format("{}.{}", i, names[k]), state_[i][k]);
   }
   return out;
 }
@@ -73,13 +76,15 @@ NamedTensors Optimizer::named_state() const {
 void Optimizer::load_state(const NamedTensors& state) {
   const NamedTensors mine = named_state();
   if (state.size() != mine.size()) {
-    throw InvalidArgument(fmt::format("Optimizer::load_state: {} entries, expected {}", state.size(), mine.size()));
+    throw InvalidArgument(
+        fmt::format("Optimizer::load_state: {} entries, expected {}", state.size(), mine.size()));
   }
   for (size_t j = 0; j < mine.size(); ++j) {
     const auto& [name, t] = state[j];
     if (name != mine[j].first || t.type() != mine[j].second.type()) {
-      throw InvalidArgument(fmt::format("Optimizer::load_state: entry {} is '{}' {}, expected '{}' {}", j, name,
-                                        type_str(t.type()), mine[j].first, type_str(mine[j].second.type())));
+      throw InvalidArgument(
+          fmt::format("Optimizer::load_state: entry {} is '{}' {}, expected '{}' {}", j, name,
+                      type_str(t.type()), mine[j].first, type_str(mine[j].second.type())));
     }
   }
   steps_ = state[0].second.to_vector<int64_t>()[0];

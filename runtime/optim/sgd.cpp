@@ -12,9 +12,11 @@ SGD::SGD(std::vector<Tensor> params, SgdOptions options)
       options_(options),
       momentum_(Tensor::full_data({}, options.momentum)),
       weight_decay_(Tensor::full_data({}, options.weight_decay)) {
-  if (options.momentum < 0 || options.weight_decay < 0 || (options.nesterov && options.momentum <= 0)) {
-    throw InvalidArgument(fmt::format("SGD: momentum {} and weight_decay {} must be >= 0 (and momentum > 0 for Nesterov)",
-                                      options.momentum, options.weight_decay));
+  if (options.momentum < 0 || options.weight_decay < 0 ||
+      (options.nesterov && options.momentum <= 0)) {
+    throw InvalidArgument(fmt::format(
+        "SGD: momentum {} and weight_decay {} must be >= 0 (and momentum > 0 for Nesterov)",
+        options.momentum, options.weight_decay));
   }
   init_state();
 }

@@ -28,7 +28,9 @@ struct Case {
   double lo = -1, hi = 1, gap = 0.05;
 };
 
-int64_t dim(Rng& rng, int64_t lo = 1, int64_t hi = 4) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+int64_t dim(Rng& rng, int64_t lo = 1, int64_t hi = 4) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
 
 Case unary(Rng& rng, Tensor (*op)(const Tensor&), double lo = -1, double hi = 1) {
   return {{{dim(rng), dim(rng)}}, [op](const Inputs& x) { return op(x[0]); }, lo, hi};
@@ -55,7 +57,8 @@ Tensor index_tensor(const Shape& shape, int64_t range, uint32_t seed) {
 Case reduce_case(Rng& rng, Tensor (*op)(const Tensor&, std::vector<int64_t>, bool)) {
   const bool keep = rng() % 2 == 0;
   const int64_t axis = static_cast<int64_t>(rng() % 3);
-  return {{{dim(rng), dim(rng, 2), dim(rng)}}, [=](const Inputs& x) { return op(x[0], {axis}, keep); }};
+  return {{{dim(rng), dim(rng, 2), dim(rng)}},
+          [=](const Inputs& x) { return op(x[0], {axis}, keep); }};
 }
 
 Case matmul_case(Rng& rng) {
@@ -92,7 +95,8 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kMaximum] = binary(rng, maximum);
   c[Op::kMinimum] = binary(rng, minimum);
   c[Op::kPow] = binary(rng, pow, 0.5, 2);
-  c[Op::kWhere] = {binary_shapes(rng), [](const Inputs& x) { return where(gt(x[0], x[1] * 0.3), x[0], x[1]); }};
+  c[Op::kWhere] = {binary_shapes(rng),
+                   [](const Inputs& x) { return where(gt(x[0], x[1] * 0.3), x[0], x[1]); }};
   c[Op::kCast] = unary(rng, [](const Tensor& x) { return cast(x, DType::kF64); });
   c[Op::kSum] = reduce_case(rng, sum);
   c[Op::kMean] = reduce_case(rng, mean);
@@ -100,8 +104,11 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kMin] = reduce_case(rng, min);
   c[Op::kReshape] = {{{2, 3, 2}}, [](const Inputs& x) { return reshape(x[0], {3, -1}); }};
   c[Op::kPermute] = {{{2, 3, 4}}, [](const Inputs& x) { return permute(x[0], {2, 0, 1}); }};
-  c[Op::kSlice] = {{{5, 7}}, [](const Inputs& x) { return slice(slice(x[0], 1, 1, 7, 3), 0, 1, 4); }};
-  c[Op::kConcat] = {{{2, 3}, {2, 1}, {2, 2}}, [](const Inputs& x) { return concat({x[0], x[1], x[2]}, 1); }};
+  c[Op::kSlice] = {{{5, 7}},
+                   [](const Inputs& x) { return slice(slice(x[0], 1, 1, 7, 3), 0, 1, 4); }};
+  c[Op::kConcat] = {{{2, 3}, {2, 1}, {2, 2}}, [](const Inputs& x) {
+                      return concat({x[0], x[1], x[2]}, 1);
+                    }};
   c[Op::kBroadcast] = {{{3, 1}}, [](const Inputs& x) { return broadcast_to(x[0], {2, 3, 4}); }};
   c[Op::kPad] = {{{2, 3}}, [](const Inputs& x) { return pad(x[0], {1, 0, 2, 1}, 0.5); }};
   c[Op::kMatmul] = matmul_case(rng);
@@ -111,9 +118,15 @@ std::map<Op, Case> cases(Rng& rng) {
                     }};
   // Padded and unpadded windows take different kernel paths: the seeds cover both.
   const int64_t pool_pad = static_cast<int64_t>(rng() % 2);
-  c[Op::kMaxPool2d] = {{{2, 2, 4, 5}}, [=](const Inputs& x) { return max_pool2d(x[0], {2, 2}, {2, 1}, {pool_pad, 0}); }};
-  c[Op::kAvgPool2d] = {{{2, 2, 4, 5}}, [=](const Inputs& x) { return avg_pool2d(x[0], {3, 2}, {1, 2}, {pool_pad, 0}); }};
-  c[Op::kGather] = {{{4, 3}}, [](const Inputs& x) { return gather(x[0], 0, index_tensor({2, 3}, 4, 7)); }};
+  c[Op::kMaxPool2d] = {{{2, 2, 4, 5}}, [=](const Inputs& x) {
+                         return max_pool2d(x[0], {2, 2}, {2, 1}, {pool_pad, 0});
+                       }};
+  c[Op::kAvgPool2d] = {{{2, 2, 4, 5}}, [=](const Inputs& x) {
+                         return avg_pool2d(x[0], {3, 2}, {1, 2}, {pool_pad, 0});
+                       }};
+  c[Op::kGather] = {{{4, 3}}, [](const Inputs& x) {
+                      return gather(x[0], 0, index_tensor({2, 3}, 4, 7));
+                    }};
   c[Op::kScatterAdd] = {{{5, 3}}, [](const Inputs& x) {
                           return scatter_add(index_tensor({5, 3}, 2, 9), x[0], 0, {2, 3});
                         }};
@@ -136,7 +149,8 @@ std::vector<std::vector<double>> random_values(const Case& c, Rng& rng) {
 }
 
 // loss = sum(f(inputs) * weights): every output element contributes with its own weight.
-Tensor loss_of(const Case& c, const std::vector<std::vector<double>>& values, Inputs& inputs, bool track) {
+Tensor loss_of(const Case& c, const std::vector<std::vector<double>>& values, Inputs& inputs,
+               bool track) {
   inputs.clear();
   for (size_t i = 0; i < values.size(); ++i) {
     inputs.push_back(Tensor::from_vector<double>(values[i], c.shapes[i]));
@@ -167,7 +181,8 @@ void check_case(Op op, const Case& c, Rng& rng) {
       const double down = loss_of(c, values, scratch, false).item();
       values[i][j] = x;
       const double numeric = (up - down) / (2 * eps);
-      ASSERT_NEAR(analytic[j], numeric, 1e-6 * (1 + std::abs(numeric))) << "input " << i << " element " << j;
+      ASSERT_NEAR(analytic[j], numeric, 1e-6 * (1 + std::abs(numeric)))
+          << "input " << i << " element " << j;
     }
   }
 }
@@ -181,7 +196,8 @@ TEST(GradCheck, EveryOpWithAGradientRuleMatchesFiniteDifferencesInF64) {
       const Op op = static_cast<Op>(i);
       if (grad_rule(op) == nullptr) continue;
       auto it = all.find(op);
-      ASSERT_NE(it, all.end()) << "op '" << op_name(op) << "' has a gradient rule but no gradient check case";
+      ASSERT_NE(it, all.end()) << "op '" << op_name(op)
+                               << "' has a gradient rule but no gradient check case";
       check_case(op, it->second, rng);
       if (HasFatalFailure()) return;
     }
@@ -197,7 +213,9 @@ TEST(GradCheck, DifferentiatingThroughAnOpWithoutARuleNamesTheOp) {
     backward(sum(y));
     FAIL() << "backward through conv2d_grad_input did not throw";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'conv2d_grad_input' has no gradient rule"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'conv2d_grad_input' has no gradient rule"),
+              std::string::npos)
+        << e.what();
   }
 }
 

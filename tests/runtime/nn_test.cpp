@@ -32,8 +32,9 @@ TEST(Generator, SameSeedSameSequenceAndUniformStaysInRange) {
 TEST(Modules, SequentialNamesParametersLikePyTorch) {
   ScopedRuntime rt;
   Generator gen(0);
-  Sequential net({std::make_shared<Conv2d>(1, 4, 3, gen), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-                  std::make_shared<Flatten>(), std::make_shared<Linear>(36, 10, gen, false)});
+  Sequential net({std::make_shared<Conv2d>(1, 4, 3, gen), std::make_shared<ReLU>(),
+                  std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+                  std::make_shared<Linear>(36, 10, gen, false)});
   const NamedTensors params = net.named_parameters();
   ASSERT_EQ(params.size(), 3u);
   EXPECT_EQ(params[0].first, "0.weight");
@@ -52,7 +53,8 @@ TEST(Modules, DefaultInitIsKaimingUniformWithBiasWithinOneOverSqrtFanIn) {
   Linear fc(400, 50, gen);
   const double bound = 1 / std::sqrt(400.0);  // kaiming_uniform(a=sqrt(5)) gives the same bound
   double max_abs = 0;
-  for (float w : fc.weight().to_vector<float>()) max_abs = std::max(max_abs, std::abs(static_cast<double>(w)));
+  for (float w : fc.weight().to_vector<float>())
+    max_abs = std::max(max_abs, std::abs(static_cast<double>(w)));
   EXPECT_LE(max_abs, bound);
   EXPECT_GT(max_abs, 0.95 * bound);  // 20000 draws reach close to the bound
   for (float b : fc.bias()->to_vector<float>()) EXPECT_LE(std::abs(b), bound);
@@ -102,7 +104,8 @@ TEST(Modules, BatchNormNormalisesInTrainingAndUpdatesRunningStats) {
   EXPECT_NEAR(y[3], 1.5 / sd, 1e-5);
   EXPECT_NEAR(y[4], 0, 1e-5);
   mark_step();
-  const std::vector<float> rm = bn.running_mean().to_vector<float>(), rv = bn.running_var().to_vector<float>();
+  const std::vector<float> rm = bn.running_mean().to_vector<float>(),
+                           rv = bn.running_var().to_vector<float>();
   EXPECT_NEAR(rm[0], 0.1 * 2.5, 1e-6);
   EXPECT_NEAR(rm[1], 0.1 * 10, 1e-6);
   EXPECT_NEAR(rv[0], 0.9 + 0.1 * (5.0 / 3.0), 1e-6);  // unbiased variance of 1..4

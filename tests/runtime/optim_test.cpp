@@ -23,7 +23,9 @@ namespace {
 // loss = sum(c * w^2 / 2): gradient c * w, so each step's gradient depends on the last update.
 const std::vector<double> kC = {1.0, -0.5, 2.0};
 
-Tensor make_param() { return Tensor::from_vector<float>({1.0f, 2.0f, -1.5f}, {3}).set_requires_grad(true); }
+Tensor make_param() {
+  return Tensor::from_vector<float>({1.0f, 2.0f, -1.5f}, {3}).set_requires_grad(true);
+}
 
 void run_steps(Optimizer& opt, Tensor& w, int steps) {
   const Tensor c = Tensor::from_vector<double>(kC, {3}, DType::kF32);
@@ -43,7 +45,8 @@ std::vector<double> host_grad(const std::vector<double>& w) {
 
 void expect_near(const Tensor& t, const std::vector<double>& want) {
   const std::vector<double> got = t.to_vector<double>();
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
 }
 
 TEST(Optim, SgdMomentumNesterovAndWeightDecayFollowPyTorch) {
@@ -75,8 +78,10 @@ void check_adam(bool decoupled) {
   for (int t = 1; t <= 5; ++t) {
     std::vector<double> g = host_grad(hw);
     for (size_t i = 0; i < 3; ++i) {
-      if (decoupled) hw[i] *= 1 - o.lr * o.weight_decay;
-      else g[i] += o.weight_decay * hw[i];
+      if (decoupled)
+        hw[i] *= 1 - o.lr * o.weight_decay;
+      else
+        g[i] += o.weight_decay * hw[i];
       m[i] = o.beta1 * m[i] + (1 - o.beta1) * g[i];
       v[i] = o.beta2 * v[i] + (1 - o.beta2) * g[i] * g[i];
       const double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(o.beta2, t)) + o.eps;
@@ -87,8 +92,12 @@ void check_adam(bool decoupled) {
   EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 1);
 }
 
-TEST(Optim, AdamFollowsPyTorchAndCompilesOnce) { check_adam(false); }
-TEST(Optim, AdamWDecaysWeightsDecoupledAndCompilesOnce) { check_adam(true); }
+TEST(Optim, AdamFollowsPyTorchAndCompilesOnce) {
+  check_adam(false);
+}
+TEST(Optim, AdamWDecaysWeightsDecoupledAndCompilesOnce) {
+  check_adam(true);
+}
 
 TEST(Optim, ChangingLearningRateEveryStepDoesNotRecompile) {
   ScopedRuntime rt;

@@ -11,8 +11,8 @@
 #include "runtime/loss.h"
 #include "runtime/nn/activation.h"
 #include "runtime/nn/batch_norm.h"
-#include "runtime/nn/dropout.h"
 #include "runtime/nn/conv2d.h"
+#include "runtime/nn/dropout.h"
 #include "runtime/nn/linear.h"
 #include "runtime/nn/sequential.h"
 #include "runtime/ops.h"
@@ -78,7 +78,8 @@ Result train(Module& model, Optimizer& opt, const Batch& data, int steps) {
 Result train_mlp(uint64_t seed) {
   ScopedRuntime rt;
   Generator gen(seed);
-  Sequential mlp({std::make_shared<Linear>(16, 32, gen), std::make_shared<ReLU>(), std::make_shared<Linear>(32, 4, gen)});
+  Sequential mlp({std::make_shared<Linear>(16, 32, gen), std::make_shared<ReLU>(),
+                  std::make_shared<Linear>(32, 4, gen)});
   SGD opt(mlp.parameters(), {.lr = 0.1, .momentum = 0.9});
   return train(mlp, opt, blobs(256, seed + 1), 60);
 }
@@ -86,8 +87,9 @@ Result train_mlp(uint64_t seed) {
 Result train_cnn(uint64_t seed) {
   ScopedRuntime rt;
   Generator gen(seed);
-  Sequential cnn({std::make_shared<Conv2d>(1, 4, 3, gen, 1, 1), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-                  std::make_shared<Flatten>(), std::make_shared<Linear>(64, 4, gen)});
+  Sequential cnn({std::make_shared<Conv2d>(1, 4, 3, gen, 1, 1), std::make_shared<ReLU>(),
+                  std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+                  std::make_shared<Linear>(64, 4, gen)});
   Adam opt(cnn.parameters(), {.lr = 0.02});
   return train(cnn, opt, patches(128, seed + 1), 60);
 }
@@ -128,8 +130,9 @@ Batch zeros_batch(Shape shape) {
 TEST(Training, MlpStep784x512x512x10WithSgdMomentumCompilesOnce) {
   ScopedRuntime rt;
   Generator gen(0);
-  Sequential mlp({std::make_shared<Linear>(784, 512, gen), std::make_shared<ReLU>(), std::make_shared<Linear>(512, 512, gen),
-                  std::make_shared<ReLU>(), std::make_shared<Linear>(512, 10, gen)});
+  Sequential mlp({std::make_shared<Linear>(784, 512, gen), std::make_shared<ReLU>(),
+                  std::make_shared<Linear>(512, 512, gen), std::make_shared<ReLU>(),
+                  std::make_shared<Linear>(512, 10, gen)});
   SGD opt(mlp.parameters(), {.lr = 0.01, .momentum = 0.9});
   expect_compiles_once(mlp, opt, zeros_batch({128, 784}));
 }
@@ -137,10 +140,11 @@ TEST(Training, MlpStep784x512x512x10WithSgdMomentumCompilesOnce) {
 TEST(Training, CnnStepCompilesOnce) {
   ScopedRuntime rt;
   Generator gen(0);
-  Sequential cnn({std::make_shared<Conv2d>(1, 8, 5, gen, 1, 2), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-                  std::make_shared<Conv2d>(8, 16, 5, gen, 1, 2), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-                  std::make_shared<Flatten>(), std::make_shared<Linear>(16 * 7 * 7, 32, gen), std::make_shared<ReLU>(),
-                  std::make_shared<Linear>(32, 10, gen)});
+  Sequential cnn({std::make_shared<Conv2d>(1, 8, 5, gen, 1, 2), std::make_shared<ReLU>(),
+                  std::make_shared<MaxPool2d>(2), std::make_shared<Conv2d>(8, 16, 5, gen, 1, 2),
+                  std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+                  std::make_shared<Flatten>(), std::make_shared<Linear>(16 * 7 * 7, 32, gen),
+                  std::make_shared<ReLU>(), std::make_shared<Linear>(32, 10, gen)});
   SGD opt(cnn.parameters(), {.lr = 0.01, .momentum = 0.9});
   expect_compiles_once(cnn, opt, zeros_batch({16, 1, 28, 28}));
 }
@@ -151,8 +155,9 @@ TEST(Training, CnnWithBatchNormAndDropoutLearnsAndCompilesOnce) {
   ScopedRuntime rt;
   Generator gen(4);
   Sequential cnn({std::make_shared<Conv2d>(1, 4, 3, gen, 1, 1), std::make_shared<BatchNorm2d>(4),
-                  std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
-                  std::make_shared<Dropout>(0.1), std::make_shared<Linear>(64, 4, gen)});
+                  std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+                  std::make_shared<Flatten>(), std::make_shared<Dropout>(0.1),
+                  std::make_shared<Linear>(64, 4, gen)});
   Adam opt(cnn.parameters(), {.lr = 0.02});
   const Batch data = patches(128, 5);
   const Result r = train(cnn, opt, data, 60);
