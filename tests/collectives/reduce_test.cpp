@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace xs {
 namespace {
@@ -81,6 +83,56 @@ TEST(ReduceTest, StreamingStoresGiveTheSameResultAtAnyAlignment) {
       EXPECT_EQ(plain, copy) << "offset " << offset << " n " << n;
     }
   }
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// The one-pass AVX2 kernels (used when not streaming) against the portable ones (used when
+// streaming): bit for bit, with NaNs, signed zeros and ties, every op, 2..9 sources, tails.
+template <class T>
+void expect_kernels_agree(DType dtype) {
+  const T specials[] = {T(0), -T(0), std::numeric_limits<T>::quiet_NaN(), T(1), T(-1), T(3)};
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+    for (int k = 2; k <= 9; ++k) {
+      const size_t n = 1000 + static_cast<size_t>(k);  // not a multiple of the vector width
+      std::vector<std::vector<T>> in(static_cast<size_t>(k), std::vector<T>(n));
+      std::vector<const void*> sources;
+      for (int s = 0; s < k; ++s) {
+        for (size_t i = 0; i < n; ++i) {
+          in[s][i] = (i + s) % 5 == 0 ? specials[(i * 7 + s) % 6] : T(0.1) * T((i * 13 + s) % 17);
+        }
+        sources.push_back(in[s].data());
+      }
+      std::vector<T> fast(n), fast2(n), portable(n), portable2(n);
+      reduce_sources(fast.data(), fast2.data(), sources.data(), k, n, dtype, op, k, false);
+      reduce_sources(portable.data(), portable2.data(), sources.data(), k, n, dtype, op, k, true);
+      ASSERT_EQ(0, std::memcmp(fast.data(), portable.data(), n * sizeof(T)))
+          << dtype_name(dtype) << " " << reduce_op_name(op) << " k " << k;
+      ASSERT_EQ(0, std::memcmp(fast2.data(), fast.data(), n * sizeof(T)));
+    }
+  }
+}
+
+TEST(ReduceTest, VectorKernelsMatchPortableKernelsBitForBitF32) {
+  expect_kernels_agree<float>(DType::kF32);
+}
+TEST(ReduceTest, VectorKernelsMatchPortableKernelsBitForBitF64) {
+  expect_kernels_agree<double>(DType::kF64);
+}
+
+TEST(ReduceTest, VectorKernelReducesInPlaceIntoOneOfItsSources) {
+  std::vector<float> a(1003), b(1003);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i);
+    b[i] = 2.0f * static_cast<float>(i);
+  }
+  const void* sources[] = {a.data(), b.data()};
+  reduce_sources(b.data(), nullptr, sources, 2, a.size(), DType::kF32, ReduceOp::kSum, 2);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(b[i], 3.0f * static_cast<float>(i)) << i;
 }
 
 }  // namespace

@@ -1,0 +1,139 @@
+#include "collectives/detail/reduce_avx2.h"
+
+#include <immintrin.h>
+
+namespace xs::detail {
+namespace {
+
+// Vector and scalar views of one element type. max/min take (next, acc) so that they
+// compute `next > acc ? next : acc` (resp. <), the portable kernels' expression, NaNs and
+// signed zeros included: maxps(x, y) is exactly `x > y ? x : y`.
+struct F32 {
+  using T = float;
+  using V = __m256;
+  static constexpr size_t kLanes = 8;
+  [[gnu::target("avx2")]] static V load(const T* p) { return _mm256_loadu_ps(p); }
+  [[gnu::target("avx2")]] static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
+  [[gnu::target("avx2")]] static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  [[gnu::target("avx2")]] static V max(V next, V acc) { return _mm256_max_ps(next, acc); }
+  [[gnu::target("avx2")]] static V min(V next, V acc) { return _mm256_min_ps(next, acc); }
+  [[gnu::target("avx2")]] static V div(V a, V d) { return _mm256_div_ps(a, d); }
+  [[gnu::target("avx2")]] static V splat(T v) { return _mm256_set1_ps(v); }
+};
+struct F64 {
+  using T = double;
+  using V = __m256d;
+  static constexpr size_t kLanes = 4;
+  [[gnu::target("avx2")]] static V load(const T* p) { return _mm256_loadu_pd(p); }
+  [[gnu::target("avx2")]] static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
+  [[gnu::target("avx2")]] static V add(V a, V b) { return _mm256_add_pd(a, b); }
+  [[gnu::target("avx2")]] static V max(V next, V acc) { return _mm256_max_pd(next, acc); }
+  [[gnu::target("avx2")]] static V min(V next, V acc) { return _mm256_min_pd(next, acc); }
+  [[gnu::target("avx2")]] static V div(V a, V d) { return _mm256_div_pd(a, d); }
+  [[gnu::target("avx2")]] static V splat(T v) { return _mm256_set1_pd(v); }
+};
+
+enum class Kind { kSum, kMean, kMax, kMin };
+
+template <class E, Kind kKind, class X>
+[[gnu::target("avx2"), gnu::always_inline]] inline X combine(X acc, X next) {
+  if constexpr (kKind == Kind::kMax) {
+    return E::max(next, acc);
+  } else if constexpr (kKind == Kind::kMin) {
+    return E::min(next, acc);
+  } else {
+    return E::add(acc, next);
+  }
+}
+
+template <class T, Kind kKind>
+T combine_scalar(T acc, T next) {
+  if constexpr (kKind == Kind::kMax) {
+    return next > acc ? next : acc;
+  } else if constexpr (kKind == Kind::kMin) {
+    return next < acc ? next : acc;
+  } else {
+    return acc + next;
+  }
+}
+
+// K sources known at compile time: the loop over sources unrolls. dst may equal a source
+// (element i is loaded from every source before it is stored), but must not partly overlap.
+template <class E, Kind kKind, int K>
+[[gnu::target("avx2")]] void reduce_k(typename E::T* dst, typename E::T* dst2,
+                                      const void* const* sources, size_t n, int divisor) {
+  using T = typename E::T;
+  const T* src[K];
+  for (int k = 0; k < K; ++k) src[k] = static_cast<const T*>(sources[k]);
+  const typename E::V d = E::splat(static_cast<T>(divisor));
+  size_t i = 0;
+  for (; i + E::kLanes <= n; i += E::kLanes) {
+    auto acc = E::load(src[0] + i);
+    for (int k = 1; k < K; ++k) acc = combine<E, kKind>(acc, E::load(src[k] + i));
+    if constexpr (kKind == Kind::kMean) acc = E::div(acc, d);
+    E::store(dst + i, acc);
+    if (dst2 != nullptr) E::store(dst2 + i, acc);
+  }
+  for (; i < n; ++i) {
+    T acc = src[0][i];
+    for (int k = 1; k < K; ++k) acc = combine_scalar<T, kKind>(acc, src[k][i]);
+    if constexpr (kKind == Kind::kMean) acc = acc / static_cast<T>(divisor);
+    dst[i] = acc;
+    if (dst2 != nullptr) dst2[i] = acc;
+  }
+}
+
+template <class E, Kind kKind>
+bool reduce_kind(void* dst, void* dst2, const void* const* sources, int n_sources, size_t n,
+                 int divisor) {
+  using T = typename E::T;
+  auto* out = static_cast<T*>(dst);
+  auto* out2 = static_cast<T*>(dst2);
+  switch (n_sources) {
+    case 2:
+      return reduce_k<E, kKind, 2>(out, out2, sources, n, divisor), true;
+    case 3:
+      return reduce_k<E, kKind, 3>(out, out2, sources, n, divisor), true;
+    case 4:
+      return reduce_k<E, kKind, 4>(out, out2, sources, n, divisor), true;
+    case 5:
+      return reduce_k<E, kKind, 5>(out, out2, sources, n, divisor), true;
+    case 6:
+      return reduce_k<E, kKind, 6>(out, out2, sources, n, divisor), true;
+    case 7:
+      return reduce_k<E, kKind, 7>(out, out2, sources, n, divisor), true;
+    case 8:
+      return reduce_k<E, kKind, 8>(out, out2, sources, n, divisor), true;
+    default:
+      return false;
+  }
+}
+
+template <class E>
+bool reduce_elem(void* dst, void* dst2, const void* const* sources, int n_sources, size_t n,
+                 ReduceOp op, int divisor) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return reduce_kind<E, Kind::kSum>(dst, dst2, sources, n_sources, n, divisor);
+    case ReduceOp::kMean:
+      return reduce_kind<E, Kind::kMean>(dst, dst2, sources, n_sources, n, divisor);
+    case ReduceOp::kMax:
+      return reduce_kind<E, Kind::kMax>(dst, dst2, sources, n_sources, n, divisor);
+    case ReduceOp::kMin:
+      return reduce_kind<E, Kind::kMin>(dst, dst2, sources, n_sources, n, divisor);
+  }
+  return false;
+}
+
+}  // namespace
+
+bool reduce_avx2(void* dst, void* dst2, const void* const* sources, int n_sources, size_t n_elems,
+                 DType dtype, ReduceOp op, int divisor) {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  if (!has_avx2) return false;
+  if (dtype == DType::kF32) return reduce_elem<F32>(dst, dst2, sources, n_sources, n_elems, op, divisor);
+  if (dtype == DType::kF64) return reduce_elem<F64>(dst, dst2, sources, n_sources, n_elems, op, divisor);
+  return false;
+}
+
+}  // namespace xs::detail
