@@ -1,0 +1,106 @@
+// train_fmnist under the real xla-spawn: replicas stay bit-identical (debug mode), a run
+// SIGKILLed mid-epoch and restarted by --max-restarts ends where an uninterrupted run ends,
+// one progress bar for N replicas, and bad options or checkpoints are refused clearly.
+// Small subsets of the training set and few steps keep each test to seconds.
+
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "replica/checkpoint.h"
+#include "tests/replica/run_command.h"
+#include "tests/replica/temp_dir.h"
+
+namespace xs {
+namespace {
+
+using testing::CommandResult;
+using testing::count_of;
+using testing::run_command;
+
+std::string spawn_train(int n, const std::string& launcher_flags, const std::string& args) {
+  return fmt::format("{} -n {} {} -- {} --train-samples 256 --test-samples 200 --batch-size 8 {}",
+                     XS_XLA_SPAWN, n, launcher_flags, XS_TRAIN_FMNIST, args);
+}
+
+class ReplicasIdentical : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReplicasIdentical, DebugModeConfirmsBitIdenticalParametersEveryStep) {
+  const int n = GetParam();
+  const CommandResult r = run_command("XLA_SPAWN_DEBUG_REPLICAS=1 XLA_SPAWN_LOG_LEVEL=debug " +
+                                      spawn_train(n, "", "--max-steps 5 --no-eval --seed 7"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int step = 1; step <= 5; ++step) {
+    // Logged by every ordinal after comparing all ordinals' graph and parameter hashes.
+    EXPECT_EQ(count_of(r.output, fmt::format("step {}: graph and 6 parameters identical on {} replicas",
+                                             step, n)), n) << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ReplicasIdentical, ::testing::Values(1, 2, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+// Final parameters of a run, from its last checkpoint.
+std::vector<HostTensor> final_tensors(const std::string& path) { return load_checkpoint(path).tensors; }
+
+TEST(TrainFmnistRestart, RunKilledMidEpochResumesToTheSameParameters) {
+  testing::TempDir dir;
+  // 256 samples / (2 x 8) = 16 steps per epoch; checkpoints every 4 steps; 20 steps in all.
+  const std::string common = "--max-steps 20 --checkpoint-every 4 --no-eval --seed 3 --resume";
+  const CommandResult whole = run_command(spawn_train(2, "", common + " --checkpoint " + dir.path("a")));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  // Ordinal 1 SIGKILLs itself before step 6 (mid-epoch, after the step-4 checkpoint); the
+  // launcher restarts the group, which resumes at epoch 1, batch 4.
+  const CommandResult killed = run_command(
+      spawn_train(2, "--max-restarts 1", common + " --fail-at-step 6 --checkpoint " + dir.path("b")));
+  ASSERT_EQ(killed.exit_code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("resumed from " + dir.path("b") + ": epoch 1, batch 4, step 4"),
+            std::string::npos) << killed.output;
+  const auto a = final_tensors(dir.path("a"));
+  const auto b = final_tensors(dir.path("b"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_TRUE(a[i].bytes == b[i].bytes) << "tensor " << a[i].name << " differs after the restart";
+  }
+  EXPECT_EQ(load_checkpoint(dir.path("b")).meta_int("global_step"), 20);
+}
+
+TEST(TrainFmnistProgress, ExactlyOneProgressBarForFourReplicas) {
+  const CommandResult r = run_command(spawn_train(4, "", "--epochs 1 --no-eval"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const int bar_lines = count_of(r.output, "epoch 1/1 [");
+  EXPECT_GT(bar_lines, 0) << r.output;
+  // Every bar line comes from the master ("[0] " is xla-spawn's prefix for ordinal 0).
+  EXPECT_EQ(count_of(r.output, "[0] epoch 1/1 ["), bar_lines) << r.output;
+  EXPECT_EQ(count_of(r.output, "epoch 1/1: "), 1) << r.output;  // one epoch summary
+}
+
+TEST(TrainFmnistOptions, BadValuesAreRejectedNamingTheFlag) {
+  CommandResult r = run_command(std::string(XS_TRAIN_FMNIST) + " --model resnet");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--model: expected mlp or cnn, got 'resnet'"), std::string::npos) << r.output;
+  r = run_command(std::string(XS_TRAIN_FMNIST) + " --batch-size 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--batch-size: expected 1..65536, got 0"), std::string::npos) << r.output;
+  r = run_command(std::string(XS_TRAIN_FMNIST) + " --resume");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--resume: expected --checkpoint PATH"), std::string::npos) << r.output;
+}
+
+TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.path("ck");
+  ASSERT_EQ(run_command(spawn_train(1, "", "--max-steps 2 --no-eval --checkpoint " + ckpt)).exit_code, 0);
+  const std::vector<uint8_t> before = testing::TempDir::read(ckpt);
+  const CommandResult r =
+      run_command(spawn_train(1, "", "--model cnn --max-steps 2 --no-eval --resume --checkpoint " + ckpt));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("does not fit the model"), std::string::npos) << r.output;
+  EXPECT_EQ(testing::TempDir::read(ckpt), before);
+}
+
+}  // namespace
+}  // namespace xs
