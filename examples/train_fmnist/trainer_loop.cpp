@@ -89,6 +89,7 @@ TrainResult Trainer::run() {
                    xm::world_size(), options_.batch_size, options_.optimizer, options_.lr,
                    train_loader_->batches_per_epoch());
   for (int64_t epoch = start_epoch_; epoch < options_.epochs; ++epoch) {
+    if (options_.max_steps > 0 && global_step_ >= options_.max_steps) break;
     const bool finished = train_epoch(epoch, epoch == start_epoch_ ? start_batch_ : 0);
     if (options_.eval) {
       result_.test_accuracy = evaluate();
