@@ -252,12 +252,29 @@ void fill_constant(DType dtype, double value, int64_t len, void* out) {
 
 // kTile: the operand is the loop's trailing dims (a bias row): element j is src[j % period].
 // kSpread: the operand is the loop's leading dims then 1s (a per-row max): src[j / period].
-enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kBroadcast };
+// kRun: the operand is one run of the loop's middle dims, 1s around it (a conv bias
+// [1, C, 1, 1]): element j is src[(j / period) % count], constant over runs of `period`.
+enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kRun, kBroadcast };
 
 struct LoadPlan {
   LoadMode mode;
   int64_t period = 1;
+  int64_t count = 1;
 };
+
+// The kRun form of `f` (operand shape padded to the loop's rank) against `to`, if it has it.
+bool middle_run(const Shape& f, const Shape& to, LoadPlan* plan) {
+  const size_t r = to.size();
+  size_t a = 0, b = r;
+  while (a < r && f[a] == 1) ++a;
+  while (b > a && f[b - 1] == 1) --b;
+  if (a == b) return false;
+  for (size_t d = a; d < b; ++d)
+    if (f[d] != to[d]) return false;
+  *plan = {LoadMode::kRun, numel(Shape(to.begin() + static_cast<ptrdiff_t>(b), to.end())),
+           numel(Shape(f.begin() + static_cast<ptrdiff_t>(a), f.begin() + static_cast<ptrdiff_t>(b)))};
+  return true;
+}
 
 LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
   if (l.storage < 0 || numel(l.shape) == 1) return {LoadMode::kFixed};
@@ -273,6 +290,8 @@ LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
   for (size_t d = lead_same; d < r; ++d) tail_ones &= f[d] == 1;
   if (tail_same) return {LoadMode::kTile, numel(l.shape)};
   if (tail_ones) return {LoadMode::kSpread, numel(Shape(to.begin() + lead_same, to.end()))};
+  LoadPlan run;
+  if (middle_run(f, to, &run)) return run;
   return {LoadMode::kBroadcast};
 }
 
@@ -287,8 +306,9 @@ void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_
       done += run;
     } else {
       const int64_t run = std::min(len - done, p.period - j % p.period);
+      const int64_t src = p.mode == LoadMode::kRun ? (j / p.period) % p.count : j / p.period;
       double v[1];
-      load_block(base, l.dtype, nullptr, j / p.period, 1, v);
+      load_block(base, l.dtype, nullptr, src, 1, v);
       for (int64_t i = 0; i < run; ++i) std::memcpy(static_cast<char*>(out) + (done + i) * sz, v, sz);
       done += run;
     }
@@ -343,7 +363,7 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
           reg[l.reg] = static_cast<char*>(storage[l.storage]) + b * dtype_size(l.dtype);
           break;
         case LoadMode::kConvert: load_block(storage[l.storage], l.dtype, nullptr, b, len, reg[l.reg]); break;
-        case LoadMode::kTile: case LoadMode::kSpread:
+        case LoadMode::kTile: case LoadMode::kSpread: case LoadMode::kRun:
           load_pattern(l, plans[i], storage[l.storage], b, len, reg[l.reg]);
           break;
         case LoadMode::kBroadcast:

@@ -36,27 +36,35 @@ void pool_unpadded(bool is_max, const int64_t* p, const T* x, const Shape& xs, T
 }
 
 // NaN-propagating max (the first NaN wins), branch-free enough to vectorise.
-// Bitwise & and | (not && and ||): no branches, so the loops below can vectorise.
+// Whether b replaces a as the running maximum: larger, or NaN over a non-NaN (the first NaN
+// wins). Bitwise & and |: no branches.
 template <typename T>
 inline bool takes_over(T a, T b) {
   return ((b > a) | (b != b)) & (a == a);
-}  // b replaces a as max
-template <typename T>
-inline T nan_max(T a, T b) {
-  return takes_over(a, b) ? b : a;
 }
 
-// 2x2 windows, stride 2, no padding (the usual max pool): two rows at a time.
+// The same choice as three selects on plain comparisons, which the compiler turns into vector
+// compare-and-blend.
+template <typename T>
+inline T nan_max(T a, T b) {
+  T m = b > a ? b : a;
+  m = b != b ? b : m;
+  return a != a ? a : m;
+}
+
+// 2x2 windows, stride 2, no padding (the usual max pool). First the elementwise max of the two
+// rows (contiguous: vectorises), then of neighbouring pairs in that row (in L1).
 template <typename T>
 void max_pool_2x2(const T* x, int64_t planes, int64_t h, int64_t w, T* out, int64_t oh,
                   int64_t ow) {
+  std::vector<T> rows(w);
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t oy = 0; oy < oh; ++oy) {
       const T* r0 = x + (pl * h + 2 * oy) * w;
       const T* r1 = r0 + w;
+      for (int64_t i = 0; i < w; ++i) rows[i] = nan_max(r0[i], r1[i]);
       T* o = out + (pl * oh + oy) * ow;
-      for (int64_t ox = 0; ox < ow; ++ox)
-        o[ox] = nan_max(nan_max(r0[2 * ox], r0[2 * ox + 1]), nan_max(r1[2 * ox], r1[2 * ox + 1]));
+      for (int64_t ox = 0; ox < ow; ++ox) o[ox] = nan_max(rows[2 * ox], rows[2 * ox + 1]);
     }
 }
 

@@ -104,8 +104,15 @@ bool sum_around(Op op, const std::vector<int64_t>& axes, const Shape& s, const S
   for (int64_t p = 0; p < pre; ++p)
     for (int64_t m = 0; m < mid; ++m) {
       const S* run = x + (p * mid + m) * post;
+      // Eight independent partial sums: the compiler can keep them in one vector register
+      // (a single running sum is a serial dependency chain it may not reorder).
+      double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 8 <= post; i += 8)
+        for (int k = 0; k < 8; ++k) lanes[k] += run[i + k];
       double a = 0;
-      for (int64_t i = 0; i < post; ++i) a += run[i];
+      for (; i < post; ++i) a += run[i];
+      for (double lane : lanes) a += lane;
       acc[m] += a;
     }
   const double count = static_cast<double>(pre * post);

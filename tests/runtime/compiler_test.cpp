@@ -215,3 +215,28 @@ TEST(Compiler, LoopFeedingTheGemmIsNotMovedAfterIt) {
 
 }  // namespace
 }  // namespace xs
+
+namespace xs {
+namespace {
+
+// A conv bias [1, C, 1, 1] (and a [C, H, 1] operand) broadcast inside a fused loop: the
+// operand is one run of middle dims, loaded in constant runs rather than per element.
+TEST(Compiler, MiddleDimBroadcastInAFusedLoopMatchesTheHostResult) {
+  ScopedRuntime rt;
+  const Tensor x = iota({2, 3, 4, 5});
+  const Tensor b = iota({1, 3, 1, 1}, 0.5f), c = iota({3, 4, 1}, 0.25f);
+  const Tensor y = relu(x + b) * c;
+  const std::vector<float> got = y.to_vector<float>(), xv = x.to_vector<float>();
+  const std::vector<float> bv = b.to_vector<float>(), cv = c.to_vector<float>();
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t ch = 0; ch < 3; ++ch)
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 5; ++j) {
+          const int64_t at = ((n * 3 + ch) * 4 + i) * 5 + j;
+          const float want = std::max(xv[at] + bv[ch], 0.0f) * cv[ch * 4 + i];
+          ASSERT_FLOAT_EQ(got[at], want) << at;
+        }
+}
+
+}  // namespace
+}  // namespace xs
