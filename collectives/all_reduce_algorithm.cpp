@@ -35,24 +35,31 @@ std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env() {
   return parse_all_reduce_algorithm(*text, kAllReduceAlgorithmEnv);
 }
 
-// One-shot below one_shot_max_bytes; above it, CMA when every replica has a core of its
-// own and the two-shot when they share cores. Measured with each schedule forced (busbw
-// or time, medians; the 2-core machine shared with other work, see the README):
-//   for n in 2 4 8; do for a in oneshot twoshot ring cma; do
-//     XLA_SPAWN_ALLREDUCE_ALGO=$a all_reduce_sweep --nprocs $n --max-bytes 4194304 --factor 2
+// One-shot up to one_shot_max_bytes; above it, CMA when every replica has a core of its
+// own and the two-shot when they share cores. Measured with each schedule forced (time per
+// call in us, medians, two runs each; the 2-core machine shared with other work, see the
+// README), after the one-pass AVX2 reduction kernels (collectives/detail/reduce_avx2.h)
+// made the one-shot's N reads per element cheaper:
+//   for n in 2 3 4 8; do for a in oneshot twoshot cma; do
+//     XLA_SPAWN_ALLREDUCE_ALGO=$a all_reduce_sweep --nprocs $n --min-bytes 8192
+//       --max-bytes 524288 --factor 2         (one command line)
 //   done; done
-//   N = 2: one-shot  2.2 us at  8 KiB vs 8.8;  13.0 vs 11.6 at 16 KiB; 28.6 vs 11.2 at 32 KiB
-//          CMA vs two-shot busbw (GB/s): 128 KiB 7.3-10.3 vs 6.5-7.3, 512 KiB 8.6-9.2 vs
-//          5.2-7.1, 2 MiB 5.6-8.1 vs 4.4-5.8, 32 MiB 5.6-6.7 vs 6.1-6.2
-//   N = 4: one-shot 12.6 us at  8 KiB vs 14.4; 18.1 vs 17.0 at 16 KiB; 25.7 vs 21.2 at 32 KiB
-//   N = 8: one-shot 40.6 us at 16 KiB vs 53.4; 62.5 vs 64.9 at 32 KiB; 116 vs 86 at 64 KiB
-//          with futex-only waits; with the yield polling of shm/wait.h (two runs each):
-//          8 KiB 20.6/34.3 vs 22.6/22.6, 16 KiB 31.2/41.5 vs 28.7/24.9, 32 KiB 51.7 vs 37.8;
-//          two-shot vs CMA: 609 vs 789 us at 512 KiB, 2965 vs 2912 at 2 MiB, 5832 vs 7040
-//          at 4 MiB (sleeping replicas pay the CMA system calls on the critical path)
+//   N = 2: one-shot vs CMA  16 KiB 4.2/4.4 vs 4.6/5.1; 32 KiB 6.9/7.7 vs 6.1/6.4;
+//          64 KiB 10.7/9.8 vs 9.4/7.7. CMA vs two-shot: 128 KiB 14.8/10.8 vs 21.3/25.2,
+//          512 KiB 47/35 vs 86/81
+//   N = 3: one-shot vs two-shot 32 KiB 19.4/20.6 vs 19.1/24.4; 64 KiB 29.7/23.7 vs
+//          30.6/29.6; 128 KiB 42.0/43.4 vs 45.3/40.7
+//   N = 4: 32 KiB 16.7/19.4 vs 18.2/25.9; 64 KiB 25.0/29.9 vs 38.5/33.0; 128 KiB 78.9/46.4
+//          vs 49.9/48.0; 512 KiB 231/265 vs 162/191
+//   N = 8: 16 KiB 27.3/26.9 vs 34.5/36.9; 32 KiB 37.8/47.6 vs 55.8/41.0; 64 KiB 62.9/80.6
+//          vs 63.9/62.5; 128 KiB 179/171 vs 91/87 (N = 5..7 not measured: as N = 8)
+//   At N = 8 CMA lost to the two-shot (2 MiB: 1911-2304 us vs 1704-2009, 128 KiB 143-233
+//   vs 81-109): each 4 KiB page of a peer is pinned per system call, and sleeping replicas
+//   pay those calls on the critical path.
 // The ring never won (2(N-1) dependent hops per slab) and stays the reference.
 size_t one_shot_max_bytes(int world_size) {
-  return world_size <= 4 ? (size_t{16} << 10) : (size_t{8} << 10);
+  if (world_size == 3 || world_size == 4) return size_t{64} << 10;
+  return size_t{16} << 10;
 }
 
 AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size, bool spinning) {
