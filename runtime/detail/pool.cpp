@@ -129,18 +129,18 @@ void max_pool_grad_2x2(const T* x, const T* g, int64_t planes, int64_t h, int64_
       const int64_t r0 = (pl * h + 2 * oy) * w, r1 = r0 + w;
       const T* gr = g + (pl * oh + oy) * ow;
       for (int64_t ox = 0; ox < ow; ++ox) {
-        const T v[4] = {x[r0 + 2 * ox], x[r0 + 2 * ox + 1], x[r1 + 2 * ox], x[r1 + 2 * ox + 1]};
-        int best = 0;
-        T best_v = v[0];
-        for (int k = 1; k < 4; ++k) {
-          const bool take = takes_over(best_v, v[k]);
-          best = take ? k : best;
-          best_v = take ? v[k] : best_v;
-        }
-        out[r0 + 2 * ox] = best == 0 ? gr[ox] : T(0);
-        out[r0 + 2 * ox + 1] = best == 1 ? gr[ox] : T(0);
-        out[r1 + 2 * ox] = best == 2 ? gr[ox] : T(0);
-        out[r1 + 2 * ox + 1] = best == 3 ? gr[ox] : T(0);
+        // Row-major first maximum: the winner of each row pair (ties: left), then the bottom
+        // one only if it takes over the top one (ties: top). Selects only, no branches.
+        const T a = x[r0 + 2 * ox], b = x[r0 + 2 * ox + 1], c = x[r1 + 2 * ox],
+                d = x[r1 + 2 * ox + 1];
+        const bool top_right = takes_over(a, b), bottom_right = takes_over(c, d);
+        const T top = top_right ? b : a, bottom = bottom_right ? d : c;
+        const bool down = takes_over(top, bottom);
+        const T gv = gr[ox];
+        out[r0 + 2 * ox] = !down & !top_right ? gv : T(0);
+        out[r0 + 2 * ox + 1] = !down & top_right ? gv : T(0);
+        out[r1 + 2 * ox] = down & !bottom_right ? gv : T(0);
+        out[r1 + 2 * ox + 1] = down & bottom_right ? gv : T(0);
       }
     }
 }
