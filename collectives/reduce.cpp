@@ -182,7 +182,8 @@ void reduce_many(typename Tr::T* dst, typename Tr::T* dst2, const void* const* s
 
 void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sources,
                     size_t n_elems, DType dtype, ReduceOp op, int divisor, bool streaming) {
-  if (!streaming && detail::reduce_avx2(dst, dst2, sources, n_sources, n_elems, dtype, op, divisor)) {
+  if (!streaming &&
+      detail::reduce_avx2(dst, dst2, sources, n_sources, n_elems, dtype, op, divisor)) {
     return;
   }
   const bool mean = op == ReduceOp::kMean;

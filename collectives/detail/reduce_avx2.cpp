@@ -131,8 +131,10 @@ bool reduce_avx2(void* dst, void* dst2, const void* const* sources, int n_source
                  DType dtype, ReduceOp op, int divisor) {
   static const bool has_avx2 = __builtin_cpu_supports("avx2");
   if (!has_avx2) return false;
-  if (dtype == DType::kF32) return reduce_elem<F32>(dst, dst2, sources, n_sources, n_elems, op, divisor);
-  if (dtype == DType::kF64) return reduce_elem<F64>(dst, dst2, sources, n_sources, n_elems, op, divisor);
+  if (dtype == DType::kF32)
+    return reduce_elem<F32>(dst, dst2, sources, n_sources, n_elems, op, divisor);
+  if (dtype == DType::kF64)
+    return reduce_elem<F64>(dst, dst2, sources, n_sources, n_elems, op, divisor);
   return false;
 }
 
