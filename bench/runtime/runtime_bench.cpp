@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "bench/runtime/timing.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
 #include "runtime/program.h"
@@ -31,32 +32,9 @@
 namespace xs {
 namespace {
 
-// This thread's CPU time: BLAS is pinned to one thread (the caller's), so CPU time is the
-// work done, and time spent descheduled by other processes on a shared machine is excluded.
-double now_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Times a and b alternately `reps` times; returns their median seconds.
-std::pair<double, double> interleaved(int reps, const std::function<void()>& a, const std::function<void()>& b) {
-  std::vector<double> ta, tb;
-  for (int i = 0; i < reps; ++i) {
-    double t0 = now_s();
-    a();
-    ta.push_back(now_s() - t0);
-    t0 = now_s();
-    b();
-    tb.push_back(now_s() - t0);
-  }
-  return {median(ta), median(tb)};
-}
+using bench::interleaved;
+using bench::median;
+using bench::now_s;
 
 std::vector<float> pattern(int64_t n, int salt) {
   std::vector<float> v(n);

@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "runtime/autograd.h"
 #include "runtime/loss.h"
+#include "bench/runtime/timing.h"
 #include "runtime/nn/activation.h"
 #include "runtime/nn/conv2d.h"
 #include "runtime/nn/linear.h"
@@ -38,16 +39,6 @@
 namespace xs {
 namespace {
 
-double now_s() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // One GEMM of the floor: C[m, n] = op(A) op(B) with inner dimension k, `count` times.
 struct Gemm {
@@ -137,7 +128,7 @@ struct Result {
   int64_t uncached, cached;
 };
 
-Result bench(const Model& model, int reps) {
+Result bench_model(const Model& model, int reps) {
   std::vector<float> x(numel(model.input));
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
@@ -161,17 +152,9 @@ Result bench(const Model& model, int reps) {
   if (!(loss.item() < first))
     throw Error(fmt::format("{}: loss did not fall ({} -> {})", model.name, first, loss.item()));
   Floor floor(model.floor);
-  std::vector<double> ts, tf;
-  for (int i = 0; i < reps; ++i) {
-    double t0 = now_s();
-    step();
-    ts.push_back(now_s() - t0);
-    t0 = now_s();
-    floor.run();
-    tf.push_back(now_s() - t0);
-  }
+  const auto [t_step, t_floor] = bench::interleaved(reps, step, [&] { floor.run(); });
   const Metrics& m = runtime().metrics();
-  return {median(ts) * 1e3, median(tf) * 1e3, m.counter(kCounterUncachedCompile),
+  return {t_step * 1e3, t_floor * 1e3, m.counter(kCounterUncachedCompile),
           m.counter(kCounterCachedCompile)};
 }
 
@@ -202,7 +185,7 @@ int main(int argc, char** argv) {
     ScopedRuntime rt;
     Generator gen(0);
     const Model model = make(gen);
-    const Result r = bench(model, key == "cnn" ? std::max(3, reps / 3) : reps);
+    const Result r = bench_model(model, key == "cnn" ? std::max(3, reps / 3) : reps);
     std::printf("%-64s %10.3f %10.3f %7.3f %4lld+%-4lld  <= 1.15\n", model.name.c_str(), r.step_ms,
                 r.floor_ms, r.step_ms / r.floor_ms, static_cast<long long>(r.uncached),
                 static_cast<long long>(r.cached));
