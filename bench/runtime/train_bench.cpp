@@ -39,7 +39,6 @@
 namespace xs {
 namespace {
 
-
 // One GEMM of the floor: C[m, n] = op(A) op(B) with inner dimension k, `count` times.
 struct Gemm {
   bool ta, tb;
