@@ -1,20 +1,15 @@
 #include "examples/train_fmnist/trainer.h"
 
-#include <csignal>
-
 #include <fmt/format.h>
 
 #include "base/error.h"
 #include "examples/train_fmnist/models.h"
 #include "replica/fashion_mnist.h"
 #include "replica/optimizer_step.h"
-#include "replica/progress.h"
 #include "replica/xm.h"
 #include "replica/xm_checkpoint.h"
-#include "replica/xm_collectives.h"
 #include "runtime/autograd.h"
 #include "runtime/loss.h"
-#include "runtime/ops.h"
 #include "runtime/optim/adam.h"
 #include "runtime/optim/lr_schedule.h"
 #include "runtime/optim/sgd.h"

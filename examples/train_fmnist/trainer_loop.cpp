@@ -1,9 +1,11 @@
 // The epoch loop and evaluation of Trainer (trainer.cpp holds setup, steps and checkpoints).
+#include "examples/train_fmnist/trainer.h"
+
+#include <chrono>
 #include <csignal>
 
 #include <fmt/format.h>
 
-#include "examples/train_fmnist/trainer.h"
 #include "replica/progress.h"
 #include "replica/xm.h"
 #include "replica/xm_collectives.h"
