@@ -50,7 +50,11 @@ void ProgressBar::update(int64_t done, double loss) {
   done_ = done;
   if (!active_) return;
   if (tty_) {
-    fmt::print(stderr, "\r{}", line(done, loss));
+    // At most 10 redraws a second: a fast step loop must not spend its time on the terminal.
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total_steps_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    fmt::print(stderr, "\r{}\x1b[K", line(done, loss));  // ESC[K: clear what a longer line left
     std::fflush(stderr);
     return;
   }

@@ -35,7 +35,7 @@ class ProgressBar {
   int64_t done_ = 0;
   bool active_, tty_, finished_ = false;
   int64_t last_printed_ = -1;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
 }  // namespace xs::xm

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -23,9 +24,9 @@ int main(int argc, char** argv) try {
   }
   xs::xm::init();
   const xs::fmnist::TrainResult r = xs::fmnist::Trainer(options).run();
-  xs::xm::master_print("done: {} steps, {} epochs, test accuracy {:.4f}, {:.0f} samples/s over {:.1f} s of "
-                       "training", r.steps, r.epochs_completed, r.test_accuracy, r.samples_per_second,
-                       r.train_seconds);
+  const std::string accuracy = r.test_accuracy < 0 ? "not evaluated" : fmt::format("{:.4f}", r.test_accuracy);
+  xs::xm::master_print("done: {} steps, {} epochs, test accuracy {}, {:.0f} samples/s over {:.1f} s of training",
+                       r.steps, r.epochs_completed, accuracy, r.samples_per_second, r.train_seconds);
   if (options.metrics) xs::xm::master_print("{}", xs::metrics_report());
   xs::xm::shutdown();
   return EXIT_SUCCESS;
