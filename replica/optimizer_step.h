@@ -19,5 +19,8 @@ void broadcast_parameters(const NamedTensors& named);
 // gradients and runs the step (mark_step). With XLA_SPAWN_DEBUG_REPLICAS=1 it then checks
 // that every replica ran the same graph and holds the same parameters (PeerFailure if not).
 void optimizer_step(Optimizer& optimizer);
+// The same; the debug check names parameters by `named_parameters` (the module's names, in the
+// optimizer's parameter order, e.g. model.named_parameters()) instead of "param <index>".
+void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters);
 
 }  // namespace xs::xm

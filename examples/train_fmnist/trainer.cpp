@@ -115,7 +115,7 @@ void Trainer::train_step(const xm::DeviceBatch& batch, double& loss_value) {
   const Tensor logits = (*model_)(batch.images);
   const Tensor loss = cross_entropy(logits, batch.labels, batch.mask, batch.divisor);
   backward(loss);
-  xm::optimizer_step(*optimizer_);
+  xm::optimizer_step(*optimizer_, model_->named_parameters());
   ++global_step_;
   ++result_.steps;
   loss_value = loss.item();  // materialised by the step: a copy, not a second graph
