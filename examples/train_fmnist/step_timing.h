@@ -21,6 +21,9 @@ class StepTimer {
   void end(int64_t epoch, int64_t step);
   // Collective (every replica ran the same number of steps); the master writes `path`:
   // ordinal,epoch,step,step_ms,wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms.
+  // wait: for the loader's batch; compile: CompileTime; compute: ExecuteTime minus the
+  // in-graph AllReduceTime (which includes waiting for the slowest peer); trace: the rest of
+  // the step on the host (tracing, the runtime's pre-run graph-hash rendezvous, reading the loss).
   void write_csv(const std::string& path) const;
 
  private:
