@@ -7,6 +7,9 @@
 # all-reduce time of the LAST replica to arrive (min_k allreduce_ms: it waits for nobody), and
 # each replica's wait for peers as allreduce_ms - that minimum; the last to arrive is the
 # step's slowest ordinal (straggler). Times are means over ordinals, then over steps (ms).
+# Caveat: at N > 1 the runtime also rendezvous on the graph hash before running each step's
+# program (Runtime::check_same_graph_everywhere); the trainer counts that in trace_ms, so part
+# of the waiting for peers is in trace_compile_ms, not in peer_wait_ms.
 BEGIN {
   if (header_only) {
     print "mode,n,round,batch_per_replica,global_batch,measured_steps,samples_per_s," \
