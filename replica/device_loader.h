@@ -5,7 +5,8 @@
 //
 //   xs::xm::DeviceLoader loader(*host_loader);
 //   loader.start_epoch(epoch);
-//   while (auto b = loader.next()) loss = cross_entropy(model(b->images), b->labels, b->mask, b->divisor);
+//   while (auto b = loader.next()) loss = cross_entropy(model(b->images), b->labels, b->mask,
+//   b->divisor);
 
 #include <cstdint>
 #include <optional>
@@ -17,12 +18,12 @@ namespace xs::xm {
 
 struct DeviceBatch {
   int64_t epoch = 0;
-  int64_t index = 0;     // batch index within the epoch (same on every ordinal)
-  int64_t n_valid = 0;   // real samples in this ordinal's batch
+  int64_t index = 0;         // batch index within the epoch (same on every ordinal)
+  int64_t n_valid = 0;       // real samples in this ordinal's batch
   int64_t global_valid = 0;  // real samples in this step over all ordinals
-  Tensor images;         // f32 [B, 1, 28, 28]
-  Tensor labels;         // i64 [B]
-  Tensor mask;           // f32 [B]: 1 real, 0 padding
+  Tensor images;             // f32 [B, 1, 28, 28]
+  Tensor labels;             // i64 [B]
+  Tensor mask;               // f32 [B]: 1 real, 0 padding
   // f32 0-d: global_valid / world_size. sum(mask * loss) / divisor is this replica's share
   // of the global mean scaled so that the MEAN all-reduce of gradients is the global gradient.
   Tensor divisor;
@@ -35,7 +36,9 @@ int64_t global_valid_samples(int64_t n_samples, int64_t global_batch, int64_t in
 class DeviceLoader {
  public:
   explicit DeviceLoader(BatchLoader& host);
-  void start_epoch(int64_t epoch, int64_t first_batch = 0) { host_.start_epoch(epoch, first_batch); }
+  void start_epoch(int64_t epoch, int64_t first_batch = 0) {
+    host_.start_epoch(epoch, first_batch);
+  }
   std::optional<DeviceBatch> next();
   int64_t batches_per_epoch() const { return host_.batches_per_epoch(); }
   // Time the last next() spent waiting for the host loader, in ms.

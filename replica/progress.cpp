@@ -30,7 +30,9 @@ ProgressBar::ProgressBar(std::string label, int64_t total_steps, int64_t samples
       tty_(isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()) {}
 
-ProgressBar::~ProgressBar() { finish(); }
+ProgressBar::~ProgressBar() {
+  finish();
+}
 
 double ProgressBar::samples_per_second() const {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -39,11 +41,13 @@ double ProgressBar::samples_per_second() const {
 
 std::string ProgressBar::line(int64_t done, double loss) const {
   const double rate = samples_per_second();
-  const double eta_s = rate > 0 ? static_cast<double>((total_steps_ - done) * samples_per_step_) / rate : 0;
+  const double eta_s =
+      rate > 0 ? static_cast<double>((total_steps_ - done) * samples_per_step_) / rate : 0;
   constexpr int kWidth = 30;  // bar characters
   const auto filled = static_cast<int>(kWidth * done / total_steps_);
   return fmt::format("{} [{:=<{}}{:<{}}] {}/{} loss {:.4f} {:.0f} samples/s ETA {}", label_, "",
-                     filled, "", kWidth - filled, done, total_steps_, loss, rate, format_seconds(eta_s));
+                     filled, "", kWidth - filled, done, total_steps_, loss, rate,
+                     format_seconds(eta_s));
 }
 
 void ProgressBar::update(int64_t done, double loss) {

@@ -16,7 +16,8 @@ namespace xs::xm {
 class ProgressBar {
  public:
   // `samples_per_step`: the global batch, for samples/s. Inactive off the master.
-  ProgressBar(std::string label, int64_t total_steps, int64_t samples_per_step, int64_t first_step = 0);
+  ProgressBar(std::string label, int64_t total_steps, int64_t samples_per_step,
+              int64_t first_step = 0);
   // `done`: steps completed so far in this epoch (first_step + steps run here).
   void update(int64_t done, double loss);
   // Ends the bar (a newline on a terminal). Called by the destructor if not before.

@@ -56,7 +56,9 @@ void shutdown() {
   state().reset();
 }
 
-bool initialized() { return state() != nullptr; }
+bool initialized() {
+  return state() != nullptr;
+}
 
 const ReplicaContext& context() {
   if (!state()) throw InternalError("xm: call xs::xm::init() before using the replica API");
@@ -68,11 +70,21 @@ Communicator& communicator() {
   return *state()->communicator;
 }
 
-int ordinal() { return context().ordinal; }
-int local_ordinal() { return context().local_ordinal; }
-int world_size() { return context().world_size; }
-bool is_master(bool local) { return local ? context().is_local_master() : context().is_master(); }
-bool debug_replicas() { return context(), state()->debug_replicas; }
+int ordinal() {
+  return context().ordinal;
+}
+int local_ordinal() {
+  return context().local_ordinal;
+}
+int world_size() {
+  return context().world_size;
+}
+bool is_master(bool local) {
+  return local ? context().is_local_master() : context().is_master();
+}
+bool debug_replicas() {
+  return context(), state()->debug_replicas;
+}
 
 void master_print_line(const std::string& line) {
   if (!is_master()) return;

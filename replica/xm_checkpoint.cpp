@@ -45,17 +45,17 @@ void check_prefixes(const Checkpoint& ckpt) {
 // Throws InvalidArgument unless `state` has exactly the names, shapes and dtypes of `target`.
 void check_fits(const StateDict& state, const NamedTensors& target, std::string_view prefix) {
   if (state.size() != target.size()) {
-    throw InvalidArgument(fmt::format("{} '{}*' tensors, the model has {}", state.size(), prefix,
-                                      target.size()));
+    throw InvalidArgument(
+        fmt::format("{} '{}*' tensors, the model has {}", state.size(), prefix, target.size()));
   }
   for (size_t i = 0; i < state.size(); ++i) {
     const HostTensorData& t = state[i];
     const auto& [name, tensor] = target[i];
     if (t.name != name || t.shape != tensor.shape() || t.dtype != tensor.dtype()) {
-      throw InvalidArgument(fmt::format("entry {} is '{}{}' {} {}, expected '{}{}' {} {}", i, prefix,
-                                        t.name, dtype_name(t.dtype), fmt::join(t.shape, "x"),
-                                        prefix, name, dtype_name(tensor.dtype()),
-                                        fmt::join(tensor.shape(), "x")));
+      throw InvalidArgument(
+          fmt::format("entry {} is '{}{}' {} {}, expected '{}{}' {} {}", i, prefix, t.name,
+                      dtype_name(t.dtype), fmt::join(t.shape, "x"), prefix, name,
+                      dtype_name(tensor.dtype()), fmt::join(tensor.shape(), "x")));
     }
   }
 }
@@ -67,7 +67,8 @@ void save(const std::string& path, const NamedTensors& model_state, const Optimi
   if (is_master()) {
     std::vector<HostTensor> tensors;
     append(tensors, kModelPrefix, to_state_dict(model_state));
-    if (optimizer != nullptr) append(tensors, kOptimizerPrefix, to_state_dict(optimizer->named_state()));
+    if (optimizer != nullptr)
+      append(tensors, kOptimizerPrefix, to_state_dict(optimizer->named_state()));
     save_checkpoint(path, tensors, metadata);
   }
   rendezvous("xm.save");

@@ -32,8 +32,8 @@ std::vector<double> all_gather(std::span<const double> in) {
 std::vector<double> reduce_scatter(std::span<const double> in, ReduceOp op) {
   const auto n = static_cast<size_t>(world_size());
   if (in.size() % n != 0) {
-    throw InvalidArgument(fmt::format("xm::reduce_scatter: {} elements do not split into {} chunks",
-                                      in.size(), n));
+    throw InvalidArgument(
+        fmt::format("xm::reduce_scatter: {} elements do not split into {} chunks", in.size(), n));
   }
   std::vector<double> out(in.size() / n);
   communicator().reduce_scatter(in.data(), out.data(), out.size(), DType::kF64, op);
@@ -55,9 +55,15 @@ double mesh_reduce(const std::string& tag, double value, ReduceOp op) {
     std::memcpy(&v, all[k].data(), sizeof v);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kMean: result = k == 0 ? v : result + v; break;
-      case ReduceOp::kMax: result = k == 0 || v > result ? v : result; break;
-      case ReduceOp::kMin: result = k == 0 || v < result ? v : result; break;
+      case ReduceOp::kMean:
+        result = k == 0 ? v : result + v;
+        break;
+      case ReduceOp::kMax:
+        result = k == 0 || v > result ? v : result;
+        break;
+      case ReduceOp::kMin:
+        result = k == 0 || v < result ? v : result;
+        break;
     }
   }
   return op == ReduceOp::kMean ? result / static_cast<double>(all.size()) : result;

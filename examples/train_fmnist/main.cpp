@@ -1,7 +1,8 @@
 // train_fmnist: trains an MLP or a CNN on Fashion-MNIST with the replica API, alone or as any
 // number of replicas under xla-spawn, reporting test accuracy after each epoch.
 //
-//   xla-spawn -n 4 -- train_fmnist --model mlp --epochs 15 --batch-size 32 --checkpoint /tmp/m.ckpt --resume
+//   xla-spawn -n 4 -- train_fmnist --model mlp --epochs 15 --batch-size 32 --checkpoint /tmp/m.ckpt
+//   --resume
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,9 +25,11 @@ int main(int argc, char** argv) try {
   }
   xs::xm::init();
   const xs::fmnist::TrainResult r = xs::fmnist::Trainer(options).run();
-  const std::string accuracy = r.test_accuracy < 0 ? "not evaluated" : fmt::format("{:.4f}", r.test_accuracy);
-  xs::xm::master_print("done: {} steps, {} epochs, test accuracy {}, {:.0f} samples/s over {:.1f} s of training",
-                       r.steps, r.epochs_completed, accuracy, r.samples_per_second, r.train_seconds);
+  const std::string accuracy =
+      r.test_accuracy < 0 ? "not evaluated" : fmt::format("{:.4f}", r.test_accuracy);
+  xs::xm::master_print(
+      "done: {} steps, {} epochs, test accuracy {}, {:.0f} samples/s over {:.1f} s of training",
+      r.steps, r.epochs_completed, accuracy, r.samples_per_second, r.train_seconds);
   if (options.metrics) xs::xm::master_print("{}", xs::metrics_report());
   xs::xm::shutdown();
   return EXIT_SUCCESS;

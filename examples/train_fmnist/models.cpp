@@ -14,20 +14,18 @@ namespace {
 
 std::shared_ptr<Module> make_mlp(Generator& gen) {
   return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-      std::make_shared<Flatten>(), std::make_shared<Linear>(784, 512, gen), std::make_shared<ReLU>(),
-      std::make_shared<Linear>(512, 512, gen), std::make_shared<ReLU>(),
+      std::make_shared<Flatten>(), std::make_shared<Linear>(784, 512, gen),
+      std::make_shared<ReLU>(), std::make_shared<Linear>(512, 512, gen), std::make_shared<ReLU>(),
       std::make_shared<Linear>(512, 10, gen)});
 }
 
 std::shared_ptr<Module> make_cnn(Generator& gen) {
   return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
       std::make_shared<Conv2d>(1, 32, 5, gen, 1, 2), std::make_shared<ReLU>(),
-      std::make_shared<MaxPool2d>(2),
-      std::make_shared<Conv2d>(32, 64, 5, gen, 1, 2), std::make_shared<ReLU>(),
-      std::make_shared<MaxPool2d>(2),
-      std::make_shared<Flatten>(), std::make_shared<Linear>(7 * 7 * 64, 1024, gen),
-      std::make_shared<ReLU>(), std::make_shared<Dropout>(0.5),
-      std::make_shared<Linear>(1024, 10, gen)});
+      std::make_shared<MaxPool2d>(2), std::make_shared<Conv2d>(32, 64, 5, gen, 1, 2),
+      std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
+      std::make_shared<Linear>(7 * 7 * 64, 1024, gen), std::make_shared<ReLU>(),
+      std::make_shared<Dropout>(0.5), std::make_shared<Linear>(1024, 10, gen)});
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
+#include <boost/program_options.hpp>
 
 #include "base/error.h"
 
@@ -12,32 +12,34 @@ namespace po = boost::program_options;
 namespace {
 
 po::options_description describe(TrainOptions& o) {
-  po::options_description d("train_fmnist: trains an MLP or CNN on Fashion-MNIST, alone or "
-                            "under xla-spawn\nOptions");
-  d.add_options()
-      ("help,h", "this text")
-      ("model", po::value(&o.model)->default_value(o.model), "mlp (784-512-512-10) or cnn")
-      ("epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train")
-      ("batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "batch per replica")
-      ("optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "sgd, adam or adamw")
-      ("lr", po::value(&o.lr), "learning rate (default 1e-3 for adam/adamw, 0.05 for sgd)")
-      ("momentum", po::value(&o.momentum)->default_value(o.momentum), "SGD momentum")
-      ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "weight decay")
-      ("schedule", po::value(&o.schedule)->default_value(o.schedule), "cosine or constant")
-      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and data order")
-      ("checkpoint", po::value(&o.checkpoint), "checkpoint file (saved each epoch)")
-      ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(0),
-       "also save every K steps (0: at epoch ends only)")
-      ("resume", po::bool_switch(&o.resume), "resume from --checkpoint if it exists")
-      ("data-dir", po::value(&o.data_dir), "Fashion-MNIST directory (IDX .gz files)")
-      ("metrics", po::bool_switch(&o.metrics), "print the runtime's metrics report at the end")
-      ("max-steps", po::value(&o.max_steps)->default_value(0), "stop after this many steps (0: none)")
-      ("train-samples", po::value(&o.train_samples)->default_value(0), "use the first N training samples")
-      ("test-samples", po::value(&o.test_samples)->default_value(0), "use the first N test samples")
-      ("no-eval", "skip the test-set evaluation")
-      ("step-timing-csv", po::value(&o.step_timing_csv), "write per-step, per-ordinal timings")
-      ("fail-at-step", po::value(&o.fail_at_step)->default_value(0),
-       "fault injection: the last ordinal SIGKILLs itself before this step on attempt 0");
+  po::options_description d(
+      "train_fmnist: trains an MLP or CNN on Fashion-MNIST, alone or "
+      "under xla-spawn\nOptions");
+  d.add_options()("help,h", "this text")("model", po::value(&o.model)->default_value(o.model),
+                                         "mlp (784-512-512-10) or cnn")(
+      "epochs", po::value(&o.epochs)->default_value(o.epochs), "epochs to train")(
+      "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "batch per replica")(
+      "optimizer", po::value(&o.optimizer)->default_value(o.optimizer), "sgd, adam or adamw")(
+      "lr", po::value(&o.lr), "learning rate (default 1e-3 for adam/adamw, 0.05 for sgd)")(
+      "momentum", po::value(&o.momentum)->default_value(o.momentum), "SGD momentum")(
+      "weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "weight decay")(
+      "schedule", po::value(&o.schedule)->default_value(o.schedule), "cosine or constant")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and data order")(
+      "checkpoint", po::value(&o.checkpoint), "checkpoint file (saved each epoch)")(
+      "checkpoint-every", po::value(&o.checkpoint_every)->default_value(0),
+      "also save every K steps (0: at epoch ends only)")("resume", po::bool_switch(&o.resume),
+                                                         "resume from --checkpoint if it exists")(
+      "data-dir", po::value(&o.data_dir), "Fashion-MNIST directory (IDX .gz files)")(
+      "metrics", po::bool_switch(&o.metrics), "print the runtime's metrics report at the end")(
+      "max-steps", po::value(&o.max_steps)->default_value(0),
+      "stop after this many steps (0: none)")("train-samples",
+                                              po::value(&o.train_samples)->default_value(0),
+                                              "use the first N training samples")(
+      "test-samples", po::value(&o.test_samples)->default_value(0), "use the first N test samples")(
+      "no-eval", "skip the test-set evaluation")("step-timing-csv", po::value(&o.step_timing_csv),
+                                                 "write per-step, per-ordinal timings")(
+      "fail-at-step", po::value(&o.fail_at_step)->default_value(0),
+      "fault injection: the last ordinal SIGKILLs itself before this step on attempt 0");
   return d;
 }
 
@@ -58,8 +60,10 @@ void validate(TrainOptions& o, const po::variables_map& vm) {
   require(o.lr > 0 && o.lr < 100, "lr", "a rate in (0, 100)", fmt::format("{}", o.lr));
   require(o.momentum >= 0 && o.momentum < 1, "momentum", "[0, 1)", fmt::format("{}", o.momentum));
   require(o.weight_decay >= 0, "weight-decay", ">= 0", fmt::format("{}", o.weight_decay));
-  for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every}, {"max-steps", o.max_steps},
-                         {"train-samples", o.train_samples}, {"test-samples", o.test_samples},
+  for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every},
+                         {"max-steps", o.max_steps},
+                         {"train-samples", o.train_samples},
+                         {"test-samples", o.test_samples},
                          {"fail-at-step", o.fail_at_step}}) {
     require(v >= 0, flag, "a count >= 0", std::to_string(v));
   }

@@ -12,7 +12,9 @@
 namespace xs::fmnist {
 namespace {
 
-double total_ns(std::string_view timer) { return runtime().metrics().timer(timer).total_ns; }
+double total_ns(std::string_view timer) {
+  return runtime().metrics().timer(timer).total_ns;
+}
 
 }  // namespace
 
@@ -23,7 +25,9 @@ void StepTimer::begin() {
   allreduce_ns_ = total_ns(kTimerAllReduceTime);
 }
 
-void StepTimer::data_ready() { data_ready_ = std::chrono::steady_clock::now(); }
+void StepTimer::data_ready() {
+  data_ready_ = std::chrono::steady_clock::now();
+}
 
 void StepTimer::end(int64_t epoch, int64_t step) {
   using Ms = std::chrono::duration<double, std::milli>;
@@ -35,8 +39,8 @@ void StepTimer::end(int64_t epoch, int64_t step) {
   // The all-reduce runs inside the program, so its time is part of ExecuteTime.
   const double allreduce_ms = (total_ns(kTimerAllReduceTime) - allreduce_ns_) / 1e6;
   const double trace_ms = step_ms - wait_ms - compile_ms - execute_ms;
-  for (double v : {static_cast<double>(epoch), static_cast<double>(step), step_ms, wait_ms, trace_ms,
-                   compile_ms, execute_ms - allreduce_ms, allreduce_ms}) {
+  for (double v : {static_cast<double>(epoch), static_cast<double>(step), step_ms, wait_ms,
+                   trace_ms, compile_ms, execute_ms - allreduce_ms, allreduce_ms}) {
     rows_.push_back(v);
   }
 }
@@ -51,8 +55,8 @@ void StepTimer::write_csv(const std::string& path) const {
   for (size_t k = 0; k < static_cast<size_t>(xm::world_size()); ++k) {
     for (size_t r = 0; r < per_ordinal; r += kColumns) {
       const double* v = &all[k * per_ordinal + r];
-      out << fmt::format("{},{:.0f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", k, v[0], v[1],
-                         v[2], v[3], v[4], v[5], v[6], v[7]);
+      out << fmt::format("{},{:.0f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", k, v[0],
+                         v[1], v[2], v[3], v[4], v[5], v[6], v[7]);
     }
   }
   if (!out.flush()) throw IoError(errno_message("writing step timing CSV " + path, errno));

@@ -30,15 +30,20 @@ std::shared_ptr<const ImageDataset> load_prefix(const std::string& dir, Split sp
 }
 
 ShardSpec shard_spec(const ImageDataset& data, int64_t batch_size, uint64_t seed, bool shuffle) {
-  return ShardSpec{.n_samples = data.n_samples, .batch_size = batch_size, .ordinal = xm::ordinal(),
-                   .world_size = xm::world_size(), .seed = seed, .tail = TailMode::kPad,
+  return ShardSpec{.n_samples = data.n_samples,
+                   .batch_size = batch_size,
+                   .ordinal = xm::ordinal(),
+                   .world_size = xm::world_size(),
+                   .seed = seed,
+                   .tail = TailMode::kPad,
                    .shuffle = shuffle};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, std::vector<Tensor> params) {
   if (o.optimizer == "sgd") {
-    return std::make_unique<SGD>(std::move(params), SgdOptions{.lr = o.lr, .momentum = o.momentum,
-                                                               .weight_decay = o.weight_decay});
+    return std::make_unique<SGD>(
+        std::move(params),
+        SgdOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
   }
   const AdamOptions adam{.lr = o.lr, .weight_decay = o.weight_decay};
   if (o.optimizer == "adamw") return std::make_unique<AdamW>(std::move(params), adam);
@@ -56,9 +61,9 @@ uint64_t step_seed(uint64_t seed, int64_t step) {
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   train_data_ = load_prefix(options_.data_dir, Split::kTrain, options_.train_samples);
   test_data_ = load_prefix(options_.data_dir, Split::kTest, options_.test_samples);
-  train_loader_ = make_image_loader(train_data_, shard_spec(*train_data_, options_.batch_size,
-                                                            options_.seed, true),
-                                    kFashionMnistNormalization);
+  train_loader_ = make_image_loader(
+      train_data_, shard_spec(*train_data_, options_.batch_size, options_.seed, true),
+      kFashionMnistNormalization);
   model_ = make_model(options_.model, options_.seed);
   optimizer_ = make_optimizer(options_, model_->parameters());
   // Replicas start from the master's parameters whatever their own initialisation gave.
@@ -67,13 +72,15 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
 }
 
 void Trainer::resume() {
-  const auto meta = xm::load_if_exists(options_.checkpoint, model_->named_state(), optimizer_.get());
+  const auto meta =
+      xm::load_if_exists(options_.checkpoint, model_->named_state(), optimizer_.get());
   if (!meta) {
     xm::master_print("no checkpoint at {}: starting from scratch", options_.checkpoint);
     return;
   }
   const Checkpoint view{options_.checkpoint, {}, *meta};
-  for (const auto& [key, want] : {std::pair{"model", options_.model}, {"optimizer", options_.optimizer}}) {
+  for (const auto& [key, want] :
+       {std::pair{"model", options_.model}, {"optimizer", options_.optimizer}}) {
     if (view.meta_string(key) != want) {
       throw InvalidArgument(fmt::format("checkpoint {} is for {} '{}', this run trains '{}'",
                                         options_.checkpoint, key, view.meta_string(key), want));
@@ -81,9 +88,10 @@ void Trainer::resume() {
   }
   const int64_t global_batch = options_.batch_size * xm::world_size();
   if (view.meta_int("global_batch") != global_batch) {
-    throw InvalidArgument(fmt::format("checkpoint {} was trained with global batch {}, this run uses {} "
-                                      "(the data order would differ)",
-                                      options_.checkpoint, view.meta_int("global_batch"), global_batch));
+    throw InvalidArgument(
+        fmt::format("checkpoint {} was trained with global batch {}, this run uses {} "
+                    "(the data order would differ)",
+                    options_.checkpoint, view.meta_int("global_batch"), global_batch));
   }
   start_epoch_ = view.meta_int("epoch");
   start_batch_ = view.meta_int("batch");
@@ -105,7 +113,8 @@ void Trainer::save(int64_t epoch, int64_t next_batch) {
 }
 
 void Trainer::set_learning_rate() {
-  const double factor = options_.schedule == "cosine" ? cosine_decay(total_steps_)(global_step_) : 1.0;
+  const double factor =
+      options_.schedule == "cosine" ? cosine_decay(total_steps_)(global_step_) : 1.0;
   optimizer_->set_lr(options_.lr * factor);
 }
 

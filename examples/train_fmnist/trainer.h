@@ -21,11 +21,11 @@
 namespace xs::fmnist {
 
 struct TrainResult {
-  double test_accuracy = -1;        // of the last evaluation; -1 when none ran
-  int64_t steps = 0;                // optimizer steps taken in this run (not counting resumed ones)
+  double test_accuracy = -1;  // of the last evaluation; -1 when none ran
+  int64_t steps = 0;          // optimizer steps taken in this run (not counting resumed ones)
   int64_t epochs_completed = 0;
-  double train_seconds = 0;         // wall time of training steps (no evaluation)
-  double samples_per_second = 0;    // global samples per second of training
+  double train_seconds = 0;       // wall time of training steps (no evaluation)
+  double samples_per_second = 0;  // global samples per second of training
 };
 
 class Trainer {
@@ -47,8 +47,8 @@ class Trainer {
   std::unique_ptr<BatchLoader> train_loader_;
   std::shared_ptr<Module> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  int64_t global_step_ = 0;   // optimizer steps since the start of training (resumes count)
-  int64_t total_steps_ = 0;   // epochs * batches per epoch: the schedule's length
+  int64_t global_step_ = 0;  // optimizer steps since the start of training (resumes count)
+  int64_t total_steps_ = 0;  // epochs * batches per epoch: the schedule's length
   int64_t start_epoch_ = 0, start_batch_ = 0;
   StepTimer timer_;
   TrainResult result_;

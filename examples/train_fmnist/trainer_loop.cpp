@@ -19,8 +19,8 @@ bool Trainer::train_epoch(int64_t epoch, int64_t first_batch) {
   xm::DeviceLoader loader(*train_loader_);
   loader.start_epoch(epoch, first_batch);
   const int64_t global_batch = options_.batch_size * xm::world_size();
-  xm::ProgressBar bar(fmt::format("epoch {}/{}", epoch + 1, options_.epochs), loader.batches_per_epoch(),
-                      global_batch, first_batch);
+  xm::ProgressBar bar(fmt::format("epoch {}/{}", epoch + 1, options_.epochs),
+                      loader.batches_per_epoch(), global_batch, first_batch);
   const auto start = std::chrono::steady_clock::now();
   double loss_sum = 0;
   int64_t n_steps = 0, next_batch = first_batch;
@@ -34,8 +34,8 @@ bool Trainer::train_epoch(int64_t epoch, int64_t first_batch) {
     const std::optional<xm::DeviceBatch> batch = loader.next();
     if (!batch) break;
     timer_.data_ready();
-    if (options_.fail_at_step > 0 && global_step_ == options_.fail_at_step && xm::context().attempt == 0 &&
-        xm::ordinal() == xm::world_size() - 1) {
+    if (options_.fail_at_step > 0 && global_step_ == options_.fail_at_step &&
+        xm::context().attempt == 0 && xm::ordinal() == xm::world_size() - 1) {
       std::raise(SIGKILL);  // fault injection for the restart test: no cleanup, no flush
     }
     double loss = 0;
@@ -51,11 +51,13 @@ bool Trainer::train_epoch(int64_t epoch, int64_t first_batch) {
     }
   }
   bar.finish();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result_.train_seconds += seconds;
-  const double mean_loss = xm::mesh_reduce("epoch_loss", n_steps ? loss_sum / n_steps : 0, ReduceOp::kMean);
-  xm::master_print("epoch {}/{}: {} steps, train loss {:.4f}, {:.1f} s, {:.0f} samples/s", epoch + 1,
-                   options_.epochs, n_steps, mean_loss, seconds,
+  const double mean_loss =
+      xm::mesh_reduce("epoch_loss", n_steps ? loss_sum / n_steps : 0, ReduceOp::kMean);
+  xm::master_print("epoch {}/{}: {} steps, train loss {:.4f}, {:.1f} s, {:.0f} samples/s",
+                   epoch + 1, options_.epochs, n_steps, mean_loss, seconds,
                    seconds > 0 ? n_steps * global_batch / seconds : 0.0);
   if (!finished) save(epoch, next_batch);
   return finished;
@@ -64,9 +66,13 @@ bool Trainer::train_epoch(int64_t epoch, int64_t first_batch) {
 double Trainer::evaluate() {
   model_->eval();
   NoGradGuard no_grad;
-  const ShardSpec spec{.n_samples = test_data_->n_samples, .batch_size = options_.batch_size,
-                       .ordinal = xm::ordinal(), .world_size = xm::world_size(), .seed = options_.seed,
-                       .tail = TailMode::kPad, .shuffle = false};
+  const ShardSpec spec{.n_samples = test_data_->n_samples,
+                       .batch_size = options_.batch_size,
+                       .ordinal = xm::ordinal(),
+                       .world_size = xm::world_size(),
+                       .seed = options_.seed,
+                       .tail = TailMode::kPad,
+                       .shuffle = false};
   auto host = make_image_loader(test_data_, spec, kFashionMnistNormalization);
   xm::DeviceLoader loader(*host);
   loader.start_epoch(0);
@@ -86,16 +92,18 @@ double Trainer::evaluate() {
 
 TrainResult Trainer::run() {
   if (options_.resume) resume();
-  xm::master_print("train_fmnist: {} on {} train / {} test samples, {} replicas x batch {}, {} lr {}, "
-                   "{} steps per epoch", options_.model, train_data_->n_samples, test_data_->n_samples,
-                   xm::world_size(), options_.batch_size, options_.optimizer, options_.lr,
-                   train_loader_->batches_per_epoch());
+  xm::master_print(
+      "train_fmnist: {} on {} train / {} test samples, {} replicas x batch {}, {} lr {}, "
+      "{} steps per epoch",
+      options_.model, train_data_->n_samples, test_data_->n_samples, xm::world_size(),
+      options_.batch_size, options_.optimizer, options_.lr, train_loader_->batches_per_epoch());
   for (int64_t epoch = start_epoch_; epoch < options_.epochs; ++epoch) {
     if (options_.max_steps > 0 && global_step_ >= options_.max_steps) break;
     const bool finished = train_epoch(epoch, epoch == start_epoch_ ? start_batch_ : 0);
     if (options_.eval) {
       result_.test_accuracy = evaluate();
-      xm::master_print("epoch {}/{}: test accuracy {:.4f}", epoch + 1, options_.epochs, result_.test_accuracy);
+      xm::master_print("epoch {}/{}: test accuracy {:.4f}", epoch + 1, options_.epochs,
+                       result_.test_accuracy);
     }
     if (!finished) break;
     ++result_.epochs_completed;
@@ -103,7 +111,8 @@ TrainResult Trainer::run() {
   }
   if (result_.train_seconds > 0) {
     result_.samples_per_second =
-        static_cast<double>(result_.steps * options_.batch_size * xm::world_size()) / result_.train_seconds;
+        static_cast<double>(result_.steps * options_.batch_size * xm::world_size()) /
+        result_.train_seconds;
   }
   if (!options_.step_timing_csv.empty()) timer_.write_csv(options_.step_timing_csv);
   return result_;

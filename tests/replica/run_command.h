@@ -29,7 +29,8 @@ inline CommandResult run_command(const std::string& command, int timeout_s = 180
   CommandResult result;
   std::array<char, 4096> chunk;
   size_t n;
-  while ((n = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) result.output.append(chunk.data(), n);
+  while ((n = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0)
+    result.output.append(chunk.data(), n);
   const int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
@@ -38,7 +39,9 @@ inline CommandResult run_command(const std::string& command, int timeout_s = 180
 // Occurrences of `needle` in `haystack`.
 inline int count_of(const std::string& haystack, const std::string& needle) {
   int n = 0;
-  for (size_t pos = haystack.find(needle); pos != std::string::npos; pos = haystack.find(needle, pos + 1)) ++n;
+  for (size_t pos = haystack.find(needle); pos != std::string::npos;
+       pos = haystack.find(needle, pos + 1))
+    ++n;
   return n;
 }
 

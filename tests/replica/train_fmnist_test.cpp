@@ -34,8 +34,11 @@ TEST_P(ReplicasIdentical, DebugModeConfirmsBitIdenticalParametersEveryStep) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (int step = 1; step <= 5; ++step) {
     // Logged by every ordinal after comparing all ordinals' graph and parameter hashes.
-    EXPECT_EQ(count_of(r.output, fmt::format("step {}: graph and 6 parameters identical on {} replicas",
-                                             step, n)), n) << r.output;
+    EXPECT_EQ(
+        count_of(r.output,
+                 fmt::format("step {}: graph and 6 parameters identical on {} replicas", step, n)),
+        n)
+        << r.output;
   }
 }
 
@@ -43,21 +46,25 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, ReplicasIdentical, ::testing::Values(1, 2, 
                          [](const auto& info) { return "N" + std::to_string(info.param); });
 
 // Final parameters of a run, from its last checkpoint.
-std::vector<HostTensor> final_tensors(const std::string& path) { return load_checkpoint(path).tensors; }
+std::vector<HostTensor> final_tensors(const std::string& path) {
+  return load_checkpoint(path).tensors;
+}
 
 TEST(TrainFmnistRestart, RunKilledMidEpochResumesToTheSameParameters) {
   testing::TempDir dir;
   // 256 samples / (2 x 8) = 16 steps per epoch; checkpoints every 4 steps; 20 steps in all.
   const std::string common = "--max-steps 20 --checkpoint-every 4 --no-eval --seed 3 --resume";
-  const CommandResult whole = run_command(spawn_train(2, "", common + " --checkpoint " + dir.path("a")));
+  const CommandResult whole =
+      run_command(spawn_train(2, "", common + " --checkpoint " + dir.path("a")));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
   // Ordinal 1 SIGKILLs itself before step 6 (mid-epoch, after the step-4 checkpoint); the
   // launcher restarts the group, which resumes at epoch 1, batch 4.
-  const CommandResult killed = run_command(
-      spawn_train(2, "--max-restarts 1", common + " --fail-at-step 6 --checkpoint " + dir.path("b")));
+  const CommandResult killed = run_command(spawn_train(
+      2, "--max-restarts 1", common + " --fail-at-step 6 --checkpoint " + dir.path("b")));
   ASSERT_EQ(killed.exit_code, 0) << killed.output;
   EXPECT_NE(killed.output.find("resumed from " + dir.path("b") + ": epoch 1, batch 4, step 4"),
-            std::string::npos) << killed.output;
+            std::string::npos)
+      << killed.output;
   const auto a = final_tensors(dir.path("a"));
   const auto b = final_tensors(dir.path("b"));
   ASSERT_EQ(a.size(), b.size());
@@ -81,7 +88,8 @@ TEST(TrainFmnistProgress, ExactlyOneProgressBarForFourReplicas) {
 TEST(TrainFmnistOptions, BadValuesAreRejectedNamingTheFlag) {
   CommandResult r = run_command(std::string(XS_TRAIN_FMNIST) + " --model resnet");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--model: expected mlp or cnn, got 'resnet'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--model: expected mlp or cnn, got 'resnet'"), std::string::npos)
+      << r.output;
   r = run_command(std::string(XS_TRAIN_FMNIST) + " --batch-size 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--batch-size: expected 1..65536, got 0"), std::string::npos) << r.output;
@@ -93,10 +101,11 @@ TEST(TrainFmnistOptions, BadValuesAreRejectedNamingTheFlag) {
 TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
   testing::TempDir dir;
   const std::string ckpt = dir.path("ck");
-  ASSERT_EQ(run_command(spawn_train(1, "", "--max-steps 2 --no-eval --checkpoint " + ckpt)).exit_code, 0);
+  ASSERT_EQ(
+      run_command(spawn_train(1, "", "--max-steps 2 --no-eval --checkpoint " + ckpt)).exit_code, 0);
   const std::vector<uint8_t> before = testing::TempDir::read(ckpt);
-  const CommandResult r =
-      run_command(spawn_train(1, "", "--model cnn --max-steps 2 --no-eval --resume --checkpoint " + ckpt));
+  const CommandResult r = run_command(
+      spawn_train(1, "", "--model cnn --max-steps 2 --no-eval --resume --checkpoint " + ckpt));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("does not fit the model"), std::string::npos) << r.output;
   EXPECT_EQ(testing::TempDir::read(ckpt), before);

@@ -46,12 +46,14 @@ Job run_replicas(int n, const std::function<void(int)>& fn) {
   options.output.on_line = [&job](int ordinal, ReplicaStream, std::string_view line) {
     job.output[ordinal] += std::string(line) + "\n";
   };
-  job.result = spawn([&fn](int ordinal) {
-    xm::shutdown();  // state forked from the test process is not this replica's
-    xm::init();
-    fn(ordinal);
-    xm::shutdown();
-  }, n, options);
+  job.result = spawn(
+      [&fn](int ordinal) {
+        xm::shutdown();  // state forked from the test process is not this replica's
+        xm::init();
+        fn(ordinal);
+        xm::shutdown();
+      },
+      n, options);
   return job;
 }
 
@@ -79,7 +81,8 @@ TEST_P(XmCollectives, InGraphAllReduceOfManyTensorsGivesTheMeanOfEach) {
   const int n = GetParam();
   const Job job = run_replicas(n, [n](int ordinal) {
     // Shapes of different ranks and sizes, one f64: two flat buffers (one per dtype).
-    std::vector<Tensor> ts{Tensor::full_data({3, 2}, ordinal + 1.0), Tensor::full_data({5}, 2.0 * ordinal),
+    std::vector<Tensor> ts{Tensor::full_data({3, 2}, ordinal + 1.0),
+                           Tensor::full_data({5}, 2.0 * ordinal),
                            Tensor::full_data({2}, ordinal, DType::kF64), Tensor{}};
     const std::vector<Tensor> r = xm::all_reduce(ts, ReduceOp::kMean);
     mark_step();
@@ -99,8 +102,10 @@ TEST_P(XmCollectives, ReplicasStartFromTheMastersParameters) {
     xm::broadcast_parameters(fc.named_state());
     Generator master_gen(100);
     Linear master(4, 3, master_gen);
-    expect(fc.weight().to_vector<float>() == master.weight().to_vector<float>(), "weight is the master's");
-    expect(fc.bias()->to_vector<float>() == master.bias()->to_vector<float>(), "bias is the master's");
+    expect(fc.weight().to_vector<float>() == master.weight().to_vector<float>(),
+           "weight is the master's");
+    expect(fc.bias()->to_vector<float>() == master.bias()->to_vector<float>(),
+           "bias is the master's");
   });
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
 }
@@ -135,7 +140,8 @@ TEST(XmDebugReplicas, DivergedOrdinalIsNamedWithTheStepAndParameter) {
   // Every ordinal finds the divergence; whichever throws first stops the others.
   std::string all;
   for (const auto& [ordinal, text] : job.output) all += text;
-  EXPECT_NE(all.find("replicas diverged at step 3: ordinal 2 parameter 'param 1'"), std::string::npos)
+  EXPECT_NE(all.find("replicas diverged at step 3: ordinal 2 parameter 'param 1'"),
+            std::string::npos)
       << all;
 }
 
@@ -164,14 +170,17 @@ TEST(XmCheckpoint, ModelOfOtherShapesIsRefusedAndLeftUnchanged) {
     xm::load(dir.path("ck"), other.named_state(), nullptr);
     ADD_FAILURE() << "a checkpoint of [3, 4] weights loaded into a [2, 4] model";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("entry 0 is 'model.weight' f32 3x4, expected 'model.weight' f32 2x4"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "entry 0 is 'model.weight' f32 3x4, expected 'model.weight' f32 2x4"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(other.weight().to_vector<float>(), before);
   // The same file fits a model of the right shapes, optimizer state included.
   Linear same(4, 3, gen);
   SGD same_opt(same.parameters(), {.lr = 0.1, .momentum = 0.9});
-  EXPECT_EQ(std::get<int64_t>(xm::load(dir.path("ck"), same.named_state(), &same_opt).at("epoch")), 2);
+  EXPECT_EQ(std::get<int64_t>(xm::load(dir.path("ck"), same.named_state(), &same_opt).at("epoch")),
+            2);
   EXPECT_EQ(same.weight().to_vector<float>(), saved.weight().to_vector<float>());
   xm::shutdown();
 }
