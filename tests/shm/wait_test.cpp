@@ -76,7 +76,14 @@ TEST(WaitTest, ADeadPeerIsNamedWellBeforeTheTimeout) {
     ::pause();  // killed by the parent
     ::_exit(0);
   }
-  while (segment.slot(1).pid.load() != pid) ::usleep(1000);  // until the child checked in
+  // Until the child checked in (bounded: a child that never does fails the test, not hangs it).
+  const auto check_in_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (segment.slot(1).pid.load() != pid &&
+         std::chrono::steady_clock::now() < check_in_deadline) {
+    ::usleep(1000);
+  }
+  if (segment.slot(1).pid.load() != pid) ::kill(pid, SIGKILL);
+  ASSERT_EQ(segment.slot(1).pid.load(), pid) << "child did not check in within 10 s";
   ::kill(pid, SIGKILL);  // left unreaped on purpose: a zombie must count as gone
   Waiter waiter(segment, 30'000);
   const auto start = std::chrono::steady_clock::now();
