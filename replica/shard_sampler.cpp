@@ -7,19 +7,6 @@
 #include "replica/context.h"
 
 namespace xs {
-namespace {
-
-// splitmix64's output function: a bijective 64-bit mix.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// 2^64 / golden ratio: splitmix64's increment.
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-}  // namespace
 
 std::string_view tail_mode_name(TailMode tail) {
   switch (tail) {
@@ -31,28 +18,14 @@ std::string_view tail_mode_name(TailMode tail) {
   return "?";
 }
 
-uint64_t SplitMix64::next() {
-  state_ += kGolden;
-  return mix64(state_);
-}
-
-uint64_t SplitMix64::below(uint64_t bound) {
-  XS_CHECK(bound > 0, "SplitMix64::below: bound must be positive");
-  // Reject the lowest (2^64 mod bound) values so every residue is equally likely.
-  const uint64_t threshold = (0 - bound) % bound;
-  for (;;) {
-    const uint64_t r = next();
-    if (r >= threshold) return r % bound;
-  }
-}
-
 std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, int64_t epoch) {
   XS_CHECK_ARG(n >= 0 && epoch >= 0, "seeded_permutation: n {} and epoch {} must be >= 0", n,
                epoch);
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
   // Distinct epochs (and seeds) start far apart in splitmix64's sequence.
-  SplitMix64 rng(mix64(seed ^ mix64(static_cast<uint64_t>(epoch) * kGolden + 1)));
+  SplitMix64 rng(splitmix64_finalize(
+      seed ^ splitmix64_finalize(static_cast<uint64_t>(epoch) * kSplitMix64Increment + 1)));
   for (int64_t i = n - 1; i > 0; --i) {
     const auto j = static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1));
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);

@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/splitmix64.h"
+
 namespace xs {
 
 // How the last, partial global batch of an epoch is handled.
@@ -44,18 +46,6 @@ struct BatchPlan {
   int64_t index = 0;  // 0..batches_per_epoch-1, the same step number on every ordinal
   std::vector<int64_t> indices;
   int64_t n_valid = 0;
-};
-
-// Deterministic generator (splitmix64, Steele et al. 2014): the same stream from the same
-// state on every platform and standard library, unlike std:: distributions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t next();
-  uint64_t below(uint64_t bound);  // uniform in [0, bound) without modulo bias; bound > 0
-
- private:
-  uint64_t state_;
 };
 
 // A permutation of 0..n-1 by Fisher-Yates, a pure function of (n, seed, epoch).

@@ -8,16 +8,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/splitmix64.h"
+
 namespace xs {
 
 inline constexpr uint64_t kHashSeed = 0x6a09e667f3bcc909ull;  // sqrt(2) fraction bits (SHA-2)
 
-inline uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// One splitmix64 step from state x: a strong, bijective mix.
+inline uint64_t mix64(uint64_t x) { return splitmix64_finalize(x + kSplitMix64Increment); }
 
 inline uint64_t hash_combine(uint64_t h, uint64_t v) { return mix64(h ^ mix64(v)); }
 

@@ -43,7 +43,7 @@ void Runtime::register_tensor(TensorImpl* impl) { impl->registry_pos = live_.ins
 void Runtime::unregister_tensor(TensorImpl* impl) { live_.erase(impl->registry_pos); }
 
 Tensor Runtime::next_seed() {
-  seed_state_ += 0x9e3779b97f4a7c15ull;
+  seed_state_ += kSplitMix64Increment;
   const int64_t seed = static_cast<int64_t>(mix64(seed_state_));
   return Tensor::from_vector<int64_t>(std::vector<int64_t>{seed}, {});
 }

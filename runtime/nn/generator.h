@@ -8,18 +8,20 @@
 
 #include <cstdint>
 
+#include "base/splitmix64.h"
+
 namespace xs {
 
 class Generator {
  public:
-  explicit Generator(uint64_t seed = 0) : state_(seed) {}
+  explicit Generator(uint64_t seed = 0) : bits_(seed) {}
   // 64 uniformly distributed bits.
-  uint64_t next_u64();
+  uint64_t next_u64() { return bits_.next(); }
   // Uniform in [lo, hi), from the top 53 bits.
   double uniform(double lo, double hi);
 
  private:
-  uint64_t state_;
+  SplitMix64 bits_;
 };
 
 }  // namespace xs
