@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the fixed seed corpus for the fuzz targets: fuzz/corpus/{idx,checkpoint}/.
+"""Writes the fixed seed corpus for the fuzz targets:
+fuzz/corpus/{idx,checkpoint,spawn_options,replica_env}/.
 
 Files named ok-* must be accepted, bad-* rejected with a clear error (the CTest replay in
-tests/replica/fuzz_corpus_test.cpp checks both). The checkpoint writer here is a second,
+tests/replica/fuzz_corpus_test.cpp and tests/fuzz/cli_corpus_test.cpp check both). The checkpoint writer here is a second,
 independent implementation of the layout in replica/detail/checkpoint_format.h, so the
 replay also checks that the documented format is the one the C++ code reads.
 Usage: fuzz/make_corpus.py   (rewrites the corpus in place; deterministic)
@@ -110,8 +111,89 @@ def checkpoint_corpus():
     return {**ok, **bad}
 
 
+def nul_joined(*pieces):
+    """argv pieces or environment values, as the command-line targets read them."""
+    return "\0".join(pieces).encode()
+
+
+def spawn_options_corpus():
+    ok = {
+        "ok-minimal": nul_joined("--", "true"),
+        "ok-help": nul_joined("--help"),
+        "ok-short-n": nul_joined("-n", "4", "--", "train", "--lr", "0.1"),
+        "ok-np-mpirun": nul_joined("-np", "2", "hostname"),
+        "ok-every-flag": nul_joined("--nprocs=8", "--no-prefix", "--timestamp", "--log-dir", "/tmp/l",
+                                    "--show-ordinals", "0,2-3", "--grace-period", "0.5", "--timeout",
+                                    "3600", "--bind-cores", "--max-restarts", "3", "--", "a", "-b"),
+        "ok-command-without-dashes": nul_joined("--no-bind-cores", "-n", "1", "echo", "--nprocs", "9"),
+    }
+    bad = {
+        "bad-empty": b"",
+        "bad-no-command": nul_joined("-n", "4"),
+        "bad-negative-n": nul_joined("-n", "-1", "--", "x"),
+        "bad-huge-n": nul_joined("--nprocs", "1025", "--", "x"),
+        "bad-n-not-number": nul_joined("--nprocs", "4x", "--", "x"),
+        "bad-unknown-flag": nul_joined("--frobnicate", "--", "x"),
+        "bad-timeout-nan": nul_joined("--timeout", "nan", "--", "x"),
+        "bad-timeout-huge": nul_joined("--timeout", "1e308", "--", "x"),
+        "bad-grace-negative": nul_joined("--grace-period", "-3", "--", "x"),
+        "bad-ordinals-outside": nul_joined("-n", "2", "--show-ordinals", "0-5", "--", "x"),
+        "bad-ordinals-reversed": nul_joined("-n", "4", "--show-ordinals", "3-1", "--", "x"),
+        "bad-contradiction": nul_joined("--bind-cores", "--no-bind-cores", "--", "x"),
+        "bad-restarts-huge": nul_joined("--max-restarts", "1001", "--", "x"),
+        "bad-empty-log-dir": nul_joined("--log-dir=", "--", "x"),
+        "bad-missing-value": nul_joined("--timeout"),
+    }
+    return {**ok, **bad}
+
+
+# Order of fuzz/replica_env_target.h's kEnvVars.
+ENV_VARS = ["XLA_SPAWN_WORLD_SIZE", "XLA_SPAWN_ORDINAL", "XLA_SPAWN_LOCAL_WORLD_SIZE",
+            "XLA_SPAWN_LOCAL_ORDINAL", "XLA_SPAWN_ATTEMPT", "XLA_SPAWN_JOB_ID", "XLA_SPAWN_SEGMENT",
+            "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"]
+
+
+def env(**values):
+    """Values by variable name (unnamed: unset), NUL-joined in ENV_VARS order."""
+    return nul_joined(*(values.get(name, "") for name in ENV_VARS))
+
+
+def replica_env_corpus():
+    full = dict(XLA_SPAWN_WORLD_SIZE="8", XLA_SPAWN_ORDINAL="3", XLA_SPAWN_LOCAL_WORLD_SIZE="8",
+                XLA_SPAWN_LOCAL_ORDINAL="3", XLA_SPAWN_ATTEMPT="2", XLA_SPAWN_JOB_ID="xs-1-ab",
+                XLA_SPAWN_SEGMENT="/xs-1-ab", WORLD_SIZE="8", RANK="3", LOCAL_WORLD_SIZE="8",
+                LOCAL_RANK="3")
+    ok = {
+        "ok-standalone": env(),
+        "ok-launcher": env(**full),
+        "ok-torchrun-only": env(WORLD_SIZE="4", RANK="0"),
+        "ok-max-world": env(XLA_SPAWN_WORLD_SIZE="1024", XLA_SPAWN_ORDINAL="1023"),
+        "ok-attempt-bool-job": env(XLA_SPAWN_WORLD_SIZE="2", XLA_SPAWN_ORDINAL="1",
+                                   XLA_SPAWN_JOB_ID="TRUE"),
+    }
+    bad = {
+        "bad-ordinal-only": env(XLA_SPAWN_ORDINAL="0"),
+        "bad-ordinal-too-big": env(XLA_SPAWN_WORLD_SIZE="4", XLA_SPAWN_ORDINAL="4"),
+        "bad-world-zero": env(XLA_SPAWN_WORLD_SIZE="0", XLA_SPAWN_ORDINAL="0"),
+        "bad-world-huge": env(XLA_SPAWN_WORLD_SIZE="1025", XLA_SPAWN_ORDINAL="0"),
+        "bad-not-a-number": env(XLA_SPAWN_WORLD_SIZE="4 ", XLA_SPAWN_ORDINAL="0"),
+        "bad-plus-sign": env(XLA_SPAWN_WORLD_SIZE="+4", XLA_SPAWN_ORDINAL="0"),
+        "bad-overflow": env(XLA_SPAWN_WORLD_SIZE="99999999999999999999", XLA_SPAWN_ORDINAL="0"),
+        "bad-torch-disagrees": env(**{**full, "RANK": "2"}),
+        "bad-local-outside": env(XLA_SPAWN_WORLD_SIZE="4", XLA_SPAWN_ORDINAL="1",
+                                 XLA_SPAWN_LOCAL_WORLD_SIZE="2", XLA_SPAWN_LOCAL_ORDINAL="2"),
+        "bad-local-world-above-world": env(XLA_SPAWN_WORLD_SIZE="2", XLA_SPAWN_ORDINAL="1",
+                                           XLA_SPAWN_LOCAL_WORLD_SIZE="3"),
+        "bad-attempt-negative": env(XLA_SPAWN_WORLD_SIZE="2", XLA_SPAWN_ORDINAL="1",
+                                    XLA_SPAWN_ATTEMPT="-1"),
+    }
+    return {**ok, **bad}
+
+
 def main():
-    for sub, files in (("idx", idx_corpus()), ("checkpoint", checkpoint_corpus())):
+    for sub, files in (("idx", idx_corpus()), ("checkpoint", checkpoint_corpus()),
+                       ("spawn_options", spawn_options_corpus()),
+                       ("replica_env", replica_env_corpus())):
         d = os.path.join(ROOT, sub)
         os.makedirs(d, exist_ok=True)
         for name in os.listdir(d):
