@@ -17,6 +17,8 @@ std::string_view all_reduce_algorithm_name(AllReduceAlgorithm algorithm) {
       return "twoshot";
     case AllReduceAlgorithm::kCma:
       return "cma";
+    case AllReduceAlgorithm::kDirect:
+      return "direct";
   }
   return "?";
 }
@@ -26,7 +28,9 @@ AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string
   if (text == "oneshot") return AllReduceAlgorithm::kOneShot;
   if (text == "twoshot") return AllReduceAlgorithm::kTwoShot;
   if (text == "cma") return AllReduceAlgorithm::kCma;
-  throw InvalidArgument(fmt::format("{}='{}': expected ring, oneshot, twoshot or cma", what, text));
+  if (text == "direct") return AllReduceAlgorithm::kDirect;
+  throw InvalidArgument(
+      fmt::format("{}='{}': expected ring, oneshot, twoshot, cma or direct", what, text));
 }
 
 std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env() {

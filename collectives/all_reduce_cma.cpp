@@ -21,12 +21,6 @@ size_t block_bytes(int world_size) {
   return world_size <= 2 ? size_t{256} << 10 : 32 << 10;
 }
 
-void* peer_address(Rounds& rounds, int ordinal, int parity) {
-  void* address;
-  std::memcpy(&address, rounds.inline_data(ordinal, parity), sizeof address);
-  return address;
-}
-
 [[noreturn]] void peer_copy_failed(Rounds& rounds, const char* what, int ordinal, int error) {
   const std::string message =
       fmt::format("{} on ordinal {}: {} of ordinal {} (pid {}) failed: {}", rounds.operation(),
@@ -65,7 +59,7 @@ bool negotiate_cma(Rounds& rounds) {
     uint64_t seen = 0;
     const pid_t pid = rounds.segment().slot(j).pid.load(std::memory_order_acquire);
     iovec mine{&seen, sizeof seen};
-    iovec theirs{peer_address(rounds, j, parity), sizeof seen};
+    iovec theirs{published_address(rounds, j, parity), sizeof seen};
     ok = ::process_vm_readv(pid, &mine, 1, &theirs, 1, 0) == sizeof seen && seen == probe;
   }
   parity = rounds.next_parity();
@@ -77,7 +71,7 @@ bool negotiate_cma(Rounds& rounds) {
   return ok;
 }
 
-// CMA two-shot schedule. One sync publishes every ordinal's buffer address; ordinal j then
+// CMA two-shot schedule. publish_operand() published every ordinal's buffer address; ordinal j then
 // owns chunk j of the buffer: block by block it reads chunk j of every peer's buffer
 // straight out of that process (process_vm_readv, no staging), reduces the N blocks in
 // ordinal order 0..N-1 into its own buffer, and writes the result into every peer's buffer
@@ -87,15 +81,15 @@ bool negotiate_cma(Rounds& rounds) {
 // between processes once each way with no staging copy in between: about half the memory
 // traffic of the staging two-shot, at the price of two system calls per peer per block.
 // Needs ptrace-level access between replicas (same user; negotiated once by negotiate_cma).
-void all_reduce_cma(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op) {
+void all_reduce_cma(Rounds& rounds, int parity, std::byte* data, size_t n_elems, DType dtype,
+                    ReduceOp op) {
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);
-  const int parity = rounds.next_parity();
-  std::memcpy(rounds.inline_data(me, parity), &data, sizeof data);
-  rounds.sync();
   std::vector<std::byte*> peers(static_cast<size_t>(n));
-  for (int j = 0; j < n; ++j) peers[j] = static_cast<std::byte*>(peer_address(rounds, j, parity));
+  for (int j = 0; j < n; ++j) {
+    peers[j] = static_cast<std::byte*>(published_address(rounds, j, parity));
+  }
   const size_t chunk = chunk_elems(n_elems, n, elem_bytes);
   const size_t begin = std::min(n_elems, chunk * static_cast<size_t>(me));
   const size_t end = std::min(n_elems, begin + chunk);

@@ -37,8 +37,8 @@ Piece piece(size_t slab_count, size_t chunk, int j) {
 // round k carries the inputs of slab k and the results of slab k - 1 (disjoint regions of
 // one half), one sync per slab plus one to drain. Each ordinal reads each element about
 // twice and writes it twice, whatever N: the bandwidth algorithm.
-void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
-                         ReduceOp op) {
+bool all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
+                         bool yield_to_arena) {
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);
@@ -66,6 +66,7 @@ void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
                   data + (offset + p.offset) * elem_bytes, p.count * elem_bytes);
     }
     rounds.sync();
+    if (slab == 0 && yield_to_arena && rounds.any_in_arena(parity)) return false;
     for (int j = 0; j < n; ++j) {  // results of the previous slab, published by this round
       const Piece p = piece(prev_count, chunk, j);
       if (j == me || p.count == 0) continue;
@@ -82,6 +83,7 @@ void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
     prev_offset = offset;
     prev_count = count;
   }
+  return true;
 }
 
 }  // namespace xs::detail

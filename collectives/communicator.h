@@ -8,9 +8,18 @@
 //
 // Every call is collective: all replicas must call the same operation, in the same order,
 // with the same element count and dtype; a mismatch is an xs::PeerFailure naming both sides.
+//
+// Operands may live anywhere. Those from alloc_buffer (like MPI_Alloc_mem, or NCCL's
+// registered user buffers) let the shared-memory implementation reduce in place, without
+// staging copies, when every replica passes one:
+//
+//   float* grads = static_cast<float*>(comm.alloc_buffer(n * sizeof(float)));
+//   comm.all_reduce(grads, n, DType::kF32, ReduceOp::kSum);   // zero-copy
+//   comm.free_buffer(grads);
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +49,17 @@ class Communicator {
   // ordinal's payload, indexed by ordinal.
   virtual std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                          std::span<const std::byte> payload) = 0;
+
+  // Memory for collective operands, aligned to kBufferAlignBytes, never nullptr (falls back
+  // to the heap when the fast kind runs out). Not collective; free with free_buffer of the
+  // same communicator. This default is the heap.
+  static constexpr size_t kBufferAlignBytes = 4096;
+  virtual void* alloc_buffer(size_t bytes) {
+    return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{kBufferAlignBytes});
+  }
+  virtual void free_buffer(void* data) {
+    ::operator delete(data, std::align_val_t{kBufferAlignBytes});
+  }
 };
 
 }  // namespace xs

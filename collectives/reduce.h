@@ -25,7 +25,8 @@ void check_reducible(const char* operation, DType dtype);
 
 // dst[i] = finish(((src[0][i] op src[1][i]) op src[2][i]) ... op src[n-1][i]), where finish
 // divides by `divisor` for kMean and rounds bf16. dst may be exactly one of the sources;
-// dst2, when not null, receives a copy of the result. `streaming` writes dst with
+// dst2, when not null, receives a copy of the result and may be exactly another source
+// (every kernel reads element i, or its whole block, from all sources before storing it). `streaming` writes dst with
 // non-temporal stores (see collectives/detail/stream_copy.h).
 void reduce_sources(void* dst, void* dst2, const void* const* sources, int n_sources,
                     size_t n_elems, DType dtype, ReduceOp op, int divisor, bool streaming = false);

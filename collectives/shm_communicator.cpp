@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "collectives/buffer_arena.h"
 #include "collectives/detail/rounds.h"
 #include "collectives/detail/schedules.h"
 #include "collectives/reduce.h"
@@ -28,6 +29,8 @@ ShmCommunicator::ShmCommunicator(Segment segment, ShmCommunicatorOptions options
   const int64_t timeout_ms = options.timeout_ms.value_or(collective_timeout_ms_from_env());
   XS_CHECK_ARG(timeout_ms > 0, "ShmCommunicator: timeout {} ms must be positive", timeout_ms);
   rounds_ = std::make_unique<detail::Rounds>(std::move(segment), timeout_ms);
+  arena_ = std::make_unique<BufferArena>(rounds_->segment().arena(ordinal()),
+                                         rounds_->segment().arena_bytes());
 }
 
 ShmCommunicator::~ShmCommunicator() = default;
@@ -42,33 +45,89 @@ const Segment& ShmCommunicator::segment() const {
   return rounds_->segment();
 }
 
-AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes) const {
-  const AllReduceAlgorithm chosen =
+void* ShmCommunicator::alloc_buffer(size_t bytes) {
+  if (void* block = arena_->allocate(bytes)) return block;
+  return Communicator::alloc_buffer(bytes);
+}
+
+void ShmCommunicator::free_buffer(void* data) {
+  if (data == nullptr) return;
+  if (arena_->contains(data, 0)) return arena_->deallocate(data);
+  Communicator::free_buffer(data);
+}
+
+bool ShmCommunicator::in_arena(const void* data, size_t bytes) const {
+  return arena_->contains(data, bytes);
+}
+
+AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in_arena) const {
+  AllReduceAlgorithm chosen =
       forced_ ? *forced_
               : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
+  if (!forced_ && in_arena && chosen != AllReduceAlgorithm::kOneShot) {
+    chosen = AllReduceAlgorithm::kDirect;
+  }
   // CMA that turned out not to be permitted runs as the staging two-shot.
   if (chosen == AllReduceAlgorithm::kCma && cma_ == false) return AllReduceAlgorithm::kTwoShot;
   return chosen;
 }
 
+// Which schedule runs must not depend on where one replica's operand lives, yet kDirect
+// needs every operand in an arena. So the choice by size (or the forced one) decides the
+// first round, and the in_arena flags that every round publishes decide the rest:
+// - CMA sizes (a core per replica) and forced kDirect: everyone publishes its operand
+//   (address, arena offset) in round 1, then runs kDirect if all are in arenas, else CMA
+//   (where permitted) or a fresh two-shot.
+// - two-shot sizes (oversubscribed): replicas with arena operands publish them in round 1,
+//   the others start the two-shot, whose round 1 carries slab 0. All in arenas: kDirect;
+//   none: the two-shot goes on; some: everyone starts a fresh two-shot (one wasted round,
+//   only when replicas pass different kinds of operand).
+// Forced schedules other than kDirect ignore the arena.
 void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
   check_reducible("all_reduce", dtype);
   XS_CHECK_ARG(data != nullptr || n_elems == 0, "all_reduce: null buffer for {} elements", n_elems);
   if (world_size() == 1) return;  // sum, mean, max and min of one replica: the input
-  rounds_->begin_call("all_reduce", CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0});
   auto* bytes = static_cast<std::byte*>(data);
-  switch (all_reduce_algorithm(n_elems * dtype_size(dtype))) {
+  const size_t n_bytes = n_elems * dtype_size(dtype);
+  const bool forced_direct = forced_ == AllReduceAlgorithm::kDirect;
+  const bool arena = n_bytes != 0 && in_arena(data, n_bytes) && (!forced_ || forced_direct);
+  // The choice every replica makes whatever its operand: by size, or forced.
+  AllReduceAlgorithm algorithm =
+      forced_ ? *forced_
+              : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
+  rounds_->begin_call("all_reduce",
+                      CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, arena});
+  const bool wants_cma = algorithm == AllReduceAlgorithm::kCma ||
+                         (forced_direct && segment().spin_allowed());
+  if (wants_cma && !cma_) cma_ = detail::negotiate_cma(*rounds_);
+  const bool cma = wants_cma && *cma_;
+  if (algorithm == AllReduceAlgorithm::kCma && !cma) algorithm = AllReduceAlgorithm::kTwoShot;
+  switch (algorithm) {
     case AllReduceAlgorithm::kOneShot:
       return detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op);
-    case AllReduceAlgorithm::kTwoShot:
-      return detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);
     case AllReduceAlgorithm::kRing:
       return detail::all_reduce_ring(*rounds_, bytes, n_elems, dtype, op);
+    case AllReduceAlgorithm::kTwoShot:
+      if (arena) return all_reduce_in_place(bytes, n_elems, dtype, op, /*cma=*/false);
+      if (detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op, !forced_)) return;
+      detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);  // mixed operands
+      return;
     case AllReduceAlgorithm::kCma:
-      if (!cma_) cma_ = detail::negotiate_cma(*rounds_);
-      if (*cma_) return detail::all_reduce_cma(*rounds_, bytes, n_elems, dtype, op);
-      return detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);
+    case AllReduceAlgorithm::kDirect:
+      return all_reduce_in_place(bytes, n_elems, dtype, op, cma);
   }
+}
+
+// Round 1 publishes every operand; then kDirect, or the fallback (see all_reduce).
+void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype,
+                                          ReduceOp op, bool cma) {
+  const bool arena = rounds_->header().in_arena;
+  const int parity = detail::publish_operand(*rounds_, data, arena ? arena_->offset(data) : 0);
+  if (rounds_->all_in_arena(parity)) {
+    return detail::all_reduce_direct(*rounds_, parity, data, n_elems, dtype, op);
+  }
+  if (cma) return detail::all_reduce_cma(*rounds_, parity, data, n_elems, dtype, op);
+  detail::all_reduce_two_shot(*rounds_, data, n_elems, dtype, op);
 }
 
 void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int root) {

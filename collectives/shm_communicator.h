@@ -6,6 +6,10 @@
 //   xs::ShmCommunicator comm(xs::Segment::attach(name, ordinal, world_size, job_id));
 //   comm.all_reduce(grads.data(), grads.size(), xs::DType::kF32, xs::ReduceOp::kMean);
 //
+// Operands from alloc_buffer() live in this ordinal's buffer arena in the segment; when every
+// replica passes one, all_reduce above the one-shot sizes runs the zero-copy kDirect
+// schedule (see all_reduce_algorithm.h). Any other memory works too, through staging or CMA.
+//
 // Waits time out after XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (default 60 s); a dead peer, a
 // timeout or a poisoned segment throw xs::PeerFailure / xs::Timeout naming the ordinal.
 
@@ -17,6 +21,8 @@
 #include "shm/segment.h"
 
 namespace xs {
+
+class BufferArena;
 
 namespace detail {
 class Rounds;
@@ -45,13 +51,23 @@ class ShmCommunicator final : public Communicator {
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                  std::span<const std::byte> payload) override;
 
+  // From this ordinal's buffer arena; the heap when the arena is full (or absent).
+  void* alloc_buffer(size_t bytes) override;
+  void free_buffer(void* data) override;
+  // Whether [data, data + bytes) lies in this ordinal's buffer arena.
+  bool in_arena(const void* data, size_t bytes) const;
+
   // The schedule all_reduce uses for this size (the forced one, if any; kCma reads as
-  // kTwoShot once replicas were found not to be allowed cross-memory access).
-  AllReduceAlgorithm all_reduce_algorithm(size_t n_bytes) const;
+  // kTwoShot once replicas were found not to be allowed cross-memory access), for operands
+  // outside the arena, or inside it when `in_arena` (kDirect where every replica's is).
+  AllReduceAlgorithm all_reduce_algorithm(size_t n_bytes, bool in_arena = false) const;
   const Segment& segment() const;
 
  private:
+  void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op, bool cma);
+
   std::unique_ptr<detail::Rounds> rounds_;
+  std::unique_ptr<BufferArena> arena_;
   std::optional<AllReduceAlgorithm> forced_;
   std::optional<bool> cma_;  // negotiated at the first kCma call: may replicas use CMA?
 };

@@ -1,6 +1,7 @@
 #pragma once
 // The byte layout of a job's shared-memory segment: a control block, one slot per ordinal,
-// then one staging area per ordinal. Only shm/ and collectives/ look inside; everyone else
+// one staging area per ordinal, then one buffer arena per ordinal (collective operands that
+// peers read and write in place; see collectives/buffer_arena.h). Only shm/ and collectives/ look inside; everyone else
 // holds a segment by name.
 //
 //   shm::OrdinalSlot& slot = segment.slot(ordinal);
@@ -18,7 +19,7 @@
 namespace xs::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31306d68732d7378;  // "xs-shm01" little endian
-inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr uint32_t kSegmentVersion = 2;  // 2: buffer arenas
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
@@ -40,7 +41,7 @@ struct alignas(kCacheLineBytes) Mailbox {
   uint8_t kind = 0;
   uint8_t dtype = 0;
   uint8_t op = 0;
-  uint8_t reserved = 0;
+  uint8_t in_arena = 0;  // all_reduce: the operand is in the ordinal's buffer arena
   uint64_t n_elems = 0;
   uint64_t call_seq = 0;
   int32_t aux = 0;  // per-kind extra: broadcast root, rendezvous tag length
@@ -68,6 +69,7 @@ struct alignas(kCacheLineBytes) ControlBlock {
   uint32_t world_size = 0;
   uint64_t staging_bytes = 0;  // per ordinal; a multiple of kPageBytes
   uint64_t total_bytes = 0;
+  uint64_t arena_bytes = 0;  // per ordinal; a multiple of kPageBytes, may be 0
   int32_t launcher_pid = 0;
   uint32_t spin_allowed = 0;  // 0 when replicas outnumber cores: waits never spin
   char job_id[kMaxJobIdBytes] = {};
@@ -97,8 +99,11 @@ inline constexpr size_t staging_offset(int world_size) {
   return round_up(slots_offset() + sizeof(OrdinalSlot) * static_cast<size_t>(world_size),
                   kPageBytes);
 }
-inline constexpr size_t segment_bytes(int world_size, size_t staging_bytes) {
+inline constexpr size_t arena_offset(int world_size, size_t staging_bytes) {
   return staging_offset(world_size) + staging_bytes * static_cast<size_t>(world_size);
+}
+inline constexpr size_t segment_bytes(int world_size, size_t staging_bytes, size_t arena_bytes) {
+  return arena_offset(world_size, staging_bytes) + arena_bytes * static_cast<size_t>(world_size);
 }
 
 }  // namespace xs::shm

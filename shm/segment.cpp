@@ -56,12 +56,13 @@ bip::mapped_region map_existing(const std::string& name, bip::mode_t mode) {
 }
 
 void init_control_block(void* base, const std::string& job_id, int world_size, size_t staging_bytes,
-                        size_t total_bytes) {
+                        size_t arena_bytes, size_t total_bytes) {
   auto* control = new (base) shm::ControlBlock();
   control->version = shm::kSegmentVersion;
   control->world_size = static_cast<uint32_t>(world_size);
   control->staging_bytes = staging_bytes;
   control->total_bytes = total_bytes;
+  control->arena_bytes = arena_bytes;
   control->launcher_pid = static_cast<int32_t>(::getpid());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   control->spin_allowed = static_cast<unsigned>(world_size) <= cores ? 1 : 0;
@@ -93,6 +94,11 @@ void validate(const shm::ControlBlock& control, const std::string& name, int wor
                     "has world size {}",
                     name, control.world_size, world_size));
   }
+  const size_t layout_bytes =
+      shm::segment_bytes(world_size, control.staging_bytes, control.arena_bytes);
+  XS_CHECK(control.total_bytes == layout_bytes,
+           "segment {}: header says {} bytes, its staging and arena sizes need {}", name,
+           control.total_bytes, layout_bytes);
   XS_CHECK(control.total_bytes <= mapped_bytes, "segment {}: header says {} bytes, mapped {}", name,
            control.total_bytes, mapped_bytes);
 }
@@ -118,7 +124,8 @@ std::string segment_name(const std::string& job_id) {
   return fmt::format("/{}{}", user_prefix(), job_id);
 }
 
-std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes) {
+std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes,
+                           size_t arena_bytes) {
   const std::string name = segment_name(job_id);
   XS_CHECK_ARG(world_size >= 1 && world_size <= kMaxWorldSize,
                "create_segment: world size {} outside 1..{}", world_size, kMaxWorldSize);
@@ -126,19 +133,21 @@ std::string create_segment(const std::string& job_id, int world_size, size_t sta
                "create_segment: staging {} bytes per ordinal, need at least {}", staging_bytes,
                kMinStagingBytes);
   staging_bytes = shm::round_up(staging_bytes, shm::kPageBytes);
-  const size_t total = shm::segment_bytes(world_size, staging_bytes);
+  arena_bytes = shm::round_up(arena_bytes, shm::kPageBytes);
+  const size_t total = shm::segment_bytes(world_size, staging_bytes, arena_bytes);
   try {
     bip::permissions owner_only;
     owner_only.set_permissions(0600);
     bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, owner_only);
     object.truncate(static_cast<bip::offset_t>(total));
     bip::mapped_region region(object, bip::read_write);
-    init_control_block(region.get_address(), job_id, world_size, staging_bytes, total);
+    init_control_block(region.get_address(), job_id, world_size, staging_bytes, arena_bytes,
+                       total);
   } catch (const bip::interprocess_exception& e) {
     throw IoError(
         fmt::format("segment {}: cannot create {} bytes ({} ordinals x {} staging "
-                    "bytes): {}",
-                    name, total, world_size, staging_bytes, e.what()));
+                    "bytes + {} arena bytes): {}",
+                    name, total, world_size, staging_bytes, arena_bytes, e.what()));
   }
   return name;
 }
@@ -168,8 +177,9 @@ std::vector<std::string> remove_stale_segments() {
   return removed;
 }
 
-OwnedSegment::OwnedSegment(const std::string& job_id, int world_size, size_t staging_bytes)
-    : name_(create_segment(job_id, world_size, staging_bytes)) {}
+OwnedSegment::OwnedSegment(const std::string& job_id, int world_size, size_t staging_bytes,
+                           size_t arena_bytes)
+    : name_(create_segment(job_id, world_size, staging_bytes, arena_bytes)) {}
 
 OwnedSegment::~OwnedSegment() {
   remove_segment(name_);
@@ -217,6 +227,11 @@ shm::OrdinalSlot& Segment::slot(int ordinal) const {
 std::byte* Segment::staging(int ordinal) const {
   return static_cast<std::byte*>(base()) + shm::staging_offset(world_size_) +
          control().staging_bytes * static_cast<size_t>(ordinal);
+}
+
+std::byte* Segment::arena(int ordinal) const {
+  return static_cast<std::byte*>(base()) + shm::arena_offset(world_size_, control().staging_bytes) +
+         control().arena_bytes * static_cast<size_t>(ordinal);
 }
 
 void Segment::poison(const std::string& reason) const {

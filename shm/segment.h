@@ -26,15 +26,19 @@ namespace xs {
 // noise (+-20%) at N = 2 and N = 8; 2 MiB keeps most messages to a few slabs.
 inline constexpr size_t kDefaultStagingBytes = size_t{2} << 20;
 inline constexpr size_t kMinStagingBytes = 2 * shm::kPageBytes;
+// Per-ordinal buffer arena default (Communicator::alloc_buffer): tmpfs pages are only
+// allocated when touched, so an unused arena costs address space, not memory.
+inline constexpr size_t kDefaultArenaBytes = size_t{256} << 20;
 
 // "/xla-spawn-<uid>-<job id>". Throws xs::InvalidArgument when job_id is empty, too long, or
 // holds characters other than [A-Za-z0-9._-].
 std::string segment_name(const std::string& job_id);
 
 // Creates and initialises the job's segment; records the calling process as its launcher.
-// staging_bytes (per ordinal) is rounded up to a whole number of pages. Throws
+// staging_bytes and arena_bytes (per ordinal) are rounded up to whole pages. Throws
 // xs::InvalidArgument for bad arguments and xs::IoError when the segment exists or shm fails.
-std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes);
+std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes,
+                           size_t arena_bytes = kDefaultArenaBytes);
 
 // Removes the segment; false when it did not exist. Attached mappings stay valid until unmapped.
 bool remove_segment(const std::string& name);
@@ -46,7 +50,8 @@ std::vector<std::string> remove_stale_segments();
 // Creates a segment and removes it when destroyed (every exit path of its owner).
 class OwnedSegment {
  public:
-  OwnedSegment(const std::string& job_id, int world_size, size_t staging_bytes);
+  OwnedSegment(const std::string& job_id, int world_size, size_t staging_bytes,
+               size_t arena_bytes = kDefaultArenaBytes);
   ~OwnedSegment();
   OwnedSegment(const OwnedSegment&) = delete;
   OwnedSegment& operator=(const OwnedSegment&) = delete;
@@ -81,6 +86,10 @@ class Segment {
   shm::ControlBlock& control() const { return *static_cast<shm::ControlBlock*>(base()); }
   shm::OrdinalSlot& slot(int ordinal) const;
   std::byte* staging(int ordinal) const;
+  // Ordinal's buffer arena: arena_bytes() bytes at the same offset in every mapping, so a
+  // peer finds an operand by its offset from arena(owner).
+  size_t arena_bytes() const { return control().arena_bytes; }
+  std::byte* arena(int ordinal) const;
 
   // Marks the segment poisoned (first caller wins; its reason is kept) and wakes every
   // sleeper so all replicas fail fast.

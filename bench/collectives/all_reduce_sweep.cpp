@@ -6,6 +6,11 @@
 //   all_reduce_sweep --nprocs 8 --stress 100000      # back-to-back 8-byte all-reduces
 //   all_reduce_sweep --nprocs 8 --stress 200 --bytes 2097152   # same, f32 sum of zeros
 //
+// The operand comes from Communicator::alloc_buffer (the segment's buffer arena, sized to
+// the largest message), so all_reduce reduces in place where it can (kDirect), as
+// nccl-tests time registered buffers; --heap-buffers times ordinary heap memory instead
+// (the staging / CMA schedules).
+//
 // Like mpirun, replicas are bound one per core when they fit (N <= cores; --no-bind turns
 // it off): two spinning replicas that the scheduler puts on one core would only slow down.
 //
@@ -40,6 +45,7 @@ struct Args {
   int64_t stress_iterations = 0;
   size_t stress_bytes = 8;
   bool bind = true;
+  bool heap_buffers = false;
   xs::bench::SweepOptions sweep;
 };
 
@@ -61,6 +67,8 @@ Args parse(int argc, char** argv) {
       args.stress_iterations = std::stoll(value());
     else if (rest[i] == "--no-bind")
       args.bind = false;
+    else if (rest[i] == "--heap-buffers")
+      args.heap_buffers = true;
     else if (rest[i] == "--bytes")
       args.stress_bytes = std::stoull(value());
     else
@@ -132,8 +140,13 @@ int replica(const Args& args, const std::string& segment, const std::string& job
     return v;
   };
   hooks.algorithm = [&](size_t bytes) {
-    return std::string(xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes)));
+    return std::string(
+        xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes, !args.heap_buffers)));
   };
+  if (!args.heap_buffers) {
+    hooks.allocate = [&](size_t n) { return static_cast<float*>(comm.alloc_buffer(n * 4)); };
+    hooks.release = [&](float* p) { comm.free_buffer(p); };
+  }
   auto rows = xs::bench::run_sweep(args.sweep, hooks);
   if (ordinal != 0) return 0;
   for (size_t i = 0; i < rows.size(); ++i) rows[i].memcpy_gbps = memcpy_gbps[i];
@@ -149,7 +162,10 @@ int run(const Args& args) {
     memcpy_gbps = xs::bench::measure_memcpy(xs::bench::sweep_sizes(args.sweep), args.sweep);
   }
   const std::string job_id = fmt::format("bench-{}", ::getpid());
-  xs::OwnedSegment segment(job_id, args.nprocs, args.staging_bytes);
+  // Arena: the largest operand (the sweep's, or the stress loop's) and a page.
+  const size_t arena_bytes =
+      (args.stress_iterations > 0 ? args.stress_bytes : args.sweep.max_bytes) + 8192;
+  xs::OwnedSegment segment(job_id, args.nprocs, args.staging_bytes, arena_bytes);
   std::fflush(stdout);
   std::vector<pid_t> pids;
   for (int ordinal = 0; ordinal < args.nprocs; ++ordinal) {

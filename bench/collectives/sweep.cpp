@@ -75,12 +75,20 @@ std::vector<size_t> sweep_sizes(const SweepOptions& options) {
 
 std::vector<SweepRow> run_sweep(const SweepOptions& options, const SweepHooks& hooks) {
   const std::vector<size_t> sizes = sweep_sizes(options);
-  std::vector<float> buffer(options.max_bytes / sizeof(float) + 1);
+  const size_t capacity = options.max_bytes / sizeof(float) + 1;
+  std::vector<float> heap;
+  float* buffer = nullptr;
+  if (hooks.allocate) {
+    buffer = hooks.allocate(capacity);
+  } else {
+    heap.resize(capacity);
+    buffer = heap.data();
+  }
   std::vector<SweepRow> rows;
   for (size_t bytes : sizes) {
     const size_t n = bytes / sizeof(float);
-    const size_t wrong = verify(hooks, buffer.data(), n);
-    const double seconds = time_all_reduce(options, hooks, buffer.data(), n);
+    const size_t wrong = verify(hooks, buffer, n);
+    const double seconds = time_all_reduce(options, hooks, buffer, n);
     if (hooks.ordinal != 0) continue;
     SweepRow row;
     row.bytes = n * sizeof(float);
@@ -92,6 +100,7 @@ std::vector<SweepRow> run_sweep(const SweepOptions& options, const SweepHooks& h
     row.wrong = wrong;
     rows.push_back(row);
   }
+  if (hooks.allocate && hooks.release) hooks.release(buffer);
   return rows;
 }
 

@@ -32,6 +32,10 @@ struct SweepHooks {
   std::function<void()> barrier;
   std::function<int64_t(int64_t)> broadcast_from_0;    // every ordinal gets ordinal 0's value
   std::function<std::string(size_t bytes)> algorithm;  // what runs at this size
+  // The operand buffer (for all sizes); unset: a std::vector. Ours passes
+  // Communicator::alloc_buffer, as nccl-tests use registered buffers.
+  std::function<float*(size_t n_elems)> allocate;
+  std::function<void(float*)> release;
 };
 
 struct SweepRow {

@@ -71,12 +71,27 @@ void Rounds::sync() {
   mine.n_elems = header_.n_elems;
   mine.call_seq = call_seq_;
   mine.aux = header_.aux;
+  mine.in_arena = header_.in_arena ? 1 : 0;
   post(mine, round);
   wait_all(round, parity);
   if (check_pending_) {
     check_pending_ = false;
     check_headers(parity);
   }
+}
+
+bool Rounds::all_in_arena(int parity) const {
+  for (int j = 0; j < world_size(); ++j) {
+    if (segment_.slot(j).mailbox[parity].in_arena != 1) return false;
+  }
+  return true;
+}
+
+bool Rounds::any_in_arena(int parity) const {
+  for (int j = 0; j < world_size(); ++j) {
+    if (segment_.slot(j).mailbox[parity].in_arena == 1) return true;
+  }
+  return false;
 }
 
 void Rounds::post(shm::Mailbox& mine, uint64_t round) {

@@ -47,6 +47,9 @@ struct CallHeader {
   ReduceOp op = ReduceOp::kSum;
   uint64_t n_elems = 0;
   int32_t aux = 0;  // broadcast: root
+  // all_reduce: this ordinal's operand is in its buffer arena. Published with every round
+  // but not part of the mismatch check: replicas that differ fall back to a staging schedule.
+  bool in_arena = false;
 };
 
 class Rounds {
@@ -58,6 +61,7 @@ class Rounds {
   const Segment& segment() const { return segment_; }
   Waiter& waiter() { return waiter_; }
   const char* operation() const { return operation_; }
+  const CallHeader& header() const { return header_; }
 
   // Staging bytes per ordinal per round parity (a multiple of 64).
   size_t half_bytes() const { return half_bytes_; }
@@ -77,6 +81,9 @@ class Rounds {
   void begin_call(const char* operation, const CallHeader& header);
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
+  // After a sync() of this call: did every ordinal publish in_arena with round `parity`?
+  bool all_in_arena(int parity) const;
+  bool any_in_arena(int parity) const;
 
   // One pointer per ordinal, for assembling reduction sources.
   std::vector<const void*>& sources() { return sources_; }

@@ -17,9 +17,24 @@
 namespace xs::detail {
 
 void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
-void all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
+// With `yield_to_arena`, returns false right after its first round (before touching `data`)
+// when any ordinal published in_arena with it: those ordinals ran publish_operand() in that
+// round instead, and everyone then starts a fresh two-shot. Otherwise returns true.
+bool all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
+                         bool yield_to_arena = false);
 void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
-void all_reduce_cma(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
+
+// The first round of the in-place schedules (CMA, direct): every ordinal publishes its
+// operand's address and its offset in its buffer arena (anything when not in it; the call
+// header's in_arena says which). Returns the round's parity, which the schedule takes.
+int publish_operand(Rounds& rounds, std::byte* data, uint64_t arena_offset);
+void* published_address(Rounds& rounds, int ordinal, int parity);
+// After publish_operand(): CMA needs cross-memory access (negotiate_cma), direct needs
+// every operand in its owner's arena (Rounds::all_in_arena).
+void all_reduce_cma(Rounds& rounds, int parity, std::byte* data, size_t n_elems, DType dtype,
+                    ReduceOp op);
+void all_reduce_direct(Rounds& rounds, int parity, std::byte* data, size_t n_elems, DType dtype,
+                       ReduceOp op);
 // Whether every ordinal may read and write every other's memory (process_vm_readv/writev);
 // a collective of two rounds whose verdict is the same on all ordinals.
 bool negotiate_cma(Rounds& rounds);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 
@@ -43,7 +44,13 @@ TEST_P(KillTest, OthersNameTheKilledOrdinalWithinTwoSeconds) {
     name = job.segment_name();
     job.start([victim, algo = algo](Child& child) {
       ShmCommunicator comm = child.communicator({.algorithm = algo, .timeout_ms = 30'000});
-      std::vector<float> data(5000, 1.0f);
+      // kDirect runs on operands in the replicas' arenas (peers write into them in place).
+      std::vector<float> heap(5000, 1.0f);
+      float* data = heap.data();
+      if (algo == AllReduceAlgorithm::kDirect) {
+        data = static_cast<float*>(comm.alloc_buffer(heap.size() * sizeof(float)));
+        std::copy(heap.begin(), heap.end(), data);
+      }
       auto* words = scratch_words(child.scratch);
       for (int i = 0; i < 1'000'000; ++i) {
         if (child.ordinal == victim && i == 50) {
@@ -51,7 +58,7 @@ TEST_P(KillTest, OthersNameTheKilledOrdinalWithinTwoSeconds) {
           ::kill(::getpid(), SIGKILL);
         }
         try {
-          comm.all_reduce(data.data(), data.size(), DType::kF32, ReduceOp::kMean);
+          comm.all_reduce(data, heap.size(), DType::kF32, ReduceOp::kMean);
         } catch (const Error& e) {
           words[1 + child.ordinal].store(monotonic_ns() - words[0].load());
           return std::string(e.what());
@@ -84,7 +91,8 @@ INSTANTIATE_TEST_SUITE_P(
     WorldSizes, KillTest,
     ::testing::Combine(::testing::Values(2, 4, 8),
                        ::testing::Values(AllReduceAlgorithm::kOneShot, AllReduceAlgorithm::kTwoShot,
-                                         AllReduceAlgorithm::kRing, AllReduceAlgorithm::kCma)),
+                                         AllReduceAlgorithm::kRing, AllReduceAlgorithm::kCma,
+                                         AllReduceAlgorithm::kDirect)),
     [](const auto& info) {
       return fmt::format("N{}_{}", std::get<0>(info.param),
                          all_reduce_algorithm_name(std::get<1>(info.param)));

@@ -89,10 +89,10 @@ std::string JobResult::describe() const {
   return text;
 }
 
-ForkJob::ForkJob(int world_size, size_t staging_bytes)
+ForkJob::ForkJob(int world_size, size_t staging_bytes, size_t arena_bytes)
     : world_size_(world_size),
       job_id_(unique_job_id()),
-      segment_(job_id_, world_size, staging_bytes) {
+      segment_(job_id_, world_size, staging_bytes, arena_bytes) {
   void* scratch =
       ::mmap(nullptr, kScratchBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (scratch == MAP_FAILED) throw std::runtime_error("ForkJob: mmap scratch failed");

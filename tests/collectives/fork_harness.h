@@ -61,7 +61,8 @@ struct JobResult {
 // Exit codes of a child: 0 returned "", 1 returned a message, 2 threw, 3 threw non-std.
 class ForkJob {
  public:
-  explicit ForkJob(int world_size, size_t staging_bytes = kDefaultStagingBytes);
+  explicit ForkJob(int world_size, size_t staging_bytes = kDefaultStagingBytes,
+                   size_t arena_bytes = kDefaultArenaBytes);
   ~ForkJob();  // kills and reaps children still running; removes the segment
   ForkJob(const ForkJob&) = delete;
   ForkJob& operator=(const ForkJob&) = delete;
