@@ -254,6 +254,14 @@ Tensor max_pool2d_grad(const Tensor& x, const Tensor& grad_out, std::vector<int6
   return record(Op::kMaxPool2dGrad, {x, grad_out}, std::move(a));
 }
 
+Tensor max_pool2d_bias_relu_grad(const Tensor& x, const Tensor& bias, const Tensor& grad_out,
+                                 std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                                 std::vector<int64_t> padding) {
+  Attrs a;
+  a.ints = hw_attrs("max_pool2d_grad", {&kernel, &stride, &padding});
+  return record(Op::kMaxPool2dGrad, {x, grad_out, bias}, std::move(a));
+}
+
 Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride, std::vector<int64_t> padding) {
   Attrs a;

@@ -105,6 +105,11 @@ Tensor conv2d_grad_weight(const Tensor& x, const Tensor& grad_out, std::vector<i
                           std::vector<int64_t> padding, std::vector<int64_t> kernel_hw);
 Tensor max_pool2d_grad(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride, std::vector<int64_t> padding = {0, 0});
+// max_pool2d_grad(relu(x + bias[c]), grad_out) without relu(x + bias) stored: the kernel
+// recomputes it (the compiler's conv-bias-relu-pool fusion makes this form). bias: C elements.
+Tensor max_pool2d_bias_relu_grad(const Tensor& x, const Tensor& bias, const Tensor& grad_out,
+                                 std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                                 std::vector<int64_t> padding = {0, 0});
 Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride, std::vector<int64_t> padding = {0, 0});
 // Zeros of `shape`, then result[... index[i] on axis ...] += src[i] (the adjoint of gather).

@@ -39,10 +39,14 @@
 namespace xs {
 namespace {
 
-// One GEMM of the floor: C[m, n] = op(A) op(B) with inner dimension k, `count` times.
+// One GEMM of the floor: C[m, n] = op(A) op(B) with inner dimension k, `count` times; with
+// `accumulate` every call after the first adds into C (beta = 1), as the runtime's
+// convolution weight gradient sums over the batch inside sgemm (beta = 0 would make OpenBLAS
+// zero C on every call: work the step does not do).
 struct Gemm {
   bool ta, tb;
   int64_t m, n, k, count;
+  bool accumulate = false;
 };
 
 class Floor {
@@ -60,7 +64,8 @@ class Floor {
       for (int64_t r = 0; r < g.count; ++r) {
         cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
                     g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a_[i].data(),
-                    g.ta ? g.m : g.k, b_[i].data(), g.tb ? g.k : g.n, 0.0f, c_[i].data(), g.n);
+                    g.ta ? g.m : g.k, b_[i].data(), g.tb ? g.k : g.n,
+                    g.accumulate && r > 0 ? 1.0f : 0.0f, c_[i].data(), g.n);
       }
     }
   }
@@ -108,10 +113,10 @@ Model cnn(Generator& gen) {
           {b, 1, 28, 28},
           {// conv1: forward, weight gradient (no input gradient: the image needs none)
            {false, false, 32, 784, 25, b},
-           {false, true, 32, 25, 784, b},
+           {false, true, 32, 25, 784, b, true},
            // conv2: forward, weight gradient, input gradient (cols = W^T g)
            {false, false, 64, 196, 800, b},
-           {false, true, 64, 800, 196, b},
+           {false, true, 64, 800, 196, b, true},
            {true, false, 800, 196, 64, b},
            // dense layers: forward, weight gradient, input gradient
            {false, true, b, 128, 3136, 1},

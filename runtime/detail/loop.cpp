@@ -295,6 +295,24 @@ LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
   return {LoadMode::kBroadcast};
 }
 
+// Writes `n` copies of the `sz`-byte value at `v` to `out`: typed loops for the usual sizes
+// (a memcpy of a run-time size per element is a library call per element).
+void splat(const void* v, size_t sz, int64_t n, char* out) {
+  const auto fill = [&](auto tag) {
+    using T = decltype(tag);
+    T x;
+    std::memcpy(&x, v, sizeof(T));
+    std::fill_n(reinterpret_cast<T*>(out), n, x);
+  };
+  switch (sz) {
+    case 1: return fill(uint8_t{});
+    case 4: return fill(uint32_t{});
+    case 8: return fill(uint64_t{});
+    default:
+      for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * sz, v, sz);
+  }
+}
+
 // Loads `len` loop elements from `begin` for the tile/spread patterns, in contiguous runs.
 void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_t begin, int64_t len, void* out) {
   const size_t sz = l.dtype == DType::kBF16 ? 4 : dtype_size(l.dtype);
@@ -309,7 +327,7 @@ void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_
       const int64_t src = p.mode == LoadMode::kRun ? (j / p.period) % p.count : j / p.period;
       double v[1];
       load_block(base, l.dtype, nullptr, src, 1, v);
-      for (int64_t i = 0; i < run; ++i) std::memcpy(static_cast<char*>(out) + (done + i) * sz, v, sz);
+      splat(v, sz, run, static_cast<char*>(out) + done * sz);
       done += run;
     }
   }

@@ -344,6 +344,8 @@ std::shared_ptr<Program> compile_graph(const Graph& graph) {
   detail::fold_constants(work, program->stats);
   detail::eliminate_common_subexpressions(work, program->stats);
   detail::fuse_gemm_accumulate(work, program->stats);
+  detail::fuse_pool_grad_mask(work);
+  detail::fuse_pool_bias_relu(work);
   detail::eliminate_dead_code(work, program->stats);
   detail::Lowering lowering(work, *program);
   lowering.donated_ = graph.donated;

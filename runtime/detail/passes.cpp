@@ -1,5 +1,6 @@
 #include "runtime/detail/passes.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "runtime/detail/loop.h"
@@ -185,6 +186,174 @@ void fuse_gemm_accumulate(Work& w, CompileStats& stats) {
       break;
     }
   }
+}
+
+namespace {
+
+// The max_pool2d(y) node with `attrs` before `before`, or -1.
+int find_pool(const Work& w, int y, const Attrs& attrs, int before) {
+  for (int i = y + 1; i < before; ++i) {
+    const GNode& n = w.nodes[i];
+    if (n.op == Op::kMaxPool2d && n.operands[0] == y && n.attrs == attrs) return i;
+  }
+  return -1;
+}
+
+// For mul(max_pool2d_grad(y, g), cast(gt(y, 0))) (either operand order) at `i`: the grad node,
+// the pool node and the zero constant; false when `i` is not of that form.
+bool masked_pool_grad(const Work& w, int i, int* grad, int* pool, int* zero) {
+  const GNode& n = w.nodes[i];
+  if (n.op != Op::kMul || n.operands.size() != 2 || !is_float(n.type.dtype)) return false;
+  for (int k = 0; k < 2; ++k) {
+    const GNode& pg = w.nodes[n.operands[k]];
+    const GNode& c = w.nodes[n.operands[1 - k]];
+    if (pg.op != Op::kMaxPool2dGrad || pg.type != n.type) continue;
+    if (c.op != Op::kCast || c.type != n.type) continue;
+    const GNode& gt = w.nodes[c.operands[0]];
+    if (gt.op != Op::kGt || gt.operands[0] != pg.operands[0] || !is_const_value(w, gt.operands[1], 0) ||
+        !w.nodes[gt.operands[1]].type.shape.empty())
+      continue;
+    const int p = find_pool(w, pg.operands[0], pg.attrs, i);
+    if (p < 0) continue;
+    *grad = n.operands[k];
+    *pool = p;
+    *zero = gt.operands[1];
+    return true;
+  }
+  return false;
+}
+
+bool covers_spatial_axes(const std::vector<int64_t>& axes) {
+  return std::find(axes.begin(), axes.end(), 2) != axes.end() && std::find(axes.begin(), axes.end(), 3) != axes.end();
+}
+
+}  // namespace
+
+void fuse_pool_grad_mask(Work& w) {
+  std::vector<GNode> out;
+  std::vector<int> new_id(w.nodes.size(), -1);
+  out.reserve(w.nodes.size() + 8);
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    GNode n = w.nodes[i];
+    int grad = -1, pool = -1, zero = -1;
+    if (masked_pool_grad(w, static_cast<int>(i), &grad, &pool, &zero)) {
+      const GNode& pg = w.nodes[grad];
+      const ValueType pooled = w.nodes[pool].type;
+      // Field by field: GCC 12 warns (maybe-uninitialized) on brace-initialised GNodes here.
+      const auto push = [&](Op op, DType dtype, std::vector<int> operands) {
+        GNode& m = out.emplace_back();
+        m.op = op;
+        m.attrs.dtype = dtype;
+        m.type = {pooled.shape, op == Op::kGt ? DType::kBool : pooled.dtype};
+        m.operands = std::move(operands);
+        return static_cast<int>(out.size()) - 1;
+      };
+      const int gt = push(Op::kGt, DType::kF32, {new_id[pool], new_id[zero]});
+      const int cast = push(Op::kCast, pooled.dtype, {gt});
+      const int masked = push(Op::kMul, DType::kF32, {new_id[pg.operands[1]], cast});
+      n.op = Op::kMaxPool2dGrad;
+      n.attrs = pg.attrs;
+      n.operands = {new_id[pg.operands[0]], masked};
+    } else {
+      for (int& o : n.operands) o = new_id[o];
+      const GNode* src = n.operands.empty() ? nullptr : &out[n.operands[0]];
+      // sum over H and W of a max-pool gradient: the same sum of what it routes.
+      if (n.op == Op::kSum && src && src->op == Op::kMaxPool2dGrad && covers_spatial_axes(n.attrs.ints))
+        n.operands[0] = src->operands[1];
+    }
+    new_id[i] = static_cast<int>(out.size());
+    out.push_back(std::move(n));
+  }
+  for (int& r : w.roots) r = new_id[r];
+  w.nodes = std::move(out);
+}
+
+namespace {
+
+struct Uses {
+  std::vector<uint8_t> live;                 // a root depends on it
+  std::vector<std::vector<int>> consumers;   // live consumers only
+};
+
+Uses live_uses(const Work& w) {
+  Uses u{std::vector<uint8_t>(w.nodes.size(), 0), std::vector<std::vector<int>>(w.nodes.size())};
+  for (int r : w.roots) u.live[r] = 1;
+  for (int i = static_cast<int>(w.nodes.size()) - 1; i >= 0; --i) {
+    if (!u.live[i]) continue;
+    for (int o : w.nodes[i].operands) {
+      u.live[o] = 1;
+      if (u.consumers[o].empty() || u.consumers[o].back() != i) u.consumers[o].push_back(i);
+    }
+  }
+  return u;
+}
+
+// For relu node `r` = relu(add(x, b)) with b [1, C, 1, 1] and x [N, C, H, W] (f32/f64), read
+// only by max_pool2d and two-operand max_pool2d_grad (as their pooled input): x and b.
+bool pooled_bias_relu(const Work& w, const Uses& u, const std::vector<uint8_t>& is_root, int r, int* x, int* b) {
+  const GNode& relu = w.nodes[r];
+  if (relu.op != Op::kRelu || !u.live[r] || is_root[r] || relu.type.shape.size() != 4) return false;
+  if (relu.type.dtype != DType::kF32 && relu.type.dtype != DType::kF64) return false;
+  const int a = relu.operands[0];
+  const GNode& add = w.nodes[a];
+  if (add.op != Op::kAdd || is_root[a] || u.consumers[a].size() != 1) return false;
+  const Shape& s = relu.type.shape;
+  for (int k = 0; k < 2; ++k) {
+    const GNode& xn = w.nodes[add.operands[k]];
+    const GNode& bn = w.nodes[add.operands[1 - k]];
+    if (xn.type != relu.type || bn.type.shape != Shape{1, s[1], 1, 1}) continue;
+    bool pooled_only = !u.consumers[r].empty();
+    for (int c : u.consumers[r]) {
+      const GNode& n = w.nodes[c];
+      pooled_only &= (n.op == Op::kMaxPool2d || (n.op == Op::kMaxPool2dGrad && n.operands.size() == 2)) &&
+                     n.operands[0] == r;
+    }
+    if (!pooled_only) return false;
+    *x = add.operands[k];
+    *b = add.operands[1 - k];
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void fuse_pool_bias_relu(Work& w) {
+  const Uses u = live_uses(w);
+  std::vector<uint8_t> is_root(w.nodes.size(), 0);
+  for (int r : w.roots) is_root[r] = 1;
+  // Per pool / pool-gradient node to rewrite: the pre-activation x and the bias b.
+  std::vector<std::pair<int, int>> from(w.nodes.size(), {-1, -1});
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    int x = -1, b = -1;
+    if (!pooled_bias_relu(w, u, is_root, static_cast<int>(i), &x, &b)) continue;
+    for (int c : u.consumers[i]) from[c] = {x, b};
+  }
+  std::vector<GNode> out;
+  std::vector<int> new_id(w.nodes.size(), -1);
+  out.reserve(w.nodes.size() + 8);
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    GNode n = w.nodes[i];
+    for (int& o : n.operands) o = new_id[o];
+    const auto [x, b] = from[i];
+    if (x >= 0 && n.op == Op::kMaxPool2dGrad) {
+      n.operands = {new_id[x], n.operands[1], new_id[b]};
+    } else if (x >= 0) {
+      GNode& pool = out.emplace_back(n);  // max_pool2d(x)
+      pool.operands = {new_id[x]};
+      GNode& add = out.emplace_back(n);   // + b
+      add.op = Op::kAdd;
+      add.attrs = Attrs{};
+      add.operands = {static_cast<int>(out.size()) - 2, new_id[b]};
+      n.op = Op::kRelu;                   // the node itself: relu of that
+      n.attrs = Attrs{};
+      n.operands = {static_cast<int>(out.size()) - 1};
+    }
+    new_id[i] = static_cast<int>(out.size());
+    out.push_back(std::move(n));
+  }
+  for (int& r : w.roots) r = new_id[r];
+  w.nodes = std::move(out);
 }
 
 }  // namespace xs::detail

@@ -24,4 +24,22 @@ void eliminate_dead_code(Work& w, CompileStats& stats);
 // write straight into a donated x. Run before dead-code elimination.
 void fuse_gemm_accumulate(Work& w, CompileStats& stats);
 
+// Moves a ReLU mask from the unpooled to the pooled side of a max-pool gradient, where it
+// costs a quarter of the memory traffic and the mask over the activation is never stored:
+//   mul(max_pool2d_grad(y, g), cast(gt(y, 0)))  ->  max_pool2d_grad(y, g * cast(gt(pool(y), 0)))
+// (each window routes its gradient to its argmax, whose value is the window's pool output).
+// Then a sum over both spatial axes of max_pool2d_grad(y, h) becomes the same sum of h (every
+// window routes to exactly one cell): a conv bias gradient reads the pooled gradient only.
+// Needs max_pool2d(y) in the graph (the forward pass made it). Run after CSE, before DCE.
+void fuse_pool_grad_mask(Work& w);
+// Pools before the bias and ReLU when a 2-D max pool is the only reader of relu(x + b) (b one
+// value per channel, [1, C, 1, 1]), the pattern conv-bias-relu-pool:
+//   max_pool2d(relu(x + b))        ->  relu(max_pool2d(x) + b)
+//   max_pool2d_grad(relu(x + b), h) ->  max_pool2d_grad(x, h, b)  (recomputes relu(x + b))
+// Exact (x -> relu(x + b) is monotone and rounding is monotone) except with NaNs in x, which
+// then make the window's output 0 instead of being skipped. The full-size bias-and-ReLU pass
+// and its stored result disappear: only the pooled quarter is touched. f32/f64 only. Run
+// after fuse_pool_grad_mask (whose leftover masks it ignores as dead), before DCE.
+void fuse_pool_bias_relu(Work& w);
+
 }  // namespace xs::detail

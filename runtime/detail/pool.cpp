@@ -1,8 +1,12 @@
 // 2-D pooling (max, average) and its gradients over NCHW planes, with fast paths for unpadded
-// windows and the usual 2x2 / stride 2 max pool (branch-free, so the loops vectorise).
+// windows and the usual 2x2 / stride 2 max pool (branch-free, so the loops vectorise). The
+// max-pool gradient may take a per-channel bias: its pooled input was then relu(x + bias[c]).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "base/check.h"
@@ -68,11 +72,49 @@ void max_pool_2x2(const T* x, int64_t planes, int64_t h, int64_t w, T* out, int6
     }
 }
 
+#ifdef __AVX512F__
+// The lowest n of 16 lanes.
+inline __mmask16 first_bits(int64_t n) {
+  return n <= 0 ? 0 : n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1);
+}
+
+inline __m512 nan_max16(__m512 a, __m512 b) {  // nan_max, lane by lane
+  __m512 m = _mm512_mask_mov_ps(a, _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), b);
+  m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q), b);
+  return _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+
+// max_pool_2x2 on 16 windows at a time, bit for bit: the row pair's maximum, then of its
+// even/odd columns (split by permutes).
+void max_pool_2x2_avx512(const float* x, int64_t planes, int64_t h, int64_t w, float* out, int64_t oh, int64_t ow) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t pl = 0; pl < planes; ++pl)
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const float* r0 = x + (pl * h + 2 * oy) * w;
+      const float* r1 = r0 + w;
+      float* o = out + (pl * oh + oy) * ow;
+      for (int64_t ox = 0; ox < ow; ox += 16) {
+        const int64_t n = std::min<int64_t>(16, ow - ox);
+        const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16);
+        const __m512 lo = nan_max16(_mm512_maskz_loadu_ps(m0, r0 + 2 * ox), _mm512_maskz_loadu_ps(m0, r1 + 2 * ox));
+        const __m512 hi = nan_max16(_mm512_maskz_loadu_ps(m1, r0 + 2 * ox + 16), _mm512_maskz_loadu_ps(m1, r1 + 2 * ox + 16));
+        _mm512_mask_storeu_ps(o + ox, first_bits(n),
+                              nan_max16(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi)));
+      }
+    }
+}
+#endif
+
 template <typename T>
 void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* out,
                 const Shape& os) {
-  if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0)
+  if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0) {
+#ifdef __AVX512F__
+    if constexpr (std::is_same_v<T, float>) return max_pool_2x2_avx512(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
+#endif
     return max_pool_2x2(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
+  }
   if (p[4] == 0 && p[5] == 0) return pool_unpadded(is_max, p, x, xs, out, os);
   const int64_t planes = xs[0] * xs[1], h = xs[2], w = xs[3], oh = os[2], ow = os[3];
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -121,18 +163,31 @@ void max_pool_grad_unpadded(const int64_t* p, const T* x, const T* g, const Shap
 // 2x2 windows, stride 2, no padding, even plane: the windows tile the plane, so every input
 // cell is written once (the gradient at the window's first maximum, else 0) and no zero fill
 // is needed.
-template <typename T>
-void max_pool_grad_2x2(const T* x, const T* g, int64_t planes, int64_t h, int64_t w, T* out) {
+// The pooled input value at x: x itself, or relu(x + bias) (as the fused loop computes it).
+template <bool kBiasRelu, typename T>
+inline T pooled_input(T x, T bias) {
+  if constexpr (kBiasRelu) {
+    const T v = x + bias;
+    return v > 0 ? v : T(0);
+  } else {
+    return x;
+  }
+}
+
+template <bool kBiasRelu, typename T>
+void max_pool_grad_2x2(const T* x, const T* g, const T* bias, int64_t channels, int64_t planes, int64_t h,
+                       int64_t w, T* out) {
   const int64_t oh = h / 2, ow = w / 2;
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t oy = 0; oy < oh; ++oy) {
       const int64_t r0 = (pl * h + 2 * oy) * w, r1 = r0 + w;
       const T* gr = g + (pl * oh + oy) * ow;
+      const T bv = kBiasRelu ? bias[pl % channels] : T(0);
       for (int64_t ox = 0; ox < ow; ++ox) {
         // Row-major first maximum: the winner of each row pair (ties: left), then the bottom
         // one only if it takes over the top one (ties: top). Selects only, no branches.
-        const T a = x[r0 + 2 * ox], b = x[r0 + 2 * ox + 1], c = x[r1 + 2 * ox],
-                d = x[r1 + 2 * ox + 1];
+        const T a = pooled_input<kBiasRelu>(x[r0 + 2 * ox], bv), b = pooled_input<kBiasRelu>(x[r0 + 2 * ox + 1], bv),
+                c = pooled_input<kBiasRelu>(x[r1 + 2 * ox], bv), d = pooled_input<kBiasRelu>(x[r1 + 2 * ox + 1], bv);
         const bool top_right = takes_over(a, b), bottom_right = takes_over(c, d);
         const T top = top_right ? b : a, bottom = bottom_right ? d : c;
         const bool down = takes_over(top, bottom);
@@ -145,13 +200,86 @@ void max_pool_grad_2x2(const T* x, const T* g, int64_t planes, int64_t h, int64_
     }
 }
 
+#ifdef __AVX512F__
+// The same choices on 16 windows at once (AVX-512), bit for bit: masks for takes_over, the
+// row pairs split into even/odd columns and interleaved back by permutes.
+inline __mmask16 takes_over16(__m512 a, __m512 b) {
+  return (_mm512_cmp_ps_mask(b, a, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q)) &
+         _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q);
+}
+
+template <bool kBiasRelu>
+inline __m512 pooled_input16(__m512 x, __m512 bias) {
+  if constexpr (!kBiasRelu) return x;
+  const __m512 v = _mm512_add_ps(x, bias);
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+}
+
+// n <= 16 windows of one row pair starting at column 0 of x0 / x1 (the rows) and gr.
+template <bool kBiasRelu>
+inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float* gr, float* o0, float* o1,
+                                  int64_t n, __m512 bias) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16), mg = first_bits(n);
+  const __m512 t0 = _mm512_maskz_loadu_ps(m0, x0), t1 = _mm512_maskz_loadu_ps(m1, x0 + 16);
+  const __m512 u0 = _mm512_maskz_loadu_ps(m0, x1), u1 = _mm512_maskz_loadu_ps(m1, x1 + 16);
+  const __m512 a = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, even, t1), bias);
+  const __m512 b = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, odd, t1), bias);
+  const __m512 c = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, even, u1), bias);
+  const __m512 d = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, odd, u1), bias);
+  const __mmask16 top_right = takes_over16(a, b), bottom_right = takes_over16(c, d);
+  const __mmask16 down = takes_over16(_mm512_mask_mov_ps(a, top_right, b), _mm512_mask_mov_ps(c, bottom_right, d));
+  const __m512 gv = _mm512_maskz_loadu_ps(mg, gr);
+  const __m512 ga = _mm512_maskz_mov_ps(~down & ~top_right, gv), gb = _mm512_maskz_mov_ps(~down & top_right, gv);
+  const __m512 gc = _mm512_maskz_mov_ps(down & ~bottom_right, gv), gd = _mm512_maskz_mov_ps(down & bottom_right, gv);
+  _mm512_mask_storeu_ps(o0, m0, _mm512_permutex2var_ps(ga, lo, gb));
+  _mm512_mask_storeu_ps(o0 + 16, m1, _mm512_permutex2var_ps(ga, hi, gb));
+  _mm512_mask_storeu_ps(o1, m0, _mm512_permutex2var_ps(gc, lo, gd));
+  _mm512_mask_storeu_ps(o1 + 16, m1, _mm512_permutex2var_ps(gc, hi, gd));
+}
+
+template <bool kBiasRelu>
+void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias, int64_t channels, int64_t planes,
+                       int64_t h, int64_t w, float* out) {
+  const int64_t oh = h / 2, ow = w / 2;
+  for (int64_t pl = 0; pl < planes; ++pl) {
+    const __m512 bv = _mm512_set1_ps(kBiasRelu ? bias[pl % channels] : 0.0f);
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const int64_t r0 = (pl * h + 2 * oy) * w, r1 = r0 + w;
+      const float* gr = g + (pl * oh + oy) * ow;
+      for (int64_t ox = 0; ox < ow; ox += 16)
+        max_pool_grad_2x2_x16<kBiasRelu>(x + r0 + 2 * ox, x + r1 + 2 * ox, gr + ox, out + r0 + 2 * ox,
+                                         out + r1 + 2 * ox, std::min<int64_t>(16, ow - ox), bv);
+    }
+  }
+}
+#endif
+
 template <typename T>
 void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out,
-                     const Shape& os) {
+                     const Shape& os, const T* bias = nullptr) {
   const int64_t planes = os[0] * os[1], h = os[2], w = os[3], oh = gs[2], ow = gs[3];
   if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0 &&
-      h % 2 == 0 && w % 2 == 0)
-    return max_pool_grad_2x2(x, g, planes, h, w, out);
+      h % 2 == 0 && w % 2 == 0) {
+#ifdef __AVX512F__
+    if constexpr (std::is_same_v<T, float>) {
+      if (bias) return max_pool_grad_2x2_avx512<true>(x, g, bias, os[1], planes, h, w, out);
+      return max_pool_grad_2x2_avx512<false>(x, g, bias, os[1], planes, h, w, out);
+    }
+#endif
+    if (bias) return max_pool_grad_2x2<true>(x, g, bias, os[1], planes, h, w, out);
+    return max_pool_grad_2x2<false>(x, g, bias, os[1], planes, h, w, out);
+  }
+  if (bias) {
+    // Other windows: materialise the pooled input once (rare; the fused form targets 2x2).
+    std::vector<T> y(numel(os));
+    for (int64_t pl = 0; pl < planes; ++pl)
+      for (int64_t i = 0; i < h * w; ++i) y[pl * h * w + i] = pooled_input<true>(x[pl * h * w + i], bias[pl % os[1]]);
+    return pool_grad_typed(is_max, p, y.data(), g, gs, out, os);
+  }
   std::fill(out, out + numel(os), T(0));
   if (is_max && p[4] == 0 && p[5] == 0) return max_pool_grad_unpadded(p, x, g, gs, out, os);
   for (int64_t pl = 0; pl < planes; ++pl) {
@@ -204,7 +332,7 @@ void pool2d_grad_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, con
   const Arg& g = ins[is_max ? 1 : 0];
   with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
     pool_grad_typed(is_max, attrs.ints.data(), is_max ? in[0] : nullptr, in[is_max ? 1 : 0],
-                    g.type->shape, o, out.type->shape);
+                    g.type->shape, o, out.type->shape, is_max && in.size() == 3 ? in[2] : nullptr);
   });
 }
 

@@ -290,10 +290,15 @@ ValueType rule_conv2d_grad_weight(Op op, std::span<const ValueType> in, const At
   return {{g[1], x[1], p[4], p[5]}, in[0].dtype};
 }
 
+// (x, grad_out) or (x, grad_out, bias): with a bias (C elements, any shape) the pooled input
+// was relu(x + bias[c]), recomputed by the kernel (the compiler's bias-relu-pool fusion).
 ValueType rule_max_pool2d_grad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in.size() != 2 && in.size() != 3) fail(op, in, "takes (x, grad_out) or (x, grad_out, bias)");
   require_same_dtype(op, in);
   const ValueType pooled = rule_pool2d(op, in.first(1), attrs);
   if (pooled.shape != in[1].shape) fail(op, in, fmt::format("grad_out must be {}", shape_str(pooled.shape)));
+  if (in.size() == 3 && numel(in[2].shape) != in[0].shape[1])
+    fail(op, in, fmt::format("bias must hold {} elements (one per channel)", in[0].shape[1]));
   return in[0];
 }
 
