@@ -27,9 +27,12 @@ AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string
 std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env();
 
 // The measured choice for a message of `bytes` among `world_size` replicas, `spinning`
-// when they have a core each: one-shot up to one_shot_max_bytes, then CMA when spinning,
-// else the two-shot (numbers in all_reduce_algorithm.cpp).
-AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size, bool spinning);
+// when they have a core each. Operands elsewhere (`in_arena` false): one-shot up to
+// one_shot_max_bytes, then CMA when spinning, else the two-shot. Operands in the buffer
+// arena: kDirect from direct_min_bytes up (numbers in all_reduce_algorithm.cpp).
+AllReduceAlgorithm choose_all_reduce_algorithm(size_t bytes, int world_size, bool spinning,
+                                               bool in_arena = false);
 size_t one_shot_max_bytes(int world_size);
+size_t direct_min_bytes(bool spinning);
 
 }  // namespace xs

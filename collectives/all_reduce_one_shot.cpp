@@ -14,8 +14,8 @@ namespace xs::detail {
 // ordinal order 0..N-1, into its buffer (its own copy is read from the buffer). One sync
 // per slab and no chain of dependent hops, so it has the lowest latency; the price is N
 // reads per element on every ordinal, which loses to the two-shot as messages grow.
-void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype,
-                         ReduceOp op) {
+bool all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
+                         bool yield_to_arena) {
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);
@@ -33,10 +33,12 @@ void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType 
     };
     if (bytes != 0) std::memcpy(area(me), mine, bytes);
     rounds.sync();
+    if (done == 0 && yield_to_arena && rounds.any_in_arena(parity)) return false;
     for (int j = 0; j < n; ++j) sources[j] = j == me ? mine : area(j);
     reduce_sources(mine, nullptr, sources.data(), n, count, dtype, op, n);
     done += count;
   } while (done < n_elems);
+  return true;
 }
 
 }  // namespace xs::detail

@@ -61,27 +61,27 @@ bool ShmCommunicator::in_arena(const void* data, size_t bytes) const {
 }
 
 AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in_arena) const {
-  AllReduceAlgorithm chosen =
+  const AllReduceAlgorithm chosen =
       forced_ ? *forced_
-              : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
-  if (!forced_ && in_arena && chosen != AllReduceAlgorithm::kOneShot) {
-    chosen = AllReduceAlgorithm::kDirect;
-  }
+              : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed(),
+                                            in_arena);
   // CMA that turned out not to be permitted runs as the staging two-shot.
   if (chosen == AllReduceAlgorithm::kCma && cma_ == false) return AllReduceAlgorithm::kTwoShot;
   return chosen;
 }
 
 // Which schedule runs must not depend on where one replica's operand lives, yet kDirect
-// needs every operand in an arena. So the choice by size (or the forced one) decides the
-// first round, and the in_arena flags that every round publishes decide the rest:
-// - CMA sizes (a core per replica) and forced kDirect: everyone publishes its operand
-//   (address, arena offset) in round 1, then runs kDirect if all are in arenas, else CMA
-//   (where permitted) or a fresh two-shot.
-// - two-shot sizes (oversubscribed): replicas with arena operands publish them in round 1,
-//   the others start the two-shot, whose round 1 carries slab 0. All in arenas: kDirect;
-//   none: the two-shot goes on; some: everyone starts a fresh two-shot (one wasted round,
-//   only when replicas pass different kinds of operand).
+// needs every operand in an arena. So every replica first makes the choice for operands
+// outside the arena (`base`, by size or forced); a replica whose operand is in its arena
+// and big enough for kDirect publishes it in round 1 (publish_operand, in_arena flag set)
+// instead, and round 1's flags decide the rest:
+// - base CMA (a core per replica) and forced kDirect: everyone publishes its operand in
+//   round 1, then runs kDirect if all are in arenas, else CMA (where permitted) or a
+//   fresh two-shot.
+// - base one-shot or two-shot: the others start that schedule, whose round 1 carries their
+//   input. All in arenas: kDirect; none: the schedule goes on; some: everyone starts the
+//   base schedule afresh (one wasted round, only when replicas pass different kinds of
+//   operand).
 // Forced schedules other than kDirect ignore the arena.
 void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
   check_reducible("all_reduce", dtype);
@@ -90,43 +90,52 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
   const bool forced_direct = forced_ == AllReduceAlgorithm::kDirect;
-  const bool arena = n_bytes != 0 && in_arena(data, n_bytes) && (!forced_ || forced_direct);
-  // The choice every replica makes whatever its operand: by size, or forced.
-  AllReduceAlgorithm algorithm =
+  const bool arena = n_bytes != 0 && in_arena(data, n_bytes);
+  AllReduceAlgorithm base =
       forced_ ? *forced_
               : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
+  const bool direct =
+      arena && (forced_direct || (!forced_ && all_reduce_algorithm(n_bytes, true) ==
+                                                  AllReduceAlgorithm::kDirect));
   rounds_->begin_call("all_reduce",
-                      CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, arena});
-  const bool wants_cma = algorithm == AllReduceAlgorithm::kCma ||
-                         (forced_direct && segment().spin_allowed());
+                      CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, direct});
+  // CMA permission is a collective of its own, negotiated once, by everyone at once.
+  const bool wants_cma =
+      base == AllReduceAlgorithm::kCma || (forced_direct && segment().spin_allowed());
   if (wants_cma && !cma_) cma_ = detail::negotiate_cma(*rounds_);
   const bool cma = wants_cma && *cma_;
-  if (algorithm == AllReduceAlgorithm::kCma && !cma) algorithm = AllReduceAlgorithm::kTwoShot;
-  switch (algorithm) {
+  if (base == AllReduceAlgorithm::kCma && !cma) base = AllReduceAlgorithm::kTwoShot;
+  if (direct || base == AllReduceAlgorithm::kCma || forced_direct) {
+    return all_reduce_in_place(bytes, n_elems, dtype, op, base, cma);
+  }
+  const bool yield = !forced_;
+  switch (base) {
     case AllReduceAlgorithm::kOneShot:
-      return detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op);
+      if (detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op, yield)) return;
+      detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op);  // mixed operands
+      return;
     case AllReduceAlgorithm::kRing:
       return detail::all_reduce_ring(*rounds_, bytes, n_elems, dtype, op);
-    case AllReduceAlgorithm::kTwoShot:
-      if (arena) return all_reduce_in_place(bytes, n_elems, dtype, op, /*cma=*/false);
-      if (detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op, !forced_)) return;
+    default:
+      if (detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op, yield)) return;
       detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);  // mixed operands
       return;
-    case AllReduceAlgorithm::kCma:
-    case AllReduceAlgorithm::kDirect:
-      return all_reduce_in_place(bytes, n_elems, dtype, op, cma);
   }
 }
 
-// Round 1 publishes every operand; then kDirect, or the fallback (see all_reduce).
+// Round 1 publishes every operand; then kDirect, or the fallback for `base` (see all_reduce).
 void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype,
-                                          ReduceOp op, bool cma) {
+                                          ReduceOp op, AllReduceAlgorithm base, bool cma) {
   const bool arena = rounds_->header().in_arena;
   const int parity = detail::publish_operand(*rounds_, data, arena ? arena_->offset(data) : 0);
   if (rounds_->all_in_arena(parity)) {
     return detail::all_reduce_direct(*rounds_, parity, data, n_elems, dtype, op);
   }
   if (cma) return detail::all_reduce_cma(*rounds_, parity, data, n_elems, dtype, op);
+  if (base == AllReduceAlgorithm::kOneShot) {
+    detail::all_reduce_one_shot(*rounds_, data, n_elems, dtype, op);
+    return;
+  }
   detail::all_reduce_two_shot(*rounds_, data, n_elems, dtype, op);
 }
 

@@ -7,7 +7,7 @@
 //   comm.all_reduce(grads.data(), grads.size(), xs::DType::kF32, xs::ReduceOp::kMean);
 //
 // Operands from alloc_buffer() live in this ordinal's buffer arena in the segment; when every
-// replica passes one, all_reduce above the one-shot sizes runs the zero-copy kDirect
+// replica passes one, all_reduce from direct_min_bytes up runs the zero-copy kDirect
 // schedule (see all_reduce_algorithm.h). Any other memory works too, through staging or CMA.
 //
 // Waits time out after XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (default 60 s); a dead peer, a
@@ -64,7 +64,8 @@ class ShmCommunicator final : public Communicator {
   const Segment& segment() const;
 
  private:
-  void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op, bool cma);
+  void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
+                           AllReduceAlgorithm base, bool cma);
 
   std::unique_ptr<detail::Rounds> rounds_;
   std::unique_ptr<BufferArena> arena_;

@@ -16,10 +16,12 @@
 
 namespace xs::detail {
 
-void all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
-// With `yield_to_arena`, returns false right after its first round (before touching `data`)
-// when any ordinal published in_arena with it: those ordinals ran publish_operand() in that
-// round instead, and everyone then starts a fresh two-shot. Otherwise returns true.
+// With `yield_to_arena`, the one-shot and two-shot return false right after their first
+// round (before touching `data`) when any ordinal published in_arena with it: those
+// ordinals ran publish_operand() in that round instead, and everyone then starts the same
+// schedule afresh. Otherwise they return true.
+bool all_reduce_one_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
+                         bool yield_to_arena = false);
 bool all_reduce_two_shot(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
                          bool yield_to_arena = false);
 void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtype, ReduceOp op);
