@@ -17,6 +17,8 @@ namespace xs {
 
 // Overrides the per-ordinal staging size of the segment (bytes).
 inline constexpr const char* kStagingBytesEnv = "XLA_SPAWN_STAGING_BYTES";
+// Overrides the per-ordinal buffer arena size (bytes; Communicator::alloc_buffer, 0 = none).
+inline constexpr const char* kArenaBytesEnv = "XLA_SPAWN_ARENA_BYTES";
 
 class SegmentResources final : public JobResources {
  public:
@@ -33,6 +35,7 @@ class SegmentResources final : public JobResources {
 
  private:
   size_t staging_bytes_;
+  size_t arena_bytes_;
   std::string name_;  // empty while no segment exists
   std::vector<std::string> removed_stale_;
 };
