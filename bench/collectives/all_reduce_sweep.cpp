@@ -77,12 +77,19 @@ Args parse(int argc, char** argv) {
   return args;
 }
 
-// 8 bytes: an f64 sum checked every time. Larger: an f32 sum of zeros, checked at the end
-// (the buffer is not refilled, so the loop times the all-reduce alone).
-int stress(ShmCommunicator& comm, int64_t iterations, size_t bytes) {
+// 8 bytes: an f64 sum checked every time. Larger: an f32 sum of zeros (in the buffer arena
+// unless heap_buffers), checked at the end (the buffer is not refilled, so the loop times
+// the all-reduce alone).
+int stress(ShmCommunicator& comm, int64_t iterations, size_t bytes, bool heap_buffers) {
   const auto start = std::chrono::steady_clock::now();
   const double want = comm.world_size() * (comm.world_size() + 1) / 2.0;
-  std::vector<float> zeros(bytes / sizeof(float), 0.0f);
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> heap(heap_buffers ? n : 0, 0.0f);
+  float* zeros = heap.data();
+  if (!heap_buffers) {
+    zeros = static_cast<float*>(comm.alloc_buffer(n * sizeof(float)));
+    std::fill(zeros, zeros + n, 0.0f);
+  }
   for (int64_t i = 0; i < iterations; ++i) {
     if (bytes == 8) {
       double value = comm.ordinal() + 1.0;
@@ -92,20 +99,22 @@ int stress(ShmCommunicator& comm, int64_t iterations, size_t bytes) {
         return 1;
       }
     } else {
-      comm.all_reduce(zeros.data(), zeros.size(), xs::DType::kF32, xs::ReduceOp::kSum);
+      comm.all_reduce(zeros, n, xs::DType::kF32, xs::ReduceOp::kSum);
     }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (std::any_of(zeros.begin(), zeros.end(), [](float v) { return v != 0.0f; })) {
+  if (std::any_of(zeros, zeros + n, [](float v) { return v != 0.0f; })) {
     fmt::print(stderr, "ordinal {}: sum of zeros is not zero\n", comm.ordinal());
     return 1;
   }
   if (comm.ordinal() == 0) {
     fmt::print(
-        "stress: {} back-to-back {}-byte all-reduces at N = {}: {:.3f} s, {:.2f} us each, "
+        "stress: {} back-to-back {}-byte all-reduces ({}) at N = {}: {:.3f} s, {:.2f} us each, "
         "all correct\n",
-        iterations, bytes, comm.world_size(), seconds,
+        iterations, bytes,
+        xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes, !heap_buffers)),
+        comm.world_size(), seconds,
         seconds / static_cast<double>(iterations) * 1e6);
   }
   return 0;
@@ -127,7 +136,9 @@ int replica(const Args& args, const std::string& segment, const std::string& job
             const std::vector<double>& memcpy_gbps) {
   if (args.bind) bind_to_core(ordinal, args.nprocs);
   ShmCommunicator comm(xs::Segment::attach(segment, ordinal, args.nprocs, job_id));
-  if (args.stress_iterations > 0) return stress(comm, args.stress_iterations, args.stress_bytes);
+  if (args.stress_iterations > 0) {
+    return stress(comm, args.stress_iterations, args.stress_bytes, args.heap_buffers);
+  }
   xs::bench::SweepHooks hooks;
   hooks.ordinal = ordinal;
   hooks.world_size = args.nprocs;
