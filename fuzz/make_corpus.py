@@ -126,6 +126,7 @@ def spawn_options_corpus():
                                     "--show-ordinals", "0,2-3", "--grace-period", "0.5", "--timeout",
                                     "3600", "--bind-cores", "--max-restarts", "3", "--", "a", "-b"),
         "ok-command-without-dashes": nul_joined("--no-bind-cores", "-n", "1", "echo", "--nprocs", "9"),
+        "ok-percent-in-value": nul_joined("--log-dir=/tmp/50%", "--", "x", "--%canonical_option%"),
     }
     bad = {
         "bad-empty": b"",
@@ -143,6 +144,10 @@ def spawn_options_corpus():
         "bad-restarts-huge": nul_joined("--max-restarts", "1001", "--", "x"),
         "bad-empty-log-dir": nul_joined("--log-dir=", "--", "x"),
         "bad-missing-value": nul_joined("--timeout"),
+        # Boost.Program_options 1.74 looped forever formatting these errors (fuzzer finding).
+        "bad-placeholder-option": nul_joined("--%canonical_option%3", "--", "x"),
+        "bad-placeholder-unknown-value": nul_joined("--foo=%canonical_option%", "--", "x"),
+        "bad-placeholder-as-value": nul_joined("--timeout", "--%canonical_option%", "--", "x"),
     }
     return {**ok, **bad}
 
