@@ -63,7 +63,7 @@ TEST_P(AllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
     }
     return failures;
   });
-  const JobResult result = job.wait(std::chrono::seconds(240))  // slow only on a loaded machine;
+  const JobResult result = job.wait(std::chrono::seconds(240));  // slow only when loaded
   ASSERT_TRUE(result.all_ok()) << result.describe();
   const size_t combinations = std::size(kDTypes) * std::size(kOps) * counts(DType::kF32).size();
   for (size_t c = 0; c < combinations; ++c) {

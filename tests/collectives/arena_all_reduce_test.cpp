@@ -98,7 +98,7 @@ TEST_P(ArenaAllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
     comm.free_buffer(operand);
     return failures;
   });
-  const JobResult result = job.wait(std::chrono::seconds(240))  // slow only on a loaded machine;
+  const JobResult result = job.wait(std::chrono::seconds(240));  // slow only when loaded
   ASSERT_TRUE(result.all_ok()) << result.describe();
   expect_bit_identical(job, world_size);
 }
@@ -128,7 +128,7 @@ TEST_P(MixedOperandTest, ArenaAndHeapOperandsInOneCallStillAgree) {
     comm.free_buffer(arena);
     return failures;
   });
-  const JobResult result = job.wait(std::chrono::seconds(240))  // slow only on a loaded machine;
+  const JobResult result = job.wait(std::chrono::seconds(240));  // slow only when loaded
   ASSERT_TRUE(result.all_ok()) << result.describe();
   expect_bit_identical(job, world_size);
 }
