@@ -66,6 +66,23 @@ TEST(SegmentTest, AttachChecksInAndExposesTheLayout) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(&segment.slot(2)) % 64, 0u);
 }
 
+// The buffer arenas (Communicator::alloc_buffer) follow the staging areas, one per ordinal,
+// page-rounded, and a write at the end of the last one stays inside the mapping.
+TEST(SegmentTest, ArenasFollowTheStagingOnePerOrdinalAndAreSharedByEveryMapping) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 3, kStaging, 10'000);
+  Segment mine = Segment::attach(owned.name(), 0, 3, id);
+  Segment peer = Segment::attach(owned.name(), 2, 3, id);
+  EXPECT_EQ(mine.arena_bytes(), 12'288u);
+  EXPECT_EQ(mine.arena(0), mine.staging(2) + kStaging);
+  EXPECT_EQ(mine.arena(2) - mine.arena(1), static_cast<ptrdiff_t>(12'288));
+  mine.arena(2)[12'287] = std::byte{42};
+  EXPECT_EQ(peer.arena(2)[12'287], std::byte{42}) << "arenas are shared memory";
+  const std::string id_none = job_id();
+  OwnedSegment none(id_none, 2, kStaging, 0);
+  EXPECT_EQ(Segment::attach(none.name(), 0, 2, id_none).arena_bytes(), 0u);
+}
+
 TEST(SegmentTest, AttachFailsClearlyWhenMissingOrOfAnotherJobOrWorldSize) {
   const std::string id = job_id();
   OwnedSegment owned(id, 2, kStaging);
