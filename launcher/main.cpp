@@ -16,6 +16,8 @@
 #include "launcher/command_path.h"
 #include "launcher/options.h"
 #include "launcher/output_mux.h"
+#include "launcher/reaper.h"
+#include "launcher/segment_monitor.h"
 #include "launcher/segment_resources.h"
 #include "launcher/supervisor.h"
 
@@ -38,8 +40,14 @@ int run(int argc, const char* const* argv) {
     ::_exit(xs::kExitCommandNotFound);
   };
   xs::SegmentResources segment;
+  // Forked before any replica, so it holds none of their pipes; removes the segment and kills
+  // the replicas' groups if this process dies without doing so (SIGKILL, OOM kill).
+  xs::SegmentMonitor monitor(&segment);
+  xs::Reaper reaper(&monitor);
   xs::SupervisorOptions options = cl.supervisor;
-  options.resources = &segment;
+  options.resources = &reaper;
+  options.observer = &reaper;
+  options.monitor = &monitor;
   return xs::supervise(cl.nprocs, exec_command, options).exit_code;
 }
 

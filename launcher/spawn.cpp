@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 
+#include "launcher/segment_monitor.h"
 #include "launcher/segment_resources.h"
 
 namespace xs {
@@ -36,8 +37,12 @@ JobResult spawn(const std::function<void(int ordinal)>& fn, int nprocs,
                 const SpawnOptions& options) {
   // Like xla-spawn, the job gets its shared-memory segment unless the caller brings its own.
   std::optional<SegmentResources> segment;
+  std::optional<SegmentMonitor> monitor;  // validates its control block while the job runs
   SpawnOptions with_segment = options;
-  if (with_segment.resources == nullptr) with_segment.resources = &segment.emplace();
+  if (with_segment.resources == nullptr) {
+    with_segment.resources = &monitor.emplace(&segment.emplace());
+    if (with_segment.monitor == nullptr) with_segment.monitor = &*monitor;
+  }
   return supervise(
       nprocs, [&fn](int ordinal) { run_child(fn, ordinal); }, with_segment);
 }

@@ -10,8 +10,11 @@
 //   xs::JobResult r = xs::supervise(8, [&](int) { execv(path, argv); _exit(127); }, options);
 //   return r.exit_code;
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "launcher/child_process.h"
@@ -27,6 +30,27 @@ namespace xs {
 // 0.3 us. A single replica is left free so that two single-replica jobs do not share a core.
 enum class CoreBinding { kAuto, kOn, kOff };
 
+// Told about each replica process as it is forked and once it is reaped (its pid is also its
+// process group). The reaper (launcher/reaper.h) uses it to clean up after a killed launcher.
+class ReplicaObserver {
+ public:
+  virtual ~ReplicaObserver() = default;
+  virtual void replica_started(pid_t pid) noexcept = 0;
+  virtual void replica_reaped(pid_t pid) noexcept = 0;
+};
+
+// Asked every kMonitorIntervalMs while an attempt runs whether the job is still sound; a
+// message stops the attempt as failed (SIGTERM, SIGKILL after the grace) and is its summary.
+// launcher/segment_monitor.h validates the segment's control block this way.
+class JobMonitor {
+ public:
+  virtual ~JobMonitor() = default;
+  // pids_by_ordinal[k] is ordinal k's replica process.
+  virtual std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept = 0;
+};
+// 200 ms: a scribbled segment is caught well within a collective timeout, at ~1 us a check.
+inline constexpr int kMonitorIntervalMs = 200;
+
 struct SupervisorOptions {
   OutputOptions output;
   std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
@@ -34,6 +58,8 @@ struct SupervisorOptions {
   int max_restarts = 0;                   // restarts of the whole group after a failure
   CoreBinding bind_cores = CoreBinding::kAuto;  // see CoreBinding
   JobResources* resources = nullptr;      // not owned; see job_resources.h
+  ReplicaObserver* observer = nullptr;    // not owned; may be null
+  JobMonitor* monitor = nullptr;          // not owned; may be null
 };
 
 struct JobResult {

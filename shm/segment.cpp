@@ -1,5 +1,6 @@
 #include "shm/segment.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "shm/control_block_check.h"
 #include "shm/futex.h"
 
 namespace xs {
@@ -52,6 +54,21 @@ bip::mapped_region map_existing(const std::string& name, bip::mode_t mode) {
         fmt::format("segment {}: cannot open: {} (is the job still running? the "
                     "launcher removes the segment when the job ends)",
                     name, e.what()));
+  }
+}
+
+// tmpfs allocates pages on first touch, so a full /dev/shm would surface as a SIGBUS in a
+// replica mid-collective. The pages every job touches (control block, slots, staging) are
+// reserved here instead, where a failure is an error naming the segment; the arenas stay sparse.
+void reserve_touched_pages(int fd, const std::string& name, int world_size, size_t staging_bytes) {
+  const size_t bytes = shm::arena_offset(world_size, staging_bytes);
+  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
+    throw IoError(errno_message(
+        fmt::format("segment {}: cannot reserve {} bytes in /dev/shm ({} ordinals x {} staging "
+                    "bytes)",
+                    name, bytes, world_size, staging_bytes),
+        rc));
   }
 }
 
@@ -101,6 +118,9 @@ void validate(const shm::ControlBlock& control, const std::string& name, int wor
            control.total_bytes, layout_bytes);
   XS_CHECK(control.total_bytes <= mapped_bytes, "segment {}: header says {} bytes, mapped {}", name,
            control.total_bytes, mapped_bytes);
+  if (auto bad = check_header(control, mapped_bytes)) {
+    throw PeerFailure(fmt::format("segment {}: corrupted header: {}", name, *bad));
+  }
 }
 
 void check_in(shm::OrdinalSlot& slot, const std::string& name, int ordinal) {
@@ -135,19 +155,26 @@ std::string create_segment(const std::string& job_id, int world_size, size_t sta
   staging_bytes = shm::round_up(staging_bytes, shm::kPageBytes);
   arena_bytes = shm::round_up(arena_bytes, shm::kPageBytes);
   const size_t total = shm::segment_bytes(world_size, staging_bytes, arena_bytes);
+  bool created = false;  // from here on, a failure removes the half-made segment
   try {
     bip::permissions owner_only;
     owner_only.set_permissions(0600);
     bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, owner_only);
+    created = true;
     object.truncate(static_cast<bip::offset_t>(total));
+    reserve_touched_pages(object.get_mapping_handle().handle, name, world_size, staging_bytes);
     bip::mapped_region region(object, bip::read_write);
     init_control_block(region.get_address(), job_id, world_size, staging_bytes, arena_bytes,
                        total);
   } catch (const bip::interprocess_exception& e) {
+    if (created) remove_segment(name);
     throw IoError(
         fmt::format("segment {}: cannot create {} bytes ({} ordinals x {} staging "
                     "bytes + {} arena bytes): {}",
                     name, total, world_size, staging_bytes, arena_bytes, e.what()));
+  } catch (...) {
+    if (created) remove_segment(name);
+    throw;
   }
   return name;
 }
@@ -202,13 +229,19 @@ Segment::Segment(std::string name, bip::mapped_region region, int ordinal, int w
     : name_(std::move(name)),
       region_(std::move(region)),
       ordinal_(ordinal),
-      world_size_(world_size) {}
+      world_size_(world_size),
+      staging_bytes_(control().staging_bytes),
+      arena_bytes_(control().arena_bytes),
+      spin_allowed_(control().spin_allowed != 0) {}
 
 Segment::Segment(Segment&& other) noexcept
     : name_(std::move(other.name_)),
       region_(std::move(other.region_)),
       ordinal_(other.ordinal_),
-      world_size_(other.world_size_) {
+      world_size_(other.world_size_),
+      staging_bytes_(other.staging_bytes_),
+      arena_bytes_(other.arena_bytes_),
+      spin_allowed_(other.spin_allowed_) {
   other.world_size_ = 0;
 }
 
@@ -226,12 +259,12 @@ shm::OrdinalSlot& Segment::slot(int ordinal) const {
 
 std::byte* Segment::staging(int ordinal) const {
   return static_cast<std::byte*>(base()) + shm::staging_offset(world_size_) +
-         control().staging_bytes * static_cast<size_t>(ordinal);
+         staging_bytes_ * static_cast<size_t>(ordinal);
 }
 
 std::byte* Segment::arena(int ordinal) const {
-  return static_cast<std::byte*>(base()) + shm::arena_offset(world_size_, control().staging_bytes) +
-         control().arena_bytes * static_cast<size_t>(ordinal);
+  return static_cast<std::byte*>(base()) + shm::arena_offset(world_size_, staging_bytes_) +
+         arena_bytes_ * static_cast<size_t>(ordinal);
 }
 
 void Segment::poison(const std::string& reason) const {

@@ -80,15 +80,17 @@ class Segment {
   const std::string& name() const { return name_; }
   int ordinal() const { return ordinal_; }
   int world_size() const { return world_size_; }
-  size_t staging_bytes() const { return control().staging_bytes; }
-  bool spin_allowed() const { return control().spin_allowed != 0; }
+  // Header sizes and flags are read once, at attach, after validation: a peer that rewrites
+  // the header later cannot move staging or arena pointers out of the mapping.
+  size_t staging_bytes() const { return staging_bytes_; }
+  bool spin_allowed() const { return spin_allowed_; }
 
   shm::ControlBlock& control() const { return *static_cast<shm::ControlBlock*>(base()); }
   shm::OrdinalSlot& slot(int ordinal) const;
   std::byte* staging(int ordinal) const;
   // Ordinal's buffer arena: arena_bytes() bytes at the same offset in every mapping, so a
   // peer finds an operand by its offset from arena(owner).
-  size_t arena_bytes() const { return control().arena_bytes; }
+  size_t arena_bytes() const { return arena_bytes_; }
   std::byte* arena(int ordinal) const;
 
   // Marks the segment poisoned (first caller wins; its reason is kept) and wakes every
@@ -105,6 +107,9 @@ class Segment {
   boost::interprocess::mapped_region region_;
   int ordinal_ = 0;
   int world_size_ = 0;
+  size_t staging_bytes_ = 0;  // cached header fields, see staging_bytes()
+  size_t arena_bytes_ = 0;
+  bool spin_allowed_ = false;
 };
 
 // Wakes every process sleeping on any futex word of the segment (after a poison).

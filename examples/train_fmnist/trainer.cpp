@@ -69,6 +69,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   // Replicas start from the master's parameters whatever their own initialisation gave.
   xm::broadcast_parameters(model_->named_state());
   total_steps_ = options_.epochs * train_loader_->batches_per_epoch();
+  fault_hook_ = FaultHook::from_env(options_.checkpoint);
 }
 
 void Trainer::resume() {
@@ -102,6 +103,7 @@ void Trainer::resume() {
 
 void Trainer::save(int64_t epoch, int64_t next_batch) {
   if (options_.checkpoint.empty()) return;
+  fault_hook_->before_save(global_step_);
   xm::save(options_.checkpoint, model_->named_state(), optimizer_.get(),
            {{"epoch", epoch},
             {"batch", next_batch},
@@ -122,6 +124,7 @@ void Trainer::train_step(const xm::DeviceBatch& batch, double& loss_value) {
   runtime().manual_seed(step_seed(options_.seed, global_step_));
   set_learning_rate();
   const Tensor logits = (*model_)(batch.images);
+  fault_hook_->at_forward(global_step_);
   const Tensor loss = cross_entropy(logits, batch.labels, batch.mask, batch.divisor);
   backward(loss);
   xm::optimizer_step(*optimizer_, model_->named_parameters());

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "examples/train_fmnist/fault_hook.h"
 #include "examples/train_fmnist/options.h"
 #include "examples/train_fmnist/step_timing.h"
 #include "replica/batch_loader.h"
@@ -51,6 +52,7 @@ class Trainer {
   int64_t total_steps_ = 0;  // epochs * batches per epoch: the schedule's length
   int64_t start_epoch_ = 0, start_batch_ = 0;
   StepTimer timer_;
+  std::unique_ptr<FaultHook> fault_hook_;  // XLA_SPAWN_TEST_FAULT; inactive unless set
   TrainResult result_;
 };
 

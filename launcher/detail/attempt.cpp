@@ -92,6 +92,7 @@ Attempt::~Attempt() {
       int status = 0;
       while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
       }
+      if (job_.options->observer != nullptr) job_.options->observer->replica_reaped(r.pid);
     }
     close_fd(r.pidfd);
     close_fd(r.pipe_fds[0]);
@@ -105,6 +106,14 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
   while (!done()) {
     poll_once();
     check_deadlines();
+    check_monitor();
+  }
+  // A job that failed another way may still have a scribbled segment behind it: say so.
+  if (reason_ != StopReason::kNone && reason_ != StopReason::kCorrupt &&
+      job_.options->monitor != nullptr) {
+    std::vector<pid_t> pids;
+    for (const Replica& r : replicas_) pids.push_back(r.pid);
+    corruption_ = job_.options->monitor->check(pids).value_or("");
   }
   for (Replica& r : replicas_) {  // pipes a grandchild kept open: flush what we have
     for (int stream = 0; stream < 2; ++stream) {
@@ -161,6 +170,7 @@ void Attempt::start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
   }
   ::close(out[1]);  // the child holds the write ends now; EOF comes when it (and its kids) exit
   ::close(err[1]);
+  if (job_.options->observer != nullptr) job_.options->observer->replica_started(replica.pid);
   replica.pidfd = open_pidfd(replica.pid);
 }
 
@@ -200,6 +210,10 @@ int Attempt::timeout_ms_until_next_deadline() const {
       (!next || job_.deadline < *next)) {
     next = job_.deadline;
   }
+  if (reason_ == StopReason::kNone && job_.options->monitor != nullptr &&
+      (!next || next_monitor_check_ < *next)) {
+    next = next_monitor_check_;
+  }
   if (!next) return -1;  // only replica events can end the wait; --timeout bounds the job
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
@@ -228,6 +242,7 @@ void Attempt::reap(Replica& replica) {
   if (pid != replica.pid) return;  // not yet (pidfd readiness and waitpid agree; EINTR retries)
   replica.reaped = true;
   replica.status = status;
+  if (job_.options->observer != nullptr) job_.options->observer->replica_reaped(replica.pid);
   close_fd(replica.pidfd);
   if (reason_ == StopReason::kNone && is_failure(status)) {
     reason_ = StopReason::kFailure;
@@ -264,6 +279,22 @@ void Attempt::check_deadlines() {
     stop_all(SIGTERM);
   }
   if (kill_deadline_ && now >= *kill_deadline_) kill_all();
+}
+
+void Attempt::check_monitor() {
+  if (reason_ != StopReason::kNone || job_.options->monitor == nullptr) return;
+  const auto now = Clock::now();
+  if (now < next_monitor_check_) return;
+  next_monitor_check_ = now + std::chrono::milliseconds(kMonitorIntervalMs);
+  std::vector<pid_t> pids;
+  for (const Replica& r : replicas_) pids.push_back(r.pid);
+  std::optional<std::string> bad = job_.options->monitor->check(pids);
+  if (!bad) return;
+  reason_ = StopReason::kCorrupt;
+  corruption_ = std::move(*bad);
+  job_.mux->message(fmt::format("{}; stopping {} replica(s) (SIGTERM, SIGKILL after {} ms)",
+                                corruption_, running(), job_.options->grace.count()));
+  stop_all(SIGTERM);
 }
 
 void Attempt::stop_all(int signo) {
@@ -310,6 +341,10 @@ AttemptResult Attempt::result() const {
       result.failed_ordinal = root_;
       result.exit_code = exit_code_for_status(replicas_[static_cast<size_t>(*root_)].status);
       break;
+    case StopReason::kCorrupt:
+      result.outcome = JobOutcome::kFailed;
+      result.exit_code = kExitLauncherError;
+      break;
     case StopReason::kTimeout:
       result.outcome = JobOutcome::kTimedOut;
       result.exit_code = kExitTimeout;
@@ -324,7 +359,11 @@ AttemptResult Attempt::result() const {
 }
 
 std::string Attempt::report() const {
-  return headline() + others_report();
+  std::string text = headline() + others_report();
+  if (reason_ != StopReason::kCorrupt && !corruption_.empty()) {
+    text += fmt::format("xla-spawn: also found: {}\n", corruption_);
+  }
+  return text;
 }
 
 std::string Attempt::headline() const {
@@ -333,6 +372,10 @@ std::string Attempt::headline() const {
     return fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
                        job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s,
                        kExitTimeout);
+  }
+  if (reason_ == StopReason::kCorrupt) {
+    return fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {}\n", job_.job_id,
+                       attempt_, elapsed_s, corruption_);
   }
   if (reason_ != StopReason::kFailure) {
     return fmt::format("xla-spawn: job {} interrupted by {} after {:.2f} s\n", job_.job_id,

@@ -49,7 +49,7 @@ class Attempt {
   AttemptResult run(const std::vector<EnvVar>& extra_env);
 
  private:
-  enum class StopReason { kNone, kFailure, kTimeout, kSignal };
+  enum class StopReason { kNone, kFailure, kTimeout, kSignal, kCorrupt };
   struct Replica {
     int ordinal = 0;
     pid_t pid = -1;
@@ -69,6 +69,7 @@ class Attempt {
   void reap(Replica& replica);
   void read_pipe(Replica& replica, int stream);
   void check_deadlines();
+  void check_monitor();
   void stop_all(int signo);
   void kill_all();
   bool done() const;
@@ -88,6 +89,8 @@ class Attempt {
   std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
   Clock::time_point started_;
+  Clock::time_point next_monitor_check_{};
+  std::string corruption_;  // JobMonitor's message (kCorrupt)
 };
 
 // "0-3, 5, 7" for {0, 1, 2, 3, 5, 7}.

@@ -1,10 +1,12 @@
 // The job's shared-memory segment through xla-spawn: every replica gets its name, it exists
 // while the job runs, it is gone after the job on every exit path, and a segment left by a
-// SIGKILLed launcher is removed at the next start.
+// SIGKILLed launcher is removed by its reaper (or, when the reaper is killed too, at the next
+// start).
 
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -64,19 +66,57 @@ INSTANTIATE_TEST_SUITE_P(
                       ExitPath{"Timeout", "sleep 30", 124}),
     [](const auto& info) { return info.param.name; });
 
-TEST(SegmentTest, SegmentOfASigkilledLauncherIsRemovedAtTheNextStart) {
-  Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
+// The pid of the launcher's reaper (launcher/reaper.h): its child named "xla-spawn-reap".
+pid_t reaper_of(pid_t launcher) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_file(entry.path().string() + "/stat");
+    const size_t close = stat.rfind(')');
+    if (stat.find("(xla-spawn-reap)") == std::string::npos || close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == launcher) {
+      return static_cast<pid_t>(std::stol(pid));
+    }
+  }
+  return -1;
+}
+
+std::string started_segment(Launch& run) {
   std::string name;
-  ASSERT_TRUE(wait_until(
+  wait_until(
       [&] {
         name = segment_from(run.out());
         return !name.empty();
       },
-      std::chrono::seconds(20)))
-      << run.out() << run.err();
+      std::chrono::seconds(20));
+  return name;
+}
+
+TEST(SegmentTest, SegmentOfASigkilledLauncherIsRemovedByItsReaper) {
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
+  const std::string name = started_segment(run);
+  ASSERT_FALSE(name.empty()) << run.out() << run.err();
   ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
-  ASSERT_TRUE(segment_exists(name)) << "SIGKILL cannot run cleanup; the segment should remain";
+  EXPECT_TRUE(wait_until([&] { return !segment_exists(name); }, std::chrono::seconds(10)))
+      << name << " survived its launcher's SIGKILL";
+  EXPECT_TRUE(wait_until([&] { return run.err().find("xla-spawn reaper:") != std::string::npos; },
+                         std::chrono::seconds(10)))
+      << run.err();
+}
+
+TEST(SegmentTest, SegmentLeftWhenTheReaperDiesTooIsRemovedAtTheNextStart) {
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
+  const std::string name = started_segment(run);
+  ASSERT_FALSE(name.empty()) << run.out() << run.err();
+  const pid_t reaper = reaper_of(run.pid());
+  ASSERT_GT(reaper, 0) << "no reaper process under launcher " << run.pid();
+  ASSERT_EQ(::kill(reaper, SIGKILL), 0);
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  ASSERT_TRUE(segment_exists(name)) << "with launcher and reaper SIGKILLed, the segment remains";
 
   const RunResult next = run_xla_spawn({"-n", "1", "--", "true"});
   EXPECT_EQ(next.exit_code, 0) << next.err;

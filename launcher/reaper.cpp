@@ -1,0 +1,166 @@
+#include "launcher/reaper.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <set>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "launcher/output_mux.h"
+#include "replica/context.h"
+#include "shm/segment.h"
+
+namespace xs {
+namespace {
+
+// Lines on the pipe: "+s NAME", "-s NAME" (segment), "+g PGID", "-g PGID" (process group).
+struct Tracked {
+  std::set<std::string> segments;
+  std::set<pid_t> groups;
+
+  void apply(std::string_view line) {
+    if (line.size() < 4 || line[2] != ' ') return;
+    const bool add = line[0] == '+';
+    const std::string value(line.substr(3));
+    if (line[1] == 's') {
+      add ? (void)segments.insert(value) : (void)segments.erase(value);
+    } else if (line[1] == 'g') {
+      const pid_t pgid = static_cast<pid_t>(std::strtol(value.c_str(), nullptr, 10));
+      if (pgid <= 1) return;
+      add ? (void)groups.insert(pgid) : (void)groups.erase(pgid);
+    }
+  }
+};
+
+// Only fd 2 (for its one report line) and the pipe stay open: the reaper must hold none of
+// the launcher's other files (a console pipe it kept open would delay the reader's EOF).
+int isolate(int read_fd) {
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(signo, SIG_IGN);
+  ::prctl(PR_SET_NAME, "xla-spawn-reap");
+  if (::dup2(read_fd, 3) < 0) ::_exit(1);
+  ::syscall(SYS_close_range, 4u, ~0u, 0u);
+  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, 0);
+    ::dup2(null_fd, 1);
+    if (null_fd > 3) ::close(null_fd);
+  }
+  return 3;
+}
+
+// The reaper's whole life: record until EOF, then clean what is still recorded.
+[[noreturn]] void reaper_main(int read_fd, pid_t launcher) {
+  const int fd = isolate(read_fd);
+  Tracked tracked;
+  std::string pending;
+  char buffer[4096];
+  for (;;) {  // ends with the launcher: its death (or exit) closes the write end
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buffer, static_cast<size_t>(n));
+    for (size_t eol; (eol = pending.find('\n')) != std::string::npos; pending.erase(0, eol + 1)) {
+      tracked.apply(std::string_view(pending).substr(0, eol));
+    }
+  }
+  if (tracked.groups.empty() && tracked.segments.empty()) ::_exit(0);
+  std::string killed;
+  for (pid_t pgid : tracked.groups) {
+    if (::kill(-pgid, SIGKILL) == 0) killed += fmt::format(" {}", pgid);
+  }
+  std::string removed;
+  for (const std::string& name : tracked.segments) {
+    if (remove_segment(name)) removed += " " + name;
+  }
+  write_all(2, fmt::format("xla-spawn reaper: launcher pid {} is gone; SIGKILLed process "
+                           "group(s):{}; removed segment(s):{}\n",
+                           launcher, killed.empty() ? " none left" : killed,
+                           removed.empty() ? " none left" : removed));
+  ::_exit(0);
+}
+
+}  // namespace
+
+Reaper::Reaper(JobResources* inner) : inner_(inner) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError(errno_message("reaper pipe", errno));
+  const pid_t launcher = ::getpid();
+  pid_ = ::fork();
+  if (pid_ < 0) {
+    const int saved = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw IoError(errno_message("fork of the reaper", saved));
+  }
+  if (pid_ == 0) {
+    ::close(fds[1]);
+    reaper_main(fds[0], launcher);
+  }
+  ::close(fds[0]);
+  write_fd_ = fds[1];
+}
+
+Reaper::~Reaper() {
+  if (write_fd_ >= 0) ::close(write_fd_);
+  // Bounded: the reaper only has to read EOF (and clean whatever is still recorded).
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    while (::poll(&p, 1, kExitWaitMs) < 0 && errno == EINTR) {
+    }
+    ::close(pidfd);
+  }
+  int status = 0;
+  ::waitpid(pid_, &status, WNOHANG);  // a reaper that hangs is left to init, not waited for
+}
+
+std::vector<EnvVar> Reaper::prepare(const std::string& job_id, int world_size, int attempt) {
+  std::vector<EnvVar> env =
+      inner_ != nullptr ? inner_->prepare(job_id, world_size, attempt) : std::vector<EnvVar>();
+  for (const EnvVar& var : env) {
+    if (var.name == env_names::kSegment && var.value) {
+      segment_ = *var.value;
+      send('+', 's', segment_);
+    }
+  }
+  return env;
+}
+
+void Reaper::release() noexcept {
+  if (inner_ != nullptr) inner_->release();
+  if (!segment_.empty()) send('-', 's', segment_);
+  segment_.clear();
+}
+
+void Reaper::replica_started(pid_t pid) noexcept {
+  send('+', 'g', std::to_string(pid));
+}
+
+void Reaper::replica_reaped(pid_t pid) noexcept {
+  send('-', 'g', std::to_string(pid));
+}
+
+void Reaper::send(char op, char kind, const std::string& value) noexcept {
+  if (write_fd_ < 0) return;
+  const std::string line = fmt::format("{}{} {}\n", op, kind, value);
+  // Lines are far below PIPE_BUF, so each write is atomic; EPIPE means the reaper is gone.
+  ssize_t n;
+  while ((n = ::write(write_fd_, line.data(), line.size())) < 0 && errno == EINTR) {
+  }
+  if (n != static_cast<ssize_t>(line.size())) {
+    ::close(write_fd_);
+    write_fd_ = -1;
+  }
+}
+
+}  // namespace xs

@@ -1,0 +1,52 @@
+#pragma once
+// A small process xla-spawn forks at start that cleans up after it when it dies by any
+// means, SIGKILL included: it reads what to clean from a pipe, and EOF on that pipe (the
+// launcher's death, or its normal exit) makes it SIGKILL the replica process groups and
+// remove the segments the launcher had not released yet, then exit. It ignores SIGINT,
+// SIGTERM, SIGHUP and SIGQUIT (a Ctrl-C reaches the whole foreground group).
+//
+//   xs::Reaper reaper(&segment);                 // forks; wraps the job's resources
+//   options.resources = &reaper;  options.observer = &reaper;
+//   xs::supervise(n, body, options);             // ~Reaper: closes the pipe, reaps it
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "launcher/job_resources.h"
+#include "launcher/supervisor.h"
+
+namespace xs {
+
+class Reaper final : public JobResources, public ReplicaObserver {
+ public:
+  // Forks the reaper. `inner` (not owned, may be null) does the real work of prepare() and
+  // release(); the reaper only learns the segment name (XLA_SPAWN_SEGMENT) it returns.
+  // Throws xs::IoError when pipe or fork fails.
+  explicit Reaper(JobResources* inner);
+  // Closes the pipe and waits (at most kExitWaitMs) for the reaper to exit.
+  ~Reaper() override;
+  Reaper(const Reaper&) = delete;
+  Reaper& operator=(const Reaper&) = delete;
+
+  std::vector<EnvVar> prepare(const std::string& job_id, int world_size, int attempt) override;
+  void release() noexcept override;
+  void replica_started(pid_t pid) noexcept override;
+  void replica_reaped(pid_t pid) noexcept override;
+
+  pid_t pid() const { return pid_; }
+
+  // How long the destructor waits for the reaper: it only has to read EOF and exit.
+  static constexpr int kExitWaitMs = 5000;
+
+ private:
+  void send(char op, char kind, const std::string& value) noexcept;
+
+  JobResources* inner_;
+  pid_t pid_ = -1;
+  int write_fd_ = -1;  // -1 when the reaper is gone (EPIPE): cleanup falls back to the sweep
+  std::string segment_;
+};
+
+}  // namespace xs

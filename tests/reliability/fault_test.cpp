@@ -1,0 +1,173 @@
+// The fastest cases of scripts/fault-inject, one per kind that needs no mount namespace: a
+// real xla-spawn job of train_fmnist at N = 2 takes a real signal (SIGKILL in the forward
+// pass, inside the gradient all-reduce, during the checkpoint write; SIGSTOP past the
+// collective timeout; SIGKILL and SIGINT of xla-spawn itself). Each case checks the exit, the
+// ordinal and cause named, that no process of the job and no segment remain, and that the last
+// completed checkpoint is intact; one case restarts and compares with a clean run byte for byte.
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+#include "tests/reliability/job_probe.h"
+#include "tests/support/scoped_env.h"
+
+namespace xs::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// Generous for a loaded 2-core machine: the job itself needs a second or two.
+constexpr auto kJobDeadline = seconds(120);
+constexpr auto kCleanupDeadline = seconds(10);
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool has_temporary(const std::string& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind(".model.ckpt.tmp.", 0) == 0) return true;
+  }
+  return false;
+}
+
+class FaultTest : public ::testing::Test {
+ protected:
+  std::vector<std::string> args(int steps, const std::vector<std::string>& launcher = {}) {
+    std::vector<std::string> a = {"-n", "2", "--timeout", "100"};
+    a.insert(a.end(), launcher.begin(), launcher.end());
+    const std::vector<std::string> train = train_command(checkpoint(), steps);
+    a.insert(a.end(), train.begin(), train.end());
+    return a;
+  }
+  std::string checkpoint() const { return dir_ / "model.ckpt"; }
+
+  // Nothing of the job is left: no tagged process, no segment of this launcher.
+  void expect_nothing_left(pid_t launcher) {
+    EXPECT_TRUE(wait_until([&] { return tagged_processes(tag_).empty(); }, kCleanupDeadline))
+        << tagged_processes(tag_).size() << " process(es) of the job remain";
+    EXPECT_TRUE(
+        wait_until([&] { return segments_of_launcher(launcher).empty(); }, kCleanupDeadline))
+        << "segment left: " << segments_of_launcher(launcher).front();
+  }
+  // Waits until training has saved its first checkpoint (so a fault lands mid-training).
+  void wait_for_first_checkpoint(Launch& run) {
+    ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(checkpoint()); }, kJobDeadline))
+        << run.err();
+  }
+
+  TempDir dir_;
+  std::string tag_ = unique_tag();
+  ScopedEnv tag_env_{kTrialTagEnv, tag_};
+};
+
+TEST_F(FaultTest, SigkillInTheForwardPassNamesTheOrdinalAndLeavesNothing) {
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "forward@1:4");
+  Launch run(args(9));
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << run.err();
+  EXPECT_NE(run.err().find("ordinal 1 killed by signal 9"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("SIGKILL in the forward pass of step 4"), std::string::npos) << run.err();
+  expect_nothing_left(run.pid());
+  EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok global_step=3 ", 0), 0u)
+      << check_checkpoint(checkpoint());
+}
+
+TEST_F(FaultTest, SigkillInsideTheAllReduceNamesTheOrdinalAndLeavesNothing) {
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "allreduce@0:5");
+  Launch run(args(9));
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << run.err();
+  EXPECT_NE(run.err().find("ordinal 0 killed by signal 9"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("all_reduce of"), std::string::npos) << run.err();
+  expect_nothing_left(run.pid());
+  EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok global_step=3 ", 0), 0u)
+      << check_checkpoint(checkpoint());
+}
+
+TEST_F(FaultTest, SigkillDuringTheCheckpointWriteKeepsThePreviousCheckpoint) {
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "checkpoint@0:6");
+  Launch run(args(9));
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << run.err();
+  EXPECT_NE(run.err().find("ordinal 0 killed by signal 9"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("SIGKILL during the checkpoint write"), std::string::npos) << run.err();
+  EXPECT_TRUE(has_temporary(dir_.path())) << "the kill should have left the half-written temporary";
+  expect_nothing_left(run.pid());
+  EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok global_step=3 ", 0), 0u)
+      << check_checkpoint(checkpoint());
+}
+
+TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "1000");
+  Launch run(args(0, {"--grace-period", "1"}));
+  wait_for_first_checkpoint(run);
+  std::optional<pid_t> victim;
+  ASSERT_TRUE(wait_until([&] { return (victim = tagged_replica(tag_, 1)).has_value(); },
+                         kCleanupDeadline));
+  ASSERT_EQ(::kill(*victim, SIGSTOP), 0);
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_NE(WEXITSTATUS(status), 0) << run.err();
+  EXPECT_NE(run.err().find("ordinal 0 exited with code 1"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("waiting for ordinal 1"), std::string::npos) << run.err();
+  expect_nothing_left(run.pid());
+  EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok ", 0), 0u) << check_checkpoint(checkpoint());
+}
+
+TEST_F(FaultTest, SigkillOfXlaSpawnLeavesNoReplicaAndNoSegment) {
+  Launch run(args(0));
+  wait_for_first_checkpoint(run);
+  ASSERT_FALSE(segments_of_launcher(run.pid()).empty()) << "the job should hold a segment";
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  run.wait_or_fail(kCleanupDeadline);
+  expect_nothing_left(run.pid());
+  EXPECT_TRUE(wait_until([&] { return run.err().find("xla-spawn reaper:") != std::string::npos; },
+                         kCleanupDeadline))
+      << run.err();
+  EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok ", 0), 0u) << check_checkpoint(checkpoint());
+}
+
+TEST_F(FaultTest, SigintToXlaSpawnStopsTheJobCleanly) {
+  Launch run(args(0));
+  wait_for_first_checkpoint(run);
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << run.err();
+  EXPECT_NE(run.err().find("interrupted by SIGINT"), std::string::npos) << run.err();
+  expect_nothing_left(run.pid());
+  EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok ", 0), 0u) << check_checkpoint(checkpoint());
+}
+
+TEST_F(FaultTest, RestartAfterASigkillFinishesWithTheParametersOfACleanRun) {
+  TempDir clean_dir;
+  {
+    std::vector<std::string> a = {"-n", "2"};
+    const std::vector<std::string> train = train_command(clean_dir / "model.ckpt", 9);
+    a.insert(a.end(), train.begin(), train.end());
+    const RunResult clean = run_xla_spawn(a, kJobDeadline);
+    ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  }
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "allreduce@1:7");
+  Launch run(args(9, {"--max-restarts", "1"}));
+  const int status = run.wait_or_fail(kJobDeadline);
+  ASSERT_EQ(WEXITSTATUS(status), 0) << run.err();
+  EXPECT_NE(run.err().find("ordinal 1 killed by signal 9"), std::string::npos) << run.err();
+  EXPECT_NE(run.out().find("resumed from"), std::string::npos) << run.out();
+  const std::string resumed = file_bytes(checkpoint());
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_TRUE(resumed == file_bytes(clean_dir / "model.ckpt"))
+      << "the resumed run's final checkpoint differs from the clean run's";
+  expect_nothing_left(run.pid());
+}
+
+}  // namespace
+}  // namespace xs::testing

@@ -1,0 +1,106 @@
+// Security: a running job's segment is owner-only, so another user on the machine cannot open
+// or attach to it (checked for real: a forked child drops to uid/gid 65534 "nobody" and tries),
+// and checkpoints are written with mode 0600 whatever the umask.
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "shm/segment.h"
+#include "tests/launcher/launch_support.h"
+#include "tests/reliability/job_probe.h"
+
+namespace xs::testing {
+namespace {
+
+using std::chrono::seconds;
+
+constexpr uid_t kNobody = 65534;
+
+// Child exit codes of try_as_nobody, so a failure says which step let the other user in.
+enum NobodyResult { kAllDenied = 0, kDropFailed = 10, kShmOpenAllowed, kFileOpenAllowed, kAttached,
+                    kWrongErrno };
+
+// Forks, becomes nobody (groups, gid, uid; no way back), and tries to open the segment with
+// shm_open, through /dev/shm and with Segment::attach. Returns the child's NobodyResult.
+int try_as_nobody(const std::string& name, const std::string& job_id) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(kNobody, kNobody, kNobody) != 0 ||
+        ::setresuid(kNobody, kNobody, kNobody) != 0 || ::geteuid() != kNobody) {
+      ::_exit(kDropFailed);
+    }
+    for (int flags : {O_RDWR, O_RDONLY}) {
+      const int fd = ::shm_open(name.c_str(), flags, 0);
+      if (fd >= 0) ::_exit(kShmOpenAllowed);
+      if (errno != EACCES) ::_exit(kWrongErrno);
+      if (::open(("/dev/shm" + name).c_str(), flags) >= 0) ::_exit(kFileOpenAllowed);
+    }
+    try {
+      Segment::attach(name, 0, 1, job_id);
+      ::_exit(kAttached);
+    } catch (...) {
+    }
+    ::_exit(kAllDenied);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(SecurityTest, AnotherUserCannotOpenOrAttachToARunningJobsSegment) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "needs root to fork a child that switches to another uid (nobody, 65534); "
+                    "run the suite as root to check this";
+  }
+  TempDir dir;
+  Launch run({"-n", "1", "--", "/bin/sh", "-c",
+              R"(echo "SEG $XLA_SPAWN_SEGMENT $XLA_SPAWN_JOB_ID"; sleep 60)"});
+  std::string name, job_id;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const auto lines = lines_with(run.out(), "[0] SEG ");
+        if (lines.empty()) return false;
+        const std::string rest = lines.front().substr(8);
+        name = rest.substr(0, rest.find(' '));
+        job_id = rest.substr(rest.find(' ') + 1);
+        return true;
+      },
+      seconds(30)))
+      << run.err();
+  struct stat st {};
+  ASSERT_EQ(::stat(("/dev/shm" + name).c_str(), &st), 0) << name;
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "segment mode " << std::oct << (st.st_mode & 07777);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  EXPECT_EQ(try_as_nobody(name, job_id), kAllDenied)
+      << "codes: 10 could not drop privileges, 11 shm_open allowed, 12 open allowed, "
+         "13 attached, 14 error other than EACCES";
+  ::kill(run.pid(), SIGTERM);
+  run.wait_or_fail(seconds(30));
+}
+
+TEST(SecurityTest, CheckpointsAreOwnerOnlyWhateverTheUmask) {
+  TempDir dir;
+  const mode_t old_umask = ::umask(0);  // the most permissive: 0600 must come from the writer
+  std::vector<std::string> args = {"-n", "2"};
+  const std::vector<std::string> train = train_command(dir / "model.ckpt", 3);
+  args.insert(args.end(), train.begin(), train.end());
+  const RunResult r = run_xla_spawn(args, seconds(120));
+  ::umask(old_umask);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "model.ckpt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << "checkpoint mode " << std::oct << (st.st_mode & 07777);
+}
+
+}  // namespace
+}  // namespace xs::testing
