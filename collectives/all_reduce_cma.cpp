@@ -17,6 +17,9 @@ namespace {
 // Bytes per peer per block: the N - 1 blocks stay in L2 while they are reduced, and big
 // blocks amortise the page pinning of each system call. Measured at N = 2 (busbw, 2 MiB):
 // 32 KiB 9.0-9.2 GB/s, 256 KiB 8.2-9.6; at N = 8, 128 KiB blocks cost 60% more CPU than 32.
+// Rechecked at N = 2, heap operands, three runs each (2 MiB / 8 MiB busbw, GB/s): 64 KiB
+// 9.4-10.4 / 7.8-9.9, 256 KiB 11.0-13.4 / 7.6-11.3, 1 MiB 7.3-7.9 / 4.7-7.9, 4 MiB
+// 6.5-8.3 / 5.3-7.0.
 size_t block_bytes(int world_size) {
   return world_size <= 2 ? size_t{256} << 10 : 32 << 10;
 }
