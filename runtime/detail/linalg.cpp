@@ -217,7 +217,9 @@ inline void add_run(const T* in, int64_t n, T* out) {
       _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i), _mm512_loadu_ps(in + i)));
     if (i < n) {
       const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-      _mm512_mask_storeu_ps(out + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), _mm512_maskz_loadu_ps(m, in + i)));
+      _mm512_mask_storeu_ps(
+          out + i, m,
+          _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), _mm512_maskz_loadu_ps(m, in + i)));
     }
     return;
   }
@@ -275,8 +277,8 @@ void col2im_unit(const T* cols, const UnitGeom& g, T* pad) {
 
 // cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j] (0 outside).
 template <typename T>
-void im2col_strided(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
-            int64_t oh, int64_t ow, T* cols) {
+void im2col_strided(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                    const int64_t* p, int64_t oh, int64_t ow, T* cols) {
   for (int64_t ci = 0; ci < c; ++ci)
     for (int64_t i = 0; i < kh; ++i)
       for (int64_t j = 0; j < kw; ++j) {
@@ -390,7 +392,8 @@ void conv_grad_input_typed(const int64_t* p, const T* g, const Shape& gs, const 
       col2im_unit(cols.data(), geom, pad.data());
       for (int64_t ci = 0; ci < c; ++ci)
         for (int64_t y = 0; y < h; ++y)
-          copy_run(pad.data() + (ci * geom.hp + y + p[2]) * geom.wp + p[3], w, out + ((b * c + ci) * h + y) * w);
+          copy_run(pad.data() + (ci * geom.hp + y + p[2]) * geom.wp + p[3], w,
+                   out + ((b * c + ci) * h + y) * w);
     }
     return;
   }

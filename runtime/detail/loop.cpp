@@ -305,9 +305,12 @@ void splat(const void* v, size_t sz, int64_t n, char* out) {
     std::fill_n(reinterpret_cast<T*>(out), n, x);
   };
   switch (sz) {
-    case 1: return fill(uint8_t{});
-    case 4: return fill(uint32_t{});
-    case 8: return fill(uint64_t{});
+    case 1:
+      return fill(uint8_t{});
+    case 4:
+      return fill(uint32_t{});
+    case 8:
+      return fill(uint64_t{});
     default:
       for (int64_t i = 0; i < n; ++i) std::memcpy(out + i * sz, v, sz);
   }

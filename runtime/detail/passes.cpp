@@ -210,8 +210,8 @@ bool masked_pool_grad(const Work& w, int i, int* grad, int* pool, int* zero) {
     if (pg.op != Op::kMaxPool2dGrad || pg.type != n.type) continue;
     if (c.op != Op::kCast || c.type != n.type) continue;
     const GNode& gt = w.nodes[c.operands[0]];
-    if (gt.op != Op::kGt || gt.operands[0] != pg.operands[0] || !is_const_value(w, gt.operands[1], 0) ||
-        !w.nodes[gt.operands[1]].type.shape.empty())
+    if (gt.op != Op::kGt || gt.operands[0] != pg.operands[0] ||
+        !is_const_value(w, gt.operands[1], 0) || !w.nodes[gt.operands[1]].type.shape.empty())
       continue;
     const int p = find_pool(w, pg.operands[0], pg.attrs, i);
     if (p < 0) continue;
@@ -224,7 +224,8 @@ bool masked_pool_grad(const Work& w, int i, int* grad, int* pool, int* zero) {
 }
 
 bool covers_spatial_axes(const std::vector<int64_t>& axes) {
-  return std::find(axes.begin(), axes.end(), 2) != axes.end() && std::find(axes.begin(), axes.end(), 3) != axes.end();
+  return std::find(axes.begin(), axes.end(), 2) != axes.end() &&
+         std::find(axes.begin(), axes.end(), 3) != axes.end();
 }
 
 }  // namespace
@@ -258,7 +259,8 @@ void fuse_pool_grad_mask(Work& w) {
       for (int& o : n.operands) o = new_id[o];
       const GNode* src = n.operands.empty() ? nullptr : &out[n.operands[0]];
       // sum over H and W of a max-pool gradient: the same sum of what it routes.
-      if (n.op == Op::kSum && src && src->op == Op::kMaxPool2dGrad && covers_spatial_axes(n.attrs.ints))
+      if (n.op == Op::kSum && src && src->op == Op::kMaxPool2dGrad &&
+          covers_spatial_axes(n.attrs.ints))
         n.operands[0] = src->operands[1];
     }
     new_id[i] = static_cast<int>(out.size());
@@ -271,8 +273,8 @@ void fuse_pool_grad_mask(Work& w) {
 namespace {
 
 struct Uses {
-  std::vector<uint8_t> live;                 // a root depends on it
-  std::vector<std::vector<int>> consumers;   // live consumers only
+  std::vector<uint8_t> live;                // a root depends on it
+  std::vector<std::vector<int>> consumers;  // live consumers only
 };
 
 Uses live_uses(const Work& w) {
@@ -290,7 +292,8 @@ Uses live_uses(const Work& w) {
 
 // For relu node `r` = relu(add(x, b)) with b [1, C, 1, 1] and x [N, C, H, W] (f32/f64), read
 // only by max_pool2d and two-operand max_pool2d_grad (as their pooled input): x and b.
-bool pooled_bias_relu(const Work& w, const Uses& u, const std::vector<uint8_t>& is_root, int r, int* x, int* b) {
+bool pooled_bias_relu(const Work& w, const Uses& u, const std::vector<uint8_t>& is_root, int r,
+                      int* x, int* b) {
   const GNode& relu = w.nodes[r];
   if (relu.op != Op::kRelu || !u.live[r] || is_root[r] || relu.type.shape.size() != 4) return false;
   if (relu.type.dtype != DType::kF32 && relu.type.dtype != DType::kF64) return false;
@@ -305,8 +308,9 @@ bool pooled_bias_relu(const Work& w, const Uses& u, const std::vector<uint8_t>& 
     bool pooled_only = !u.consumers[r].empty();
     for (int c : u.consumers[r]) {
       const GNode& n = w.nodes[c];
-      pooled_only &= (n.op == Op::kMaxPool2d || (n.op == Op::kMaxPool2dGrad && n.operands.size() == 2)) &&
-                     n.operands[0] == r;
+      pooled_only &=
+          (n.op == Op::kMaxPool2d || (n.op == Op::kMaxPool2dGrad && n.operands.size() == 2)) &&
+          n.operands[0] == r;
     }
     if (!pooled_only) return false;
     *x = add.operands[k];
@@ -341,11 +345,11 @@ void fuse_pool_bias_relu(Work& w) {
     } else if (x >= 0) {
       GNode& pool = out.emplace_back(n);  // max_pool2d(x)
       pool.operands = {new_id[x]};
-      GNode& add = out.emplace_back(n);   // + b
+      GNode& add = out.emplace_back(n);  // + b
       add.op = Op::kAdd;
       add.attrs = Attrs{};
       add.operands = {static_cast<int>(out.size()) - 2, new_id[b]};
-      n.op = Op::kRelu;                   // the node itself: relu of that
+      n.op = Op::kRelu;  // the node itself: relu of that
       n.attrs = Attrs{};
       n.operands = {static_cast<int>(out.size()) - 1};
     }

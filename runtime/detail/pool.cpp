@@ -86,7 +86,8 @@ inline __m512 nan_max16(__m512 a, __m512 b) {  // nan_max, lane by lane
 
 // max_pool_2x2 on 16 windows at a time, bit for bit: the row pair's maximum, then of its
 // even/odd columns (split by permutes).
-void max_pool_2x2_avx512(const float* x, int64_t planes, int64_t h, int64_t w, float* out, int64_t oh, int64_t ow) {
+void max_pool_2x2_avx512(const float* x, int64_t planes, int64_t h, int64_t w, float* out,
+                         int64_t oh, int64_t ow) {
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   for (int64_t pl = 0; pl < planes; ++pl)
@@ -97,10 +98,13 @@ void max_pool_2x2_avx512(const float* x, int64_t planes, int64_t h, int64_t w, f
       for (int64_t ox = 0; ox < ow; ox += 16) {
         const int64_t n = std::min<int64_t>(16, ow - ox);
         const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16);
-        const __m512 lo = nan_max16(_mm512_maskz_loadu_ps(m0, r0 + 2 * ox), _mm512_maskz_loadu_ps(m0, r1 + 2 * ox));
-        const __m512 hi = nan_max16(_mm512_maskz_loadu_ps(m1, r0 + 2 * ox + 16), _mm512_maskz_loadu_ps(m1, r1 + 2 * ox + 16));
-        _mm512_mask_storeu_ps(o + ox, first_bits(n),
-                              nan_max16(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi)));
+        const __m512 lo = nan_max16(_mm512_maskz_loadu_ps(m0, r0 + 2 * ox),
+                                    _mm512_maskz_loadu_ps(m0, r1 + 2 * ox));
+        const __m512 hi = nan_max16(_mm512_maskz_loadu_ps(m1, r0 + 2 * ox + 16),
+                                    _mm512_maskz_loadu_ps(m1, r1 + 2 * ox + 16));
+        _mm512_mask_storeu_ps(
+            o + ox, first_bits(n),
+            nan_max16(_mm512_permutex2var_ps(lo, even, hi), _mm512_permutex2var_ps(lo, odd, hi)));
       }
     }
 }
@@ -111,7 +115,8 @@ void pool_typed(bool is_max, const int64_t* p, const T* x, const Shape& xs, T* o
                 const Shape& os) {
   if (is_max && p[0] == 2 && p[1] == 2 && p[2] == 2 && p[3] == 2 && p[4] == 0 && p[5] == 0) {
 #ifdef __AVX512F__
-    if constexpr (std::is_same_v<T, float>) return max_pool_2x2_avx512(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
+    if constexpr (std::is_same_v<T, float>)
+      return max_pool_2x2_avx512(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
 #endif
     return max_pool_2x2(x, xs[0] * xs[1], xs[2], xs[3], out, os[2], os[3]);
   }
@@ -175,8 +180,8 @@ inline T pooled_input(T x, T bias) {
 }
 
 template <bool kBiasRelu, typename T>
-void max_pool_grad_2x2(const T* x, const T* g, const T* bias, int64_t channels, int64_t planes, int64_t h,
-                       int64_t w, T* out) {
+void max_pool_grad_2x2(const T* x, const T* g, const T* bias, int64_t channels, int64_t planes,
+                       int64_t h, int64_t w, T* out) {
   const int64_t oh = h / 2, ow = w / 2;
   for (int64_t pl = 0; pl < planes; ++pl)
     for (int64_t oy = 0; oy < oh; ++oy) {
@@ -186,8 +191,10 @@ void max_pool_grad_2x2(const T* x, const T* g, const T* bias, int64_t channels, 
       for (int64_t ox = 0; ox < ow; ++ox) {
         // Row-major first maximum: the winner of each row pair (ties: left), then the bottom
         // one only if it takes over the top one (ties: top). Selects only, no branches.
-        const T a = pooled_input<kBiasRelu>(x[r0 + 2 * ox], bv), b = pooled_input<kBiasRelu>(x[r0 + 2 * ox + 1], bv),
-                c = pooled_input<kBiasRelu>(x[r1 + 2 * ox], bv), d = pooled_input<kBiasRelu>(x[r1 + 2 * ox + 1], bv);
+        const T a = pooled_input<kBiasRelu>(x[r0 + 2 * ox], bv),
+                b = pooled_input<kBiasRelu>(x[r0 + 2 * ox + 1], bv),
+                c = pooled_input<kBiasRelu>(x[r1 + 2 * ox], bv),
+                d = pooled_input<kBiasRelu>(x[r1 + 2 * ox + 1], bv);
         const bool top_right = takes_over(a, b), bottom_right = takes_over(c, d);
         const T top = top_right ? b : a, bottom = bottom_right ? d : c;
         const bool down = takes_over(top, bottom);
@@ -217,8 +224,8 @@ inline __m512 pooled_input16(__m512 x, __m512 bias) {
 
 // n <= 16 windows of one row pair starting at column 0 of x0 / x1 (the rows) and gr.
 template <bool kBiasRelu>
-inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float* gr, float* o0, float* o1,
-                                  int64_t n, __m512 bias) {
+inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float* gr, float* o0,
+                                  float* o1, int64_t n, __m512 bias) {
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -231,10 +238,13 @@ inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float*
   const __m512 c = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, even, u1), bias);
   const __m512 d = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, odd, u1), bias);
   const __mmask16 top_right = takes_over16(a, b), bottom_right = takes_over16(c, d);
-  const __mmask16 down = takes_over16(_mm512_mask_mov_ps(a, top_right, b), _mm512_mask_mov_ps(c, bottom_right, d));
+  const __mmask16 down =
+      takes_over16(_mm512_mask_mov_ps(a, top_right, b), _mm512_mask_mov_ps(c, bottom_right, d));
   const __m512 gv = _mm512_maskz_loadu_ps(mg, gr);
-  const __m512 ga = _mm512_maskz_mov_ps(~down & ~top_right, gv), gb = _mm512_maskz_mov_ps(~down & top_right, gv);
-  const __m512 gc = _mm512_maskz_mov_ps(down & ~bottom_right, gv), gd = _mm512_maskz_mov_ps(down & bottom_right, gv);
+  const __m512 ga = _mm512_maskz_mov_ps(~down & ~top_right, gv),
+               gb = _mm512_maskz_mov_ps(~down & top_right, gv);
+  const __m512 gc = _mm512_maskz_mov_ps(down & ~bottom_right, gv),
+               gd = _mm512_maskz_mov_ps(down & bottom_right, gv);
   _mm512_mask_storeu_ps(o0, m0, _mm512_permutex2var_ps(ga, lo, gb));
   _mm512_mask_storeu_ps(o0 + 16, m1, _mm512_permutex2var_ps(ga, hi, gb));
   _mm512_mask_storeu_ps(o1, m0, _mm512_permutex2var_ps(gc, lo, gd));
@@ -242,8 +252,8 @@ inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float*
 }
 
 template <bool kBiasRelu>
-void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias, int64_t channels, int64_t planes,
-                       int64_t h, int64_t w, float* out) {
+void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias, int64_t channels,
+                              int64_t planes, int64_t h, int64_t w, float* out) {
   const int64_t oh = h / 2, ow = w / 2;
   for (int64_t pl = 0; pl < planes; ++pl) {
     const __m512 bv = _mm512_set1_ps(kBiasRelu ? bias[pl % channels] : 0.0f);
@@ -251,8 +261,9 @@ void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias,
       const int64_t r0 = (pl * h + 2 * oy) * w, r1 = r0 + w;
       const float* gr = g + (pl * oh + oy) * ow;
       for (int64_t ox = 0; ox < ow; ox += 16)
-        max_pool_grad_2x2_x16<kBiasRelu>(x + r0 + 2 * ox, x + r1 + 2 * ox, gr + ox, out + r0 + 2 * ox,
-                                         out + r1 + 2 * ox, std::min<int64_t>(16, ow - ox), bv);
+        max_pool_grad_2x2_x16<kBiasRelu>(x + r0 + 2 * ox, x + r1 + 2 * ox, gr + ox,
+                                         out + r0 + 2 * ox, out + r1 + 2 * ox,
+                                         std::min<int64_t>(16, ow - ox), bv);
     }
   }
 }
@@ -277,7 +288,8 @@ void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, cons
     // Other windows: materialise the pooled input once (rare; the fused form targets 2x2).
     std::vector<T> y(numel(os));
     for (int64_t pl = 0; pl < planes; ++pl)
-      for (int64_t i = 0; i < h * w; ++i) y[pl * h * w + i] = pooled_input<true>(x[pl * h * w + i], bias[pl % os[1]]);
+      for (int64_t i = 0; i < h * w; ++i)
+        y[pl * h * w + i] = pooled_input<true>(x[pl * h * w + i], bias[pl % os[1]]);
     return pool_grad_typed(is_max, p, y.data(), g, gs, out, os);
   }
   std::fill(out, out + numel(os), T(0));

@@ -21,7 +21,8 @@ namespace {
 // to 0 by the ReLU).
 Tensor grid(const Shape& shape, int salt) {
   std::vector<float> v(numel(shape));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.25f * static_cast<float>(static_cast<int>((i * 7 + salt) % 13) - 6);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = 0.25f * static_cast<float>(static_cast<int>((i * 7 + salt) % 13) - 6);
   return Tensor::from_vector<float>(v, shape);
 }
 
@@ -32,7 +33,9 @@ std::shared_ptr<Program> compile_roots(const std::vector<Tensor>& roots) {
 }
 
 // A copy of `t`'s value as a fresh data tensor: later graphs see a leaf, not its IR.
-Tensor materialised(const Tensor& t) { return Tensor::from_vector<float>(t.to_vector<float>(), t.shape()); }
+Tensor materialised(const Tensor& t) {
+  return Tensor::from_vector<float>(t.to_vector<float>(), t.shape());
+}
 
 struct PoolCase {
   int64_t kernel, stride, padding, hw;
@@ -44,7 +47,8 @@ TEST_P(ConvFusion, BiasReluPoolAndItsGradientTouchOnlyThePooledSizeAndMatchTheUn
   ScopedRuntime rt;
   const PoolCase pc = GetParam();
   const Shape xs{3, 4, pc.hw, pc.hw};
-  const std::vector<int64_t> k{pc.kernel, pc.kernel}, s{pc.stride, pc.stride}, p{pc.padding, pc.padding};
+  const std::vector<int64_t> k{pc.kernel, pc.kernel}, s{pc.stride, pc.stride},
+      p{pc.padding, pc.padding};
   const Tensor x = grid(xs, 1), b = grid({4}, 5);
   const Tensor y = relu(x + reshape(b, {1, 4, 1, 1}));
   const Tensor pooled = max_pool2d(y, k, s, p);
@@ -75,7 +79,8 @@ TEST_P(ConvFusion, BiasReluPoolAndItsGradientTouchOnlyThePooledSizeAndMatchTheUn
   EXPECT_EQ(dy.to_vector<float>(), dy_ref.to_vector<float>());
   const std::vector<float> got = db.to_vector<float>();
   ASSERT_EQ(got.size(), db_ref.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], db_ref[i], 1e-5 * (1 + std::abs(db_ref[i]))) << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], db_ref[i], 1e-5 * (1 + std::abs(db_ref[i]))) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Windows, ConvFusion,
