@@ -21,7 +21,8 @@ enum class AllReduceAlgorithm { kRing, kOneShot, kTwoShot, kCma, kDirect };
 inline constexpr const char* kAllReduceAlgorithmEnv = "XLA_SPAWN_ALLREDUCE_ALGO";
 
 std::string_view all_reduce_algorithm_name(AllReduceAlgorithm algorithm);
-// Parses "ring", "oneshot", "twoshot", "cma" or "direct"; throws xs::InvalidArgument naming `what` otherwise.
+// Parses "ring", "oneshot", "twoshot", "cma" or "direct"; throws xs::InvalidArgument naming `what`
+// otherwise.
 AllReduceAlgorithm parse_all_reduce_algorithm(std::string_view text, std::string_view what);
 // XLA_SPAWN_ALLREDUCE_ALGO, or nullopt when unset.
 std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env();

@@ -30,8 +30,8 @@ void* BufferArena::allocate(size_t bytes) {
 void BufferArena::deallocate(void* block) {
   std::lock_guard lock(mutex_);
   const auto* p = static_cast<const std::byte*>(block);
-  const auto used = p >= base_ && p < base_ + bytes_ ? used_.find(static_cast<size_t>(p - base_))
-                                                     : used_.end();
+  const auto used =
+      p >= base_ && p < base_ + bytes_ ? used_.find(static_cast<size_t>(p - base_)) : used_.end();
   if (used == used_.end()) {
     throw InvalidArgument(fmt::format("free_buffer: {} is not a live block of this arena",
                                       static_cast<const void*>(block)));

@@ -55,10 +55,10 @@ class Communicator {
   // same communicator. This default is the heap.
   static constexpr size_t kBufferAlignBytes = 4096;
   virtual void* alloc_buffer(size_t bytes) {
-    return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{kBufferAlignBytes});
+    return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{kBufferAlignBytes});
   }
   virtual void free_buffer(void* data) {
-    ::operator delete(data, std::align_val_t{kBufferAlignBytes});
+    ::operator delete (data, std::align_val_t{kBufferAlignBytes});
   }
 };
 

@@ -62,9 +62,9 @@ bool ShmCommunicator::in_arena(const void* data, size_t bytes) const {
 
 AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in_arena) const {
   const AllReduceAlgorithm chosen =
-      forced_ ? *forced_
-              : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed(),
-                                            in_arena);
+      forced_
+          ? *forced_
+          : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed(), in_arena);
   // CMA that turned out not to be permitted runs as the staging two-shot.
   if (chosen == AllReduceAlgorithm::kCma && cma_ == false) return AllReduceAlgorithm::kTwoShot;
   return chosen;
@@ -94,9 +94,8 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
   AllReduceAlgorithm base =
       forced_ ? *forced_
               : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
-  const bool direct =
-      arena && (forced_direct || (!forced_ && all_reduce_algorithm(n_bytes, true) ==
-                                                  AllReduceAlgorithm::kDirect));
+  const bool direct = arena && (forced_direct || (!forced_ && all_reduce_algorithm(n_bytes, true) ==
+                                                                  AllReduceAlgorithm::kDirect));
   rounds_->begin_call("all_reduce",
                       CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, direct});
   // CMA permission is a collective of its own, negotiated once, by everyone at once.
@@ -124,8 +123,8 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
 }
 
 // Round 1 publishes every operand; then kDirect, or the fallback for `base` (see all_reduce).
-void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype,
-                                          ReduceOp op, AllReduceAlgorithm base, bool cma) {
+void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
+                                          AllReduceAlgorithm base, bool cma) {
   const bool arena = rounds_->header().in_arena;
   const int parity = detail::publish_operand(*rounds_, data, arena ? arena_->offset(data) : 0);
   if (rounds_->all_in_arena(parity)) {

@@ -13,9 +13,8 @@ SegmentResources::SegmentResources()
     : staging_bytes_(static_cast<size_t>(
           env_int(kStagingBytesEnv, static_cast<int64_t>(kMinStagingBytes), int64_t{1} << 34)
               .value_or(static_cast<int64_t>(kDefaultStagingBytes)))),
-      arena_bytes_(static_cast<size_t>(
-          env_int(kArenaBytesEnv, 0, int64_t{1} << 36)
-              .value_or(static_cast<int64_t>(kDefaultArenaBytes)))),
+      arena_bytes_(static_cast<size_t>(env_int(kArenaBytesEnv, 0, int64_t{1} << 36)
+                                           .value_or(static_cast<int64_t>(kDefaultArenaBytes)))),
       removed_stale_(remove_stale_segments()) {
   for (const std::string& name : removed_stale_) {
     write_all(2, fmt::format("xla-spawn: removed stale segment {} (its launcher is gone)\n", name));

@@ -114,8 +114,7 @@ int stress(ShmCommunicator& comm, int64_t iterations, size_t bytes, bool heap_bu
         "all correct\n",
         iterations, bytes,
         xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes, !heap_buffers)),
-        comm.world_size(), seconds,
-        seconds / static_cast<double>(iterations) * 1e6);
+        comm.world_size(), seconds, seconds / static_cast<double>(iterations) * 1e6);
   }
   return 0;
 }

@@ -23,7 +23,8 @@ constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
 
 std::vector<size_t> counts(DType dtype) {
-  return {0, 1, 7, 1023, 4099, (size_t{1} << 20) + 3, 5 * kStagingBytes / 4 / dtype_size(dtype) + 5};
+  return {
+      0, 1, 7, 1023, 4099, (size_t{1} << 20) + 3, 5 * kStagingBytes / 4 / dtype_size(dtype) + 5};
 }
 
 std::string algo_name(const Algo& algo) {
@@ -91,7 +92,8 @@ TEST_P(ArenaAllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
     ShmCommunicator comm = child.communicator({.algorithm = algo, .timeout_ms = {}});
     auto* operand = static_cast<std::byte*>(comm.alloc_buffer(largest_bytes()));
     if (!comm.in_arena(operand, largest_bytes())) return std::string("operand not in the arena");
-    if (child.world_size > 1 && comm.all_reduce_algorithm(1 << 20, true) != AllReduceAlgorithm::kDirect) {
+    if (child.world_size > 1 &&
+        comm.all_reduce_algorithm(1 << 20, true) != AllReduceAlgorithm::kDirect) {
       return std::string("1 MiB arena operands do not run kDirect");
     }
     std::string failures = reduce_all_combinations(child, comm, operand);
@@ -123,8 +125,8 @@ TEST_P(MixedOperandTest, ArenaAndHeapOperandsInOneCallStillAgree) {
     ShmCommunicator comm = child.communicator({.algorithm = algo, .timeout_ms = {}});
     std::vector<std::byte> heap(largest_bytes());
     auto* arena = static_cast<std::byte*>(comm.alloc_buffer(largest_bytes()));
-    std::string failures = reduce_all_combinations(
-        child, comm, child.ordinal % 2 == 0 ? arena : heap.data());
+    std::string failures =
+        reduce_all_combinations(child, comm, child.ordinal % 2 == 0 ? arena : heap.data());
     comm.free_buffer(arena);
     return failures;
   });
