@@ -25,11 +25,15 @@ inline constexpr std::string_view kCounterTransferFromDevice = "TransferFromDevi
 // aten::_local_scalar_dense and friends: ops run outside the step's compiled graph).
 inline constexpr std::string_view kCounterOpsOutsideGraph = "OpsOutsideGraph";
 inline constexpr std::string_view kCounterCreateCompileHandles = "CreateCompileHandles";
+// Cross-replica graph-hash rendezvous run by mark_step (only when the graph changed).
+inline constexpr std::string_view kCounterGraphHashCheck = "GraphHashCheck";
 // Timers (nanoseconds).
 inline constexpr std::string_view kTimerCompileTime = "CompileTime";
 inline constexpr std::string_view kTimerExecuteTime = "ExecuteTime";
 inline constexpr std::string_view kTimerTransferFromDevice = "TransferFromDevice";
 inline constexpr std::string_view kTimerAllReduceTime = "AllReduceTime";
+// The graph-hash rendezvous (its waiting for peers included).
+inline constexpr std::string_view kTimerGraphHashCheckTime = "GraphHashCheckTime";
 
 struct TimerStats {
   int64_t count = 0;

@@ -1,5 +1,7 @@
 #include "runtime/program.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -28,7 +30,12 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
       case Storage::Kind::kInput: ptr[s] = inputs[st.index]->data(); break;
       case Storage::Kind::kArena: ptr[s] = arena_[st.index]->data(); break;
       case Storage::Kind::kOutput: ptr[s] = outputs[st.index]->data(); break;
+      case Storage::Kind::kView: break;  // below: its storage may come later in the list
     }
+  }
+  for (size_t s = 0; s < storages.size(); ++s) {
+    const Storage& st = storages[s];
+    if (st.kind == Storage::Kind::kView) ptr[s] = static_cast<char*>(ptr[st.index]) + st.offset_bytes;
   }
   std::vector<detail::Arg> args;
   for (const Kernel& k : kernels) {
@@ -42,7 +49,8 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
   std::vector<BufferPtr> results;
   for (int s : root_storage) {
     const Storage& st = storages[s];
-    XS_CHECK(st.kind != Storage::Kind::kArena, "root planned into arena slot {}", st.index);
+    XS_CHECK(st.kind != Storage::Kind::kArena && st.kind != Storage::Kind::kView,
+             "root planned into arena slot or view {}", st.index);
     results.push_back(st.kind == Storage::Kind::kInput ? inputs[st.index] : outputs[st.index]);
   }
   return results;
@@ -51,12 +59,16 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
 std::string Program::text() const {
   std::string out = fmt::format(
       "program: {} kernels, nodes {} -> {} (folded {}, cse {}, dce {}), fused loops {} ({} ops), "
-      "matmul epilogues {}, gemm accumulates {}, in place {}, donated outputs {}, arena {} bytes\n",
+      "matmul epilogues {}, gemm accumulates {}, in place {}, donated outputs {}, views {}, arena {} bytes\n",
       stats.kernels, stats.nodes_in, stats.nodes_out, stats.folded, stats.cse_merged, stats.dce_removed,
       stats.fused_loops, stats.fused_ops, stats.matmul_epilogues, stats.gemm_accumulates, stats.in_place, stats.donated_outputs,
-      stats.arena_bytes);
+      stats.views, stats.arena_bytes);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
+    if (st.kind == Storage::Kind::kView) {
+      out += fmt::format("  s{} = view of s{} at {} ({} bytes)\n", s, st.index, st.offset_bytes, st.size_bytes);
+      continue;
+    }
     const char* kind = st.kind == Storage::Kind::kInput ? "input" : st.kind == Storage::Kind::kArena ? "arena" : "output";
     out += fmt::format("  s{} = {}#{} ({} bytes)\n", s, kind, st.index, st.size_bytes);
   }
@@ -74,5 +86,241 @@ std::string Program::text() const {
   out += fmt::format("  roots: s{}\n", fmt::join(root_storage, ", s"));
   return out;
 }
+
+}  // namespace xs
+
+// alias_views: a pass over the planned kernels. In the plan an arena slot holds one value from
+// the kernel that writes it (without reading it) until the next such kernel; in-place kernels
+// (reshape, all_reduce, loops) continue the value. Removed kernels are skipped by the scans.
+namespace xs {
+namespace {
+
+bool no_loop(const Kernel& k) { return k.loop.steps.empty() && k.loop.loads.empty() && k.loop.stores.empty(); }
+
+bool reads(const Kernel& k, int s) {
+  if (k.kind != Kernel::Kind::kLoop && std::find(k.in_storage.begin(), k.in_storage.end(), s) != k.in_storage.end()) {
+    return true;
+  }
+  return std::any_of(k.loop.loads.begin(), k.loop.loads.end(), [s](const auto& l) { return l.storage == s; });
+}
+
+bool writes(const Kernel& k, int s) {
+  if (k.kind != Kernel::Kind::kLoop && k.out_storage == s) return true;
+  return std::any_of(k.loop.stores.begin(), k.loop.stores.end(), [s](const auto& st) { return st.storage == s; });
+}
+
+// reshape(s) -> s moves no data.
+bool in_place_reshape(const Kernel& k, int s) {
+  return k.kind == Kernel::Kind::kOp && k.op == Op::kReshape && k.in_storage.size() == 1 && k.in_storage[0] == s &&
+         k.out_storage == s && no_loop(k);
+}
+
+void replace_reads(Kernel& k, int from, int to) {
+  if (k.kind != Kernel::Kind::kLoop) std::replace(k.in_storage.begin(), k.in_storage.end(), from, to);
+  for (auto& l : k.loop.loads) if (l.storage == from) l.storage = to;
+}
+
+void replace_writes(Kernel& k, int from, int to) {
+  if (k.kind != Kernel::Kind::kLoop && k.out_storage == from) k.out_storage = to;
+  for (auto& st : k.loop.stores) if (st.storage == from) st.storage = to;
+}
+
+size_t bytes_of(const ValueType& t) { return numel(t.shape) * dtype_size(t.dtype); }
+
+class ViewPass {
+ public:
+  explicit ViewPass(Program& p) : p_(p), removed_(p.kernels.size(), false) {}
+
+  void run() {
+    for (size_t k = 0; k < p_.kernels.size(); ++k) removed_[k] = try_concat(k);
+    for (size_t k = 0; k < p_.kernels.size(); ++k) removed_[k] = removed_[k] || try_slice(k);
+    std::vector<Kernel> kept;
+    for (size_t k = 0; k < p_.kernels.size(); ++k) {
+      if (!removed_[k]) kept.push_back(std::move(p_.kernels[k]));
+    }
+    p_.stats.views += static_cast<int64_t>(p_.kernels.size() - kept.size());
+    p_.kernels = std::move(kept);
+    p_.stats.kernels = static_cast<int64_t>(p_.kernels.size());
+    shrink_arena();
+  }
+
+ private:
+  bool live(size_t t) const { return !removed_[t]; }
+  bool is_arena(int s) const { return p_.storages[s].kind == Storage::Kind::kArena; }
+
+  int add_storage(Storage::Kind kind, int index, size_t bytes, size_t offset = 0) {
+    p_.storages.push_back({kind, index, bytes, offset});
+    return static_cast<int>(p_.storages.size()) - 1;
+  }
+
+  // The kernel before `at` that writes the value of `s` the kernel `at` reads, when nothing
+  // between them touches `s` but reshapes in place (collected in `chain`) and the producer
+  // does not read the previous value of `s` (a GEMM epilogue reads its own result). -1: none.
+  int producer_of(size_t at, int s, std::vector<size_t>& chain) const {
+    for (size_t t = at; t-- > 0;) {
+      const Kernel& k = p_.kernels[t];
+      if (!live(t) || (!reads(k, s) && !writes(k, s))) continue;
+      if (in_place_reshape(k, s)) {
+        chain.push_back(t);
+        continue;
+      }
+      if (!writes(k, s)) return -1;
+      // Only a GEMM's epilogue loop may load `s`: that is the GEMM's result, not the old value.
+      const bool reads_old = k.kind == Kernel::Kind::kLoop
+                                 ? reads(k, s)
+                                 : std::find(k.in_storage.begin(), k.in_storage.end(), s) != k.in_storage.end();
+      return reads_old ? -1 : static_cast<int>(t);
+    }
+    return -1;
+  }
+
+  // No kernel after `at` reads the value of `s` that `at` read.
+  bool dead_after(size_t at, int s) const {
+    for (size_t t = at + 1; t < p_.kernels.size(); ++t) {
+      if (!live(t)) continue;
+      if (reads(p_.kernels[t], s)) return false;
+      if (writes(p_.kernels[t], s)) return true;
+    }
+    return true;
+  }
+
+  bool try_concat(size_t at);
+  bool try_slice(size_t at);
+
+  // An arena slot that held a concat's value now holds smaller ones only: resize every slot
+  // to its largest remaining occupant (a view's buffer to the view's end).
+  void shrink_arena() {
+    std::vector<size_t> need(p_.storages.size(), 0);
+    auto note = [&](int s, size_t bytes) {
+      const Storage& st = p_.storages[s];
+      if (st.kind == Storage::Kind::kView) s = st.index, bytes += st.offset_bytes;
+      need[s] = std::max(need[s], bytes);
+    };
+    for (const Kernel& k : p_.kernels) {
+      if (k.kind != Kernel::Kind::kLoop) {
+        for (size_t i = 0; i < k.in_storage.size(); ++i) note(k.in_storage[i], bytes_of(k.in_types[i]));
+        note(k.out_storage, bytes_of(k.out_type));
+      }
+      for (const auto& l : k.loop.loads) {
+        if (l.storage >= 0) note(l.storage, numel(l.shape) * dtype_size(l.dtype));
+      }
+      for (const auto& st : k.loop.stores) note(st.storage, numel(k.loop.shape) * dtype_size(st.dtype));
+    }
+    p_.stats.arena_bytes = 0;
+    for (size_t s = 0; s < p_.storages.size(); ++s) {
+      Storage& st = p_.storages[s];
+      if (st.kind != Storage::Kind::kArena) continue;
+      st.size_bytes = std::min(st.size_bytes, std::max<size_t>(need[s], 1));
+      p_.arena_slot_bytes[st.index] = st.size_bytes;
+      p_.stats.arena_bytes += static_cast<int64_t>(st.size_bytes);
+    }
+  }
+
+  Program& p_;
+  std::vector<bool> removed_;
+};
+
+bool ViewPass::try_concat(size_t at) {
+  const Kernel& cat = p_.kernels[at];
+  if (cat.kind != Kernel::Kind::kOp || cat.op != Op::kConcat || cat.attrs.ints.empty() || cat.attrs.ints[0] != 0 ||
+      !no_loop(cat) || !is_arena(cat.out_storage)) {
+    return false;
+  }
+  const int c = cat.out_storage;
+  std::vector<int> producers;
+  std::vector<std::vector<size_t>> chains(cat.in_storage.size());
+  for (size_t j = 0; j < cat.in_storage.size(); ++j) {
+    const int s = cat.in_storage[j];
+    if (!is_arena(s) || s == c || std::count(cat.in_storage.begin(), cat.in_storage.end(), s) != 1) return false;
+    const int t = producer_of(at, s, chains[j]);
+    if (t < 0 || !dead_after(at, s)) return false;
+    producers.push_back(t);
+  }
+  // The concat's value moves to a fresh slot: the old one may hold other values while the
+  // operands are being produced.
+  const size_t total = bytes_of(cat.out_type);
+  p_.arena_slot_bytes.push_back(total);
+  p_.stats.arena_bytes += static_cast<int64_t>(total);
+  const int fresh = add_storage(Storage::Kind::kArena, static_cast<int>(p_.arena_slot_bytes.size()) - 1, total);
+  for (size_t t = at + 1; t < p_.kernels.size(); ++t) {
+    Kernel& k = p_.kernels[t];
+    if (!live(t)) continue;
+    const bool r = reads(k, c), w = writes(k, c);
+    if (w && !r) break;  // a new value in the old slot
+    replace_reads(k, c, fresh);
+    replace_writes(k, c, fresh);
+  }
+  size_t offset = 0;
+  for (size_t j = 0; j < cat.in_storage.size(); ++j) {
+    const int s = cat.in_storage[j];
+    const size_t bytes = bytes_of(cat.in_types[j]);
+    const int view = add_storage(Storage::Kind::kView, fresh, bytes, offset);
+    offset += bytes;
+    chains[j].push_back(static_cast<size_t>(producers[j]));
+    for (size_t t : chains[j]) {
+      replace_reads(p_.kernels[t], s, view);  // a GEMM epilogue's own result, a reshape's input
+      replace_writes(p_.kernels[t], s, view);
+    }
+  }
+  return true;
+}
+
+bool ViewPass::try_slice(size_t at) {
+  const Kernel& sl = p_.kernels[at];
+  if (removed_[at] || sl.kind != Kernel::Kind::kOp || sl.op != Op::kSlice || !no_loop(sl)) return false;
+  const int b = sl.in_storage[0], s = sl.out_storage;
+  const Shape& in = sl.in_types[0].shape;
+  const Shape& out = sl.out_type.shape;
+  if (!is_arena(s) || b == s || in.empty()) return false;
+  // Contiguous: only the leading axis is cut, with step 1 (or a single row).
+  for (size_t d = 1; d < in.size(); ++d) {
+    if (sl.attrs.ints[3 * d] != 0 || out[d] != in[d]) return false;
+  }
+  if (out[0] > 1 && sl.attrs.ints[2] != 1) return false;
+  const size_t row_bytes = numel(Shape(in.begin() + 1, in.end())) * dtype_size(sl.in_types[0].dtype);
+  int base = b;
+  size_t offset = static_cast<size_t>(sl.attrs.ints[0]) * row_bytes;
+  if (p_.storages[b].kind == Storage::Kind::kView) {
+    base = p_.storages[b].index;
+    offset += p_.storages[b].offset_bytes;
+  }
+  std::vector<size_t> users;
+  size_t last_read = at;
+  for (size_t t = at + 1; t < p_.kernels.size(); ++t) {
+    const Kernel& k = p_.kernels[t];
+    if (!live(t)) continue;
+    if (in_place_reshape(k, s)) {
+      users.push_back(t);
+      continue;
+    }
+    if (reads(k, s)) {
+      users.push_back(t);
+      last_read = t;
+    }
+    if (writes(k, s)) break;  // a new value in s from here
+  }
+  // The sliced bytes must stay as they are while the view is read.
+  for (size_t t = at + 1; t <= last_read; ++t) {
+    if (!live(t)) continue;
+    for (size_t v = 0; v < p_.storages.size(); ++v) {
+      const Storage& st = p_.storages[v];
+      const bool aliases = static_cast<int>(v) == base || (st.kind == Storage::Kind::kView && st.index == base);
+      if (aliases && writes(p_.kernels[t], static_cast<int>(v)) && !in_place_reshape(p_.kernels[t], static_cast<int>(v))) {
+        return false;
+      }
+    }
+  }
+  const int view = add_storage(Storage::Kind::kView, base, bytes_of(sl.out_type), offset);
+  for (size_t t : users) {
+    Kernel& k = p_.kernels[t];
+    if (in_place_reshape(k, s)) replace_writes(k, s, view);
+    replace_reads(k, s, view);
+  }
+  return true;
+}
+
+}  // namespace
+
+void alias_views(Program& program) { ViewPass(program).run(); }
 
 }  // namespace xs

@@ -35,13 +35,16 @@ struct CompileStats {
   int64_t in_place = 0;         // outputs written over a dying input's storage
   int64_t donated_outputs = 0;  // roots written into a donated input buffer
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
+  int64_t views = 0;            // concat operands and slices made views (alias_views)
 };
 
 struct Storage {
-  enum class Kind { kInput, kArena, kOutput };
+  // kView: `size_bytes` at `offset_bytes` into storage `index` (never itself a view).
+  enum class Kind { kInput, kArena, kOutput, kView };
   Kind kind;
-  int index;  // input index, arena slot or output slot
+  int index;  // input index, arena slot, output slot, or (kView) the viewed storage
   size_t size_bytes;
+  size_t offset_bytes = 0;
 };
 
 struct Kernel {
@@ -76,5 +79,12 @@ class Program {
 // Optimises and lowers `graph`: constant folding, CSE, DCE, elementwise fusion (with matmul
 // epilogues), buffer planning with in-place reuse and donation.
 std::shared_ptr<Program> compile_graph(const Graph& graph);
+
+// Removes copies the buffer plan made avoidable (the flatten / all-reduce / unflatten of
+// gradients is the case in point): a concat along axis 0 whose operands exist only for it
+// gets its producers writing straight into a fresh buffer at their offsets, and a contiguous
+// slice becomes a view while the sliced buffer stays unchanged. Results are unchanged; each
+// removed kernel counts in stats.views. Idempotent.
+void alias_views(Program& program);
 
 }  // namespace xs

@@ -14,11 +14,13 @@
 #include "collectives/communicator.h"
 #include "runtime/graph.h"
 #include "runtime/hash.h"
+#include "runtime/program.h"
 
 namespace xs {
 namespace {
 
 Runtime* g_current = nullptr;
+constexpr const char* kGraphHashTag = "xs.runtime.graph_hash";
 
 }  // namespace
 
@@ -27,6 +29,7 @@ RuntimeOptions RuntimeOptions::from_env() {
   o.compile_cache_size = env_int("XLA_SPAWN_COMPILE_CACHE_SIZE", 1, 1'000'000).value_or(o.compile_cache_size);
   o.dump_dir = env_string("XLA_SPAWN_DUMP_GRAPHS");
   o.warmup_steps = env_int("XLA_SPAWN_COMPILE_WARMUP_STEPS", 0, 1'000'000'000).value_or(o.warmup_steps);
+  o.alias_views = env_bool("XLA_SPAWN_ALIAS_VIEWS").value_or(o.alias_views);
   return o;
 }
 
@@ -74,12 +77,19 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   }
   Graph graph = cut_graph(roots, /*allow_donation=*/is_step);
   roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
-  check_same_graph_everywhere(graph);
+  const bool check_skipped = check_same_graph_everywhere(graph);
   std::shared_ptr<Program> program = lookup_or_compile(graph);
   std::vector<BufferPtr> outputs;
-  {
+  try {
     ScopedTimer timer(metrics_, kTimerExecuteTime);
     outputs = program->run(graph.inputs, {communicator_, &metrics_});
+  } catch (const PeerFailure& e) {
+    if (!check_skipped) throw;
+    throw PeerFailure(fmt::format(
+        "mark_step: graph {:016x} is the one every replica agreed on at the last check, so this "
+        "replica skipped the check; a peer whose graph changed would be in its graph-hash "
+        "rendezvous: {}",
+        graph.hash, e.what()));
   }
   for (TensorImpl* impl : pending) {
     impl->data = outputs[root_of.at(impl->node.get())];
@@ -90,14 +100,30 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   last_hash_ = graph.hash;
 }
 
-void Runtime::check_same_graph_everywhere(const Graph& graph) {
-  if (communicator_ == nullptr || communicator_->world_size() == 1) return;
+bool Runtime::check_same_graph_everywhere(const Graph& graph) {
+  if (communicator_ == nullptr || communicator_->world_size() == 1) return false;
   const bool collective = std::any_of(graph.nodes.begin(), graph.nodes.end(),
                                       [](const GNode& n) { return n.op == Op::kAllReduce; });
-  if (!collective) return;  // only a graph with collectives must match across replicas
+  if (!collective) return false;  // only a graph with collectives must match across replicas
+  // Every replica agreed on checked_hash_ at the last check. A replica whose graph is still
+  // that one skips the rendezvous; one whose graph changed runs it, and then the first
+  // collective of the two disagrees (all_reduce against rendezvous), which the communicator's
+  // call-header check turns into a PeerFailure before any data is exchanged.
+  if (graph.hash == checked_hash_) return true;
   std::byte payload[sizeof(uint64_t)];
   std::memcpy(payload, &graph.hash, sizeof payload);
-  const auto all = communicator_->rendezvous("xs.runtime.graph_hash", payload);
+  metrics_.increment(kCounterGraphHashCheck);
+  std::vector<std::vector<std::byte>> all;
+  try {
+    ScopedTimer timer(metrics_, kTimerGraphHashCheckTime);
+    all = communicator_->rendezvous(kGraphHashTag, payload);
+  } catch (const PeerFailure& e) {
+    throw PeerFailure(fmt::format(
+        "mark_step: graph-hash check failed: this replica's graph changed to {:016x} (the last one "
+        "every replica agreed on was {:016x}); a peer whose graph did not change skips the check "
+        "and calls its all_reduce instead. Every replica must trace the same step: {}",
+        graph.hash, checked_hash_, e.what()));
+  }
   for (size_t k = 0; k < all.size(); ++k) {
     uint64_t theirs = 0;
     if (all[k].size() == sizeof theirs) std::memcpy(&theirs, all[k].data(), sizeof theirs);
@@ -108,6 +134,8 @@ void Runtime::check_same_graph_everywhere(const Graph& graph) {
           communicator_->ordinal(), graph.hash, k, theirs));
     }
   }
+  checked_hash_ = graph.hash;
+  return false;
 }
 
 std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
@@ -120,6 +148,7 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
   {
     ScopedTimer timer(metrics_, kTimerCompileTime);
     program = compile_graph(graph);
+    if (options_.alias_views) alias_views(*program);
   }
   cache_.insert(graph.hash, program);
   note_compile(graph.hash);

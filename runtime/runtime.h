@@ -11,7 +11,8 @@
 //
 // Options from the environment: XLA_SPAWN_COMPILE_CACHE_SIZE (programs kept, default 64),
 // XLA_SPAWN_DUMP_GRAPHS=dir (write each compiled graph as <dir>/graph_<hash>.{txt,dot}),
-// XLA_SPAWN_COMPILE_WARMUP_STEPS (steps after which new compiles are suspicious, default 5).
+// XLA_SPAWN_COMPILE_WARMUP_STEPS (steps after which new compiles are suspicious, default 5),
+// XLA_SPAWN_ALIAS_VIEWS=0 (keep concat and slice copies, to measure what the views save).
 
 #include <cstdint>
 #include <list>
@@ -35,6 +36,8 @@ struct RuntimeOptions {
   int64_t warmup_steps = 5;
   // Compiles after warm-up before the (single) warning fires.
   int64_t recompile_warning_threshold = 3;
+  // Run alias_views on every compiled program (concat/slice copies become views).
+  bool alias_views = true;
 
   static RuntimeOptions from_env();
 };
@@ -80,7 +83,9 @@ class Runtime {
   void note_compile(uint64_t hash);
   // With a communicator of world size > 1 and an all_reduce in `graph`: every replica must
   // have traced the same graph; a mismatch throws PeerFailure naming both hashes and ordinals.
-  void check_same_graph_everywhere(const Graph& graph);
+  // The rendezvous runs only when the graph differs from the last one checked (a step that
+  // repeats the graph pays no extra collective). Returns true when the check was skipped.
+  bool check_same_graph_everywhere(const Graph& graph);
   void dump(const Graph& graph, const Program& program) const;
 
   RuntimeOptions options_;
@@ -89,6 +94,7 @@ class Runtime {
   Metrics metrics_;
   CompileStats last_stats_;
   uint64_t last_hash_ = 0;
+  uint64_t checked_hash_ = 0;  // the graph every replica agreed on at the last check (0: none)
   Communicator* communicator_ = nullptr;
   uint64_t seed_state_ = 0x853c49e6748fea9bull;  // PCG's default increment: any odd constant
   std::vector<uint64_t> late_compiles_;          // hashes compiled after warm-up

@@ -156,6 +156,38 @@ TEST(XmDebugReplicas, IdenticalReplicasPassEveryStep) {
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
 }
 
+// The runtime checks the graph hash across replicas only when a replica's graph changes; a
+// replica that changes its step alone must still get an error, not a mixed-up all-reduce.
+TEST(XmGraphCheck, ReplicaWhoseStepChangesAloneFailsClearly) {
+  const Job job = run_replicas(2, [](int ordinal) {
+    for (int step = 0; step < 4; ++step) {
+      // Ordinal 1 adds an op from step 2 on: a different graph, the same all-reduce size.
+      Tensor g = Tensor::full_data({64}, 1.0);
+      if (ordinal == 1 && step >= 2) g = exp(g);
+      const std::vector<Tensor> r = xm::all_reduce(std::vector<Tensor>{g * 2.0}, ReduceOp::kSum);
+      mark_step();
+    }
+  });
+  EXPECT_NE(job.result.exit_code, 0);
+  std::string all;
+  for (const auto& [ordinal, text] : job.output) all += text;
+  EXPECT_NE(all.find("mismatched collective calls"), std::string::npos) << all;
+  EXPECT_NE(all.find("graph"), std::string::npos) << all;
+}
+
+TEST(XmGraphCheck, RepeatedStepsRendezvousOnceAndAgree) {
+  const Job job = run_replicas(3, [](int) {
+    for (int step = 0; step < 5; ++step) {
+      const std::vector<Tensor> r =
+          xm::all_reduce(std::vector<Tensor>{Tensor::full_data({8}, 1.0) * 2.0}, ReduceOp::kSum);
+      mark_step();
+      for (float v : r[0].to_vector<float>()) expect(v == 6.0f, "sum of 2 over 3 replicas");
+    }
+    expect(runtime().metrics().counter(kCounterGraphHashCheck) == 1, "one graph-hash check");
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
+
 TEST(XmCheckpoint, ModelOfOtherShapesIsRefusedAndLeftUnchanged) {
   xm::shutdown();
   xm::init();

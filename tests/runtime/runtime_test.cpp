@@ -189,18 +189,25 @@ class PeerHashCommunicator : public Communicator {
   explicit PeerHashCommunicator(std::optional<uint64_t> peer_hash) : peer_hash_(peer_hash) {}
   int ordinal() const override { return 0; }
   int world_size() const override { return 2; }
-  void all_reduce(void*, size_t, DType, ReduceOp) override { ++all_reduces; }
+  void all_reduce(void*, size_t, DType, ReduceOp) override {
+    ++all_reduces;
+    // As the shared-memory communicator's call-header check when the peer is elsewhere.
+    if (peer_in_rendezvous) throw PeerFailure("all_reduce: mismatched collective calls");
+  }
   void broadcast(void*, size_t, DType, int) override {}
   void all_gather(const void*, void*, size_t, DType) override {}
   void reduce_scatter(const void*, void*, size_t, DType, ReduceOp) override {}
   void barrier() override {}
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag, std::span<const std::byte> mine) override {
     last_tag = tag;
+    ++rendezvous_calls;
     std::vector<std::byte> theirs(mine.begin(), mine.end());
     if (peer_hash_) std::memcpy(theirs.data(), &*peer_hash_, sizeof(uint64_t));
     return {std::vector<std::byte>(mine.begin(), mine.end()), theirs};
   }
   int all_reduces = 0;
+  int rendezvous_calls = 0;
+  bool peer_in_rendezvous = false;
   std::string last_tag;
 
  private:
@@ -232,6 +239,43 @@ TEST(Runtime, GraphHashMismatchAcrossReplicasIsAPeerFailureNamingBoth) {
     EXPECT_NE(msg.find("ordinal 0 traced"), std::string::npos) << msg;
   }
   EXPECT_EQ(comm.all_reduces, 0);
+}
+
+// One step of a graph with an all_reduce of `n` elements (the size changes the graph).
+void all_reduce_step(int64_t n) {
+  Tensor g = all_reduce(Tensor::full_data({n}, 1.0) * 2.0, ReduceOp::kSum);
+  mark_step();
+}
+
+TEST(Runtime, RepeatedGraphSkipsTheGraphHashRendezvous) {
+  ScopedRuntime rt;
+  PeerHashCommunicator comm(std::nullopt);
+  rt->set_communicator(&comm);
+  for (int step = 0; step < 3; ++step) all_reduce_step(2);
+  EXPECT_EQ(comm.all_reduces, 3);
+  EXPECT_EQ(comm.rendezvous_calls, 1);
+  EXPECT_EQ(rt->metrics().counter(kCounterGraphHashCheck), 1);
+  all_reduce_step(3);  // a different graph is checked again, then repeats freely
+  all_reduce_step(3);
+  EXPECT_EQ(comm.rendezvous_calls, 2);
+  all_reduce_step(2);  // back to the first: it differs from the last one checked
+  EXPECT_EQ(comm.rendezvous_calls, 3);
+}
+
+TEST(Runtime, GraphChangedOnlyOnAPeerFailsNamingTheSkippedCheck) {
+  ScopedRuntime rt;
+  PeerHashCommunicator comm(std::nullopt);
+  rt->set_communicator(&comm);
+  all_reduce_step(2);
+  comm.peer_in_rendezvous = true;  // our graph repeats, the peer's changed
+  try {
+    all_reduce_step(2);
+    FAIL() << "expected PeerFailure";
+  } catch (const PeerFailure& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("skipped the check"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mismatched collective calls"), std::string::npos) << msg;
+  }
 }
 
 TEST(Buffer, FreedBuffersAreReusedFromThePool) {
