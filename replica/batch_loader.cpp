@@ -1,5 +1,8 @@
 #include "replica/batch_loader.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <utility>
 
 #include <fmt/format.h>
@@ -9,8 +12,22 @@
 
 namespace xs {
 
+bool prefetch_on_thread(int64_t world_size) {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int may_run_on =
+      sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : 1;
+  return world_size < online && may_run_on > 1;
+}
+
 BatchLoader::BatchLoader(ShardSampler sampler, BatchFn make_batch, LoaderOptions options)
-    : sampler_(std::move(sampler)), make_batch_(std::move(make_batch)), options_(options) {
+    : sampler_(std::move(sampler)),
+      make_batch_(std::move(make_batch)),
+      options_(options),
+      threaded_(
+          options.mode == PrefetchMode::kThread ||
+          (options.mode == PrefetchMode::kAuto && prefetch_on_thread(sampler_.spec().world_size))) {
   XS_CHECK_ARG(options.prefetch_depth >= 1 && options.prefetch_depth <= 64,
                "loader: prefetch depth {} must be in 1..64", options.prefetch_depth);
   XS_CHECK_ARG(options.timeout_ms >= 1, "loader: timeout_ms {} must be positive",
@@ -49,6 +66,11 @@ void BatchLoader::start_epoch(int64_t epoch, int64_t first_batch) {
     epoch_ = epoch;
     next_index_ = first_batch;
     error_ = nullptr;
+    if (!threaded_) {
+      inline_order_ = sampler_.epoch_order(epoch);
+      worker_done_ = true;
+      return;
+    }
   }
   try {
     worker_ = std::thread([this, epoch, first_batch] { run(epoch, first_batch); });
@@ -87,9 +109,36 @@ void BatchLoader::run(int64_t epoch, int64_t first_batch) {
   not_empty_.notify_all();
 }
 
+std::optional<HostBatch> BatchLoader::next_inline() {
+  int64_t epoch, index;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_ || next_index_ >= batches_per_epoch()) return std::nullopt;
+    epoch = epoch_;
+    index = next_index_++;
+  }
+  HostBatch batch;
+  try {
+    batch = make_batch_(sampler_.batch(inline_order_, epoch, index));
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    next_index_ = batches_per_epoch();  // as the worker: an error ends the epoch
+    throw;
+  }
+  batch.epoch = epoch;
+  batch.index = index;
+  std::lock_guard lock(mu_);
+  ++stats_.batches_delivered;
+  return batch;
+}
+
 std::optional<HostBatch> BatchLoader::next() {
   std::unique_lock lock(mu_);
   XS_CHECK_ARG(started_, "loader: next() called before start_epoch()");
+  if (!threaded_) {
+    lock.unlock();
+    return next_inline();
+  }
   if (queue_.empty() && !worker_done_) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + std::chrono::milliseconds(options_.timeout_ms);

@@ -3,7 +3,9 @@
 // thread builds this ordinal's batches of an epoch, in order, into a bounded queue while the
 // training step runs. Errors in the worker are re-thrown by next(); destruction (or the next
 // start_epoch) stops and joins the worker, even mid-epoch. One consumer thread calls
-// start_epoch/next/stop; the worker is the only other thread.
+// start_epoch/next/stop; the worker is the only other thread. When every core already runs a
+// replica (PrefetchMode::kAuto) batches are built inline in next() instead: a loader thread
+// could only take turns with its own replica, and would add a wake-up per batch.
 //
 //   auto loader = xs::make_image_loader(train, spec, xs::kFashionMnistNormalization);
 //   loader->start_epoch(epoch);              // or (epoch, first_batch) when resuming
@@ -19,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "replica/fashion_mnist.h"
 #include "replica/host_batch.h"
@@ -26,10 +29,19 @@
 
 namespace xs {
 
+// kAuto: a thread when a core is free for it (see prefetch_on_thread), else inline.
+enum class PrefetchMode { kAuto, kThread, kInline };
+
 struct LoaderOptions {
   int prefetch_depth = 2;        // ready batches held at most (1..64)
   int64_t timeout_ms = 120'000;  // next() gives up (xs::Timeout) when no batch comes this long
+  PrefetchMode mode = PrefetchMode::kAuto;
 };
+
+// Whether a loader of one of `world_size` replicas gets a thread under kAuto: only when the
+// replicas leave a CPU free (fewer replicas than online CPUs, and this process may run on
+// more than one; xla-spawn pins each replica to one core when 2 <= N <= CPUs).
+bool prefetch_on_thread(int64_t world_size);
 
 struct LoaderStats {
   int64_t batches_delivered = 0;
@@ -58,13 +70,18 @@ class BatchLoader {
   int64_t batches_per_epoch() const { return sampler_.batches_per_epoch(); }
   const ShardSampler& sampler() const { return sampler_; }
   LoaderStats stats() const;
+  // Whether batches are built on the worker thread (false: inline in next()).
+  bool threaded() const { return threaded_; }
 
  private:
   void run(int64_t epoch, int64_t first_batch);
+  std::optional<HostBatch> next_inline();
 
   const ShardSampler sampler_;
   const BatchFn make_batch_;
   const LoaderOptions options_;
+  const bool threaded_;
+  std::vector<int64_t> inline_order_;  // inline mode: the epoch's sample order
 
   mutable std::mutex mu_;
   std::condition_variable not_empty_;  // consumer waits: a batch arrived or the worker ended

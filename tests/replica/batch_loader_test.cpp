@@ -7,6 +7,9 @@
 #include <string>
 #include <thread>
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -105,7 +108,7 @@ TEST(BatchLoader, PrefetchesAtMostDepthBatchesAhead) {
         ++built;
         return make_image_batch(*data, plan, Normalization{});
       },
-      LoaderOptions{.prefetch_depth = 3});
+      LoaderOptions{.prefetch_depth = 3, .mode = PrefetchMode::kThread});
   loader.start_epoch(0);
   // depth batches queued plus one built and waiting for a free slot.
   ASSERT_TRUE(eventually([&] { return built.load() >= 4; }));
@@ -119,8 +122,9 @@ TEST(BatchLoader, StopsCleanlyMidEpochWithTheWorkerBlockedOnAFullQueue) {
   const ShardSpec spec{.n_samples = 1000, .batch_size = 4, .world_size = 1};
   const auto start = Clock::now();
   {
-    auto loader = make_image_loader(synthetic(1000), spec, Normalization{},
-                                    LoaderOptions{.prefetch_depth = 1});
+    auto loader =
+        make_image_loader(synthetic(1000), spec, Normalization{},
+                          LoaderOptions{.prefetch_depth = 1, .mode = PrefetchMode::kThread});
     loader->start_epoch(0);
     ASSERT_TRUE(loader->next().has_value());
     ASSERT_TRUE(loader->next().has_value());
@@ -173,7 +177,7 @@ TEST(BatchLoader, NextTimesOutWhenTheWorkerStalls) {
         cv.wait_for(lock, std::chrono::seconds(60), [&] { return release; });
         return make_image_batch(*data, plan, Normalization{});
       },
-      LoaderOptions{.timeout_ms = 50});
+      LoaderOptions{.timeout_ms = 50, .mode = PrefetchMode::kThread});
   loader.start_epoch(0);
   try {
     loader.next();
@@ -187,6 +191,63 @@ TEST(BatchLoader, NextTimesOutWhenTheWorkerStalls) {
   }
   cv.notify_all();
   EXPECT_TRUE(loader.next().has_value());
+}
+
+// The inline mode (no thread) keeps the threaded loader's contract.
+class BatchLoaderModes : public ::testing::TestWithParam<PrefetchMode> {};
+
+TEST_P(BatchLoaderModes, DeliverTheSameBatchesAndResumeMidEpoch) {
+  const ShardSpec spec{.n_samples = 90, .batch_size = 4, .ordinal = 2, .world_size = 3, .seed = 9};
+  auto loader = make_image_loader(synthetic(90), spec, Normalization{}, {.mode = GetParam()});
+  EXPECT_EQ(loader->threaded(), GetParam() == PrefetchMode::kThread);
+  const auto plans = ShardSampler(spec).epoch_plan(2);
+  loader->start_epoch(2, 3);
+  for (size_t b = 3; b < plans.size(); ++b) {
+    auto batch = loader->next();
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_EQ(batch->epoch, 2);
+    EXPECT_EQ(batch->index, static_cast<int64_t>(b));
+    EXPECT_EQ(batch->sample_indices, plans[b].indices);
+  }
+  EXPECT_FALSE(loader->next().has_value());
+  loader->start_epoch(3);
+  ASSERT_TRUE(loader->next().has_value());
+  loader->stop();
+  EXPECT_FALSE(loader->next().has_value());
+  EXPECT_EQ(loader->stats().batches_delivered, static_cast<int64_t>(plans.size()) - 3 + 1);
+}
+
+TEST_P(BatchLoaderModes, AnErrorEndsTheEpoch) {
+  const ShardSpec spec{.n_samples = 10, .batch_size = 1, .world_size = 1};
+  const auto data = synthetic(10);
+  BatchLoader loader(ShardSampler(spec),
+                     [&](const BatchPlan& plan) {
+                       if (plan.index == 2) throw InvalidArgument("corrupt sample in batch 2");
+                       return make_image_batch(*data, plan, Normalization{});
+                     },
+                     {.mode = GetParam()});
+  loader.start_epoch(0);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(loader.next().has_value());
+  EXPECT_THROW(loader.next(), InvalidArgument);
+  EXPECT_FALSE(loader.next().has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, BatchLoaderModes,
+                         ::testing::Values(PrefetchMode::kThread, PrefetchMode::kInline),
+                         [](const auto& info) {
+                           return info.param == PrefetchMode::kThread ? "Thread" : "Inline";
+                         });
+
+TEST(BatchLoader, AutoModeKeepsTheThreadOnlyWhenACoreIsFree) {
+  const auto online = static_cast<int64_t>(sysconf(_SC_NPROCESSORS_ONLN));
+  EXPECT_FALSE(prefetch_on_thread(online));
+  EXPECT_FALSE(prefetch_on_thread(2 * online));
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  EXPECT_EQ(prefetch_on_thread(1), online > 1 && CPU_COUNT(&allowed) > 1);
+  const ShardSpec spec{.n_samples = 8, .batch_size = 2, .world_size = static_cast<int>(online)};
+  EXPECT_FALSE(make_image_loader(synthetic(8), spec, Normalization{})->threaded());
 }
 
 TEST(BatchLoader, NextBeforeStartEpochIsAnError) {
