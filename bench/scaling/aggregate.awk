@@ -68,11 +68,12 @@ END {
       d, t, c, co, p, 100 * (co + p) / sm, 100 * (d + t + c + co + p) / sm,
       100 * med(untimed, n), 100 * med(wall, n), top, 100 * slow[n, top] / m
   }
-  print "(ms per step, mean over ordinals, median over runs: data = waiting for the batch; trace = tracing,"
-  print " compiling and, at N > 1, the runtime's graph-hash rendezvous before each run (its waits for peers"
-  print " land here: no timer separates them); compute = the compiled program minus its all-reduce; coll ="
-  print " the all-reduce of the last replica to arrive; peer = the rest of the all-reduce time: waiting for"
-  print " peers. AR% = (coll+peer)/step; sum% = the five over the mean step; untim% = the step part no timer"
-  print " covers (trace without compile); wall% = summed step times over the trainer's own training clock;"
+  print "(ms per step, mean over ordinals, median over runs: data = waiting for (or, without a loader"
+  print " thread, building) the batch; trace = tracing and compiling; compute = the compiled program minus"
+  print " its all-reduce; coll = the all-reduce of the last replica to arrive; peer = the rest of the"
+  print " all-reduce time (waiting for peers) plus the runtime's graph-hash rendezvous, which runs only in"
+  print " steps whose graph changed. AR% = (coll+peer)/step; sum% = the five over the mean step; untim% ="
+  print " the step part no timer covers (trace without compile); wall% = summed step times over the"
+  print " trainer's own training clock;"
   print " core = speed-up / min(N, CPUs); speedup = ratio of medians, paired = median of same-round ratios.)"
 }

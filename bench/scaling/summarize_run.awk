@@ -1,5 +1,6 @@
 # One run's summary row from train_fmnist's --step-timing-csv (ordinal,epoch,step,step_ms,
-# wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms; rows grouped by ordinal, in step order).
+# wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms,rendezvous_ms,end_ms; rows grouped by
+# ordinal, in step order).
 # Needs stats.awk. Variables: mode, n, round, batch (per replica), warmup (steps dropped),
 # wall_s (trainer's training seconds, 0 if unknown), load, steps_out (per-step rows appended).
 #
@@ -7,9 +8,9 @@
 # all-reduce time of the LAST replica to arrive (min_k allreduce_ms: it waits for nobody), and
 # each replica's wait for peers as allreduce_ms - that minimum; the last to arrive is the
 # step's slowest ordinal (straggler). Times are means over ordinals, then over steps (ms).
-# Caveat: at N > 1 the runtime also rendezvous on the graph hash before running each step's
-# program (Runtime::check_same_graph_everywhere); the trainer counts that in trace_ms, so part
-# of the waiting for peers is in trace_compile_ms, not in peer_wait_ms.
+# The runtime's graph-hash rendezvous (rendezvous_ms: only in steps whose graph changed, so
+# normally in warm-up alone) is waiting for peers too and is added to peer_wait_ms. CSVs from
+# before that column (9 columns) count it in trace_ms.
 BEGIN {
   if (header_only) {
     print "mode,n,round,batch_per_replica,global_batch,measured_steps,samples_per_s," \
@@ -24,6 +25,7 @@ FNR == 1 { next }
   k = $1 + 0
   i = cnt[k]++
   st[k, i] = $4; dw[k, i] = $5; tr[k, i] = $6 + $7; un[k, i] = $6; cp[k, i] = $8; ar[k, i] = $9
+  rv[k, i] = NF >= 10 ? $10 : 0
   if (k == 0) all_step_ms += $4
   if (k + 1 > nord) nord = k + 1
 }
@@ -46,7 +48,7 @@ END {
     slow_count[slow]++
     for (k = 0; k < n; ++k) {
       sum_dw += dw[k, i] / n; sum_tr += tr[k, i] / n; sum_cp += cp[k, i] / n
-      sum_ar += ar[k, i] / n; sum_pw += (ar[k, i] - lo) / n; sum_un += un[k, i] / n
+      sum_ar += ar[k, i] / n; sum_pw += (ar[k, i] - lo + rv[k, i]) / n; sum_un += un[k, i] / n
     }
     printf "%d,%d,%d,%.4f,%d\n", n, round, i, job, slow >> steps_out
   }
