@@ -108,7 +108,8 @@ TEST_F(FaultTest, SigkillDuringTheCheckpointWriteKeepsThePreviousCheckpoint) {
 }
 
 TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
-  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "1000");
+  // Not smaller: a loaded machine must not time out the start on its own.
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "5000");
   Launch run(args(0, {"--grace-period", "1"}));
   wait_for_first_checkpoint(run);
   std::optional<pid_t> victim;
