@@ -19,8 +19,9 @@
 namespace xs::fuzz {
 
 // Splits at NUL bytes; at most `max_pieces` pieces (the rest is dropped), so an input of
-// many NULs cannot make one iteration slow.
+// many NULs cannot make one iteration slow. An empty input is no pieces (xla-spawn alone).
 inline std::vector<std::string> split_at_nul(const uint8_t* data, size_t size, size_t max_pieces) {
+  if (size == 0) return {};
   std::vector<std::string> pieces(1);
   for (size_t i = 0; i < size; ++i) {
     if (data[i] != 0) {
