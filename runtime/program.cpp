@@ -33,6 +33,13 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
       case Storage::Kind::kView: break;  // below: its storage may come later in the list
     }
   }
+  if (env.scratch != nullptr) {
+    const std::vector<int>& slots = collective_slots();
+    for (size_t k = 0; k < slots.size(); ++k) {
+      const Storage& st = storages[slots[k]];
+      ptr[slots[k]] = env.scratch->get(static_cast<int>(k), arena_slot_bytes[st.index]);
+    }
+  }
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
     if (st.kind == Storage::Kind::kView) ptr[s] = static_cast<char*>(ptr[st.index]) + st.offset_bytes;
@@ -54,6 +61,22 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
     results.push_back(st.kind == Storage::Kind::kInput ? inputs[st.index] : outputs[st.index]);
   }
   return results;
+}
+
+const std::vector<int>& Program::collective_slots() {
+  if (!collective_slots_) {
+    collective_slots_.emplace();
+    for (const Kernel& k : kernels) {
+      if (k.kind != Kernel::Kind::kOp || k.op != Op::kAllReduce) continue;
+      int s = k.out_storage;
+      if (storages[s].kind == Storage::Kind::kView) s = storages[s].index;
+      std::vector<int>& found = *collective_slots_;
+      if (storages[s].kind == Storage::Kind::kArena && std::find(found.begin(), found.end(), s) == found.end()) {
+        found.push_back(s);
+      }
+    }
+  }
+  return *collective_slots_;
 }
 
 std::string Program::text() const {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,7 +74,11 @@ class Program {
   std::vector<ValueType> input_types;  // checked on every run
 
  private:
+  // Arena slots that hold an all-reduce's operand (directly or under views), found on first run.
+  const std::vector<int>& collective_slots();
+
   std::vector<BufferPtr> arena_;  // allocated on first run, reused afterwards
+  std::optional<std::vector<int>> collective_slots_;
 };
 
 // Optimises and lowers `graph`: constant folding, CSE, DCE, elementwise fusion (with matmul

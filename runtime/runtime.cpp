@@ -40,6 +40,34 @@ Runtime::Runtime(RuntimeOptions options)
 
 Runtime::~Runtime() {
   for (TensorImpl* impl : live_) impl->runtime = nullptr;
+  scratch_.release();
+}
+
+void Runtime::set_communicator(Communicator* communicator) {
+  if (communicator != communicator_) scratch_.release();
+  communicator_ = communicator;
+  scratch_.owner = communicator;
+}
+
+void* Runtime::Scratch::get(int index, size_t bytes) {
+  const auto k = static_cast<size_t>(index);
+  if (buffers_.size() <= k) buffers_.resize(k + 1, {nullptr, 0});
+  auto& [data, size] = buffers_[k];
+  if (size < bytes) {
+    if (data != nullptr) owner->free_buffer(data);
+    data = nullptr;
+    size = 0;
+    data = owner->alloc_buffer(bytes);
+    size = bytes;
+  }
+  return data;
+}
+
+void Runtime::Scratch::release() {
+  for (auto& [data, size] : buffers_) {
+    if (data != nullptr) owner->free_buffer(data);
+  }
+  buffers_.clear();
 }
 
 void Runtime::register_tensor(TensorImpl* impl) { impl->registry_pos = live_.insert(live_.end(), impl); }
@@ -82,7 +110,8 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   std::vector<BufferPtr> outputs;
   try {
     ScopedTimer timer(metrics_, kTimerExecuteTime);
-    outputs = program->run(graph.inputs, {communicator_, &metrics_});
+    const bool collective = communicator_ != nullptr && communicator_->world_size() > 1;
+    outputs = program->run(graph.inputs, {communicator_, &metrics_, collective ? &scratch_ : nullptr});
   } catch (const PeerFailure& e) {
     if (!check_skipped) throw;
     throw PeerFailure(fmt::format(

@@ -19,9 +19,11 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/compile_cache.h"
+#include "runtime/detail/kernels.h"
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
 #include "runtime/tensor.h"
@@ -64,8 +66,11 @@ class Runtime {
   uint64_t last_graph_hash() const { return last_hash_; }
   bool recompile_warning_issued() const { return warned_; }
 
-  // In-graph all_reduce calls this communicator; null (the default) makes it a no-op.
-  void set_communicator(Communicator* communicator) { communicator_ = communicator; }
+  // In-graph all_reduce calls this communicator; null (the default) makes it a no-op. The
+  // operands of in-graph all-reduces live in memory from its alloc_buffer(), returned when the
+  // communicator is replaced or the runtime destroyed: unset it (set_communicator(nullptr))
+  // before destroying a communicator that outlives no runtime using it.
+  void set_communicator(Communicator* communicator);
   Communicator* communicator() const { return communicator_; }
 
   // Seeds for in-graph RNG ops: each call returns a fresh i64 scalar data tensor, so a new
@@ -88,7 +93,20 @@ class Runtime {
   bool check_same_graph_everywhere(const Graph& graph);
   void dump(const Graph& graph, const Program& program) const;
 
+  // All-reduce operand buffers from the communicator, shared by every program (an arena slot
+  // holds nothing between runs); index k is a program's k-th operand slot.
+  class Scratch : public detail::CollectiveScratch {
+   public:
+    void* get(int index, size_t bytes) override;
+    void release();  // returns every buffer to `owner`
+    Communicator* owner = nullptr;
+
+   private:
+    std::vector<std::pair<void*, size_t>> buffers_;
+  };
+
   RuntimeOptions options_;
+  Scratch scratch_;
   std::list<TensorImpl*> live_;  // creation order: deterministic graph order across steps
   CompileCache cache_;
   Metrics metrics_;

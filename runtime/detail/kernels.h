@@ -20,9 +20,19 @@ struct Arg {
   const ValueType* type;
 };
 
+// Memory for the operands of in-graph all-reduces, from the communicator's buffer arena, so
+// the collective can run its zero-copy schedule. Contents need not survive between runs.
+class CollectiveScratch {
+ public:
+  virtual ~CollectiveScratch() = default;
+  // The `index`-th operand buffer of the running program, at least `bytes` long.
+  virtual void* get(int index, size_t bytes) = 0;
+};
+
 struct ExecEnv {
   Communicator* communicator = nullptr;
   Metrics* metrics = nullptr;
+  CollectiveScratch* scratch = nullptr;  // null: all-reduce operands stay in the program's arena
 };
 
 // Runs a non-elementwise op (also kConst: a fill). Throws InvalidArgument for bad runtime

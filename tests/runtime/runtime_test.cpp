@@ -215,8 +215,9 @@ class PeerHashCommunicator : public Communicator {
 };
 
 TEST(Runtime, ReplicasTracingTheSameGraphRunTheirAllReduce) {
-  ScopedRuntime rt;
+  // Declared first: the runtime returns its all-reduce buffers to it when destroyed.
   PeerHashCommunicator comm(std::nullopt);
+  ScopedRuntime rt;
   rt->set_communicator(&comm);
   Tensor g = all_reduce(Tensor::from_vector<float>({1, 2}, {2}), ReduceOp::kSum);
   mark_step();
@@ -226,8 +227,9 @@ TEST(Runtime, ReplicasTracingTheSameGraphRunTheirAllReduce) {
 }
 
 TEST(Runtime, GraphHashMismatchAcrossReplicasIsAPeerFailureNamingBoth) {
-  ScopedRuntime rt;
+  // Declared first: the runtime returns its all-reduce buffers to it when destroyed.
   PeerHashCommunicator comm(0x1234);
+  ScopedRuntime rt;
   rt->set_communicator(&comm);
   Tensor g = all_reduce(Tensor::from_vector<float>({1, 2}, {2}), ReduceOp::kSum);
   try {
@@ -248,8 +250,9 @@ void all_reduce_step(int64_t n) {
 }
 
 TEST(Runtime, RepeatedGraphSkipsTheGraphHashRendezvous) {
-  ScopedRuntime rt;
+  // Declared first: the runtime returns its all-reduce buffers to it when destroyed.
   PeerHashCommunicator comm(std::nullopt);
+  ScopedRuntime rt;
   rt->set_communicator(&comm);
   for (int step = 0; step < 3; ++step) all_reduce_step(2);
   EXPECT_EQ(comm.all_reduces, 3);
@@ -263,8 +266,9 @@ TEST(Runtime, RepeatedGraphSkipsTheGraphHashRendezvous) {
 }
 
 TEST(Runtime, GraphChangedOnlyOnAPeerFailsNamingTheSkippedCheck) {
-  ScopedRuntime rt;
+  // Declared first: the runtime returns its all-reduce buffers to it when destroyed.
   PeerHashCommunicator comm(std::nullopt);
+  ScopedRuntime rt;
   rt->set_communicator(&comm);
   all_reduce_step(2);
   comm.peer_in_rendezvous = true;  // our graph repeats, the peer's changed
