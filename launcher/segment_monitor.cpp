@@ -57,7 +57,8 @@ std::optional<std::string> SegmentMonitor::check(std::span<const pid_t> pids_by_
   try {
     auto bad = check_segment(mapping_->region.get_address(), mapping_->region.get_size(),
                              mapping_->header, pids_by_ordinal);
-    if (bad) return fmt::format("control block of segment {} is corrupted: {}", mapping_->name, *bad);
+    if (bad)
+      return fmt::format("control block of segment {} is corrupted: {}", mapping_->name, *bad);
   } catch (const std::exception& e) {  // only allocation can throw here
     return fmt::format("checking segment {}: {}", mapping_->name, e.what());
   }

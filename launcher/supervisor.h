@@ -53,13 +53,13 @@ inline constexpr int kMonitorIntervalMs = 200;
 
 struct SupervisorOptions {
   OutputOptions output;
-  std::chrono::milliseconds grace{3000};  // SIGTERM -> SIGKILL
-  std::chrono::milliseconds timeout{0};   // whole job, all attempts; 0: no limit
-  int max_restarts = 0;                   // restarts of the whole group after a failure
+  std::chrono::milliseconds grace{3000};        // SIGTERM -> SIGKILL
+  std::chrono::milliseconds timeout{0};         // whole job, all attempts; 0: no limit
+  int max_restarts = 0;                         // restarts of the whole group after a failure
   CoreBinding bind_cores = CoreBinding::kAuto;  // see CoreBinding
-  JobResources* resources = nullptr;      // not owned; see job_resources.h
-  ReplicaObserver* observer = nullptr;    // not owned; may be null
-  JobMonitor* monitor = nullptr;          // not owned; may be null
+  JobResources* resources = nullptr;            // not owned; see job_resources.h
+  ReplicaObserver* observer = nullptr;          // not owned; may be null
+  JobMonitor* monitor = nullptr;                // not owned; may be null
 };
 
 struct JobResult {

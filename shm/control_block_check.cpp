@@ -69,8 +69,8 @@ std::string at(const void* base, const void* field, const std::string& what) {
 bool same_header(const SegmentHeader& a, const SegmentHeader& b) {
   return a.job_id == b.job_id && a.world_size == b.world_size &&
          a.staging_bytes == b.staging_bytes && a.arena_bytes == b.arena_bytes &&
-         a.total_bytes == b.total_bytes &&
-         a.launcher_pid == b.launcher_pid && a.spin_allowed == b.spin_allowed;
+         a.total_bytes == b.total_bytes && a.launcher_pid == b.launcher_pid &&
+         a.spin_allowed == b.spin_allowed;
 }
 
 std::string describe(const SegmentHeader& h) {
@@ -85,9 +85,9 @@ std::optional<std::string> check_poison(const shm::ControlBlock& c, int world_si
   const uint32_t poisoned = load(c.poisoned);
   const uint32_t claim = load(c.poison_claim);
   if (poisoned > static_cast<uint32_t>(world_size)) {
-    return at(&c, &c.poisoned,
-              fmt::format("poisoned word {}: expected 0 or 1 + an ordinal < {}", poisoned,
-                          world_size));
+    return at(
+        &c, &c.poisoned,
+        fmt::format("poisoned word {}: expected 0 or 1 + an ordinal < {}", poisoned, world_size));
   }
   if (claim > 1 || (poisoned != 0 && claim != 1)) {
     return at(&c, &c.poison_claim,
@@ -97,8 +97,8 @@ std::optional<std::string> check_poison(const shm::ControlBlock& c, int world_si
   }
   const uint32_t sleepers = load(c.sleepers);
   if (sleepers > kMaxSleepers) {
-    return at(&c, &c.sleepers, fmt::format("sleeper count {}: expected at most {}", sleepers,
-                                           kMaxSleepers));
+    return at(&c, &c.sleepers,
+              fmt::format("sleeper count {}: expected at most {}", sleepers, kMaxSleepers));
   }
   // Arrivals only grow and the round is published after its last arrival: reading the round
   // first gives count >= round * n; reading the count first gives count <= (round + 1) * n.
@@ -149,13 +149,14 @@ std::optional<std::string> check_slot(const void* base, const shm::OrdinalSlot& 
                           "2 (left)",
                           ordinal, state));
   }
-  const bool known = pids.empty() || pid == 0 || of_replica(pid, pids[static_cast<size_t>(ordinal)]);
+  const bool known =
+      pids.empty() || pid == 0 || of_replica(pid, pids[static_cast<size_t>(ordinal)]);
   if (pid < 0 || pid > kMaxPid || !known || (state != 0 && pid == 0)) {
-    return at(base, &slot.pid,
-              fmt::format("ordinal {}: slot pid {} in state {}: expected 0 or the replica's pid {} "
-                          "(or a descendant), and a pid once checked in",
-                          ordinal, pid, state,
-                          pids.empty() ? -1 : pids[static_cast<size_t>(ordinal)]));
+    return at(
+        base, &slot.pid,
+        fmt::format("ordinal {}: slot pid {} in state {}: expected 0 or the replica's pid {} "
+                    "(or a descendant), and a pid once checked in",
+                    ordinal, pid, state, pids.empty() ? -1 : pids[static_cast<size_t>(ordinal)]));
   }
   return check_mailboxes(base, slot, ordinal);
 }
@@ -184,8 +185,9 @@ std::optional<std::string> check_header(const shm::ControlBlock& c, size_t mappe
   const uint64_t magic = load(c.magic);
   const uint32_t version = load(c.version);
   if (magic != shm::kSegmentMagic || version != shm::kSegmentVersion) {
-    return at(&c, &c.magic, fmt::format("magic {:#x} version {}: expected {:#x} version {}", magic,
-                                        version, shm::kSegmentMagic, shm::kSegmentVersion));
+    return at(&c, &c.magic,
+              fmt::format("magic {:#x} version {}: expected {:#x} version {}", magic, version,
+                          shm::kSegmentMagic, shm::kSegmentVersion));
   }
   const SegmentHeader h = SegmentHeader::of(c);
   if (h.world_size < 1 || h.world_size > kMaxWorldSize) {
@@ -235,8 +237,8 @@ std::optional<std::string> check_segment(const void* base, size_t mapped_bytes,
                        describe(expected));
   }
   if (auto bad = check_poison(control, expected.world_size)) return bad;
-  const auto* slots = reinterpret_cast<const shm::OrdinalSlot*>(static_cast<const std::byte*>(base) +
-                                                                shm::slots_offset());
+  const auto* slots = reinterpret_cast<const shm::OrdinalSlot*>(
+      static_cast<const std::byte*>(base) + shm::slots_offset());
   for (int k = 0; k < expected.world_size; ++k) {
     if (auto bad = check_slot(base, slots[k], k, pids)) return bad;
   }

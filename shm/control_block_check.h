@@ -27,7 +27,7 @@ struct SegmentHeader {
   std::string job_id;
   int world_size = 0;
   uint64_t staging_bytes = 0;  // per ordinal, page multiple
-  uint64_t arena_bytes = 0;  // per ordinal, page multiple, may be 0
+  uint64_t arena_bytes = 0;    // per ordinal, page multiple, may be 0
   uint64_t total_bytes = 0;
   int32_t launcher_pid = 0;
   uint32_t spin_allowed = 0;
@@ -37,8 +37,9 @@ struct SegmentHeader {
 
 // Self-consistency of the write-once header, needing no outside knowledge: magic, version,
 // world size 1..1024, staging size (a page multiple >= 2 pages), arena size (a page multiple),
-// total size == segment_bytes(world size, staging, arena) <= mapped_bytes, NUL-terminated job id, launcher pid > 0,
-// spin flag 0/1. Returns "<field> <value>: expected <what>" for the first violation.
+// total size == segment_bytes(world size, staging, arena) <= mapped_bytes, NUL-terminated job id,
+// launcher pid > 0, spin flag 0/1. Returns "<field> <value>: expected <what>" for the first
+// violation.
 std::optional<std::string> check_header(const shm::ControlBlock& control, size_t mapped_bytes);
 
 // Everything: check_header, the header equal to `expected`, the poison words (poisoner <=

@@ -47,7 +47,8 @@ void kill_on_temporary(int inotify_fd, std::string prefix, std::string dir) {
     for (ssize_t off = 0; off < n;) {
       const auto* event = reinterpret_cast<const inotify_event*>(buffer + off);
       off += static_cast<ssize_t>(sizeof(inotify_event) + event->len);
-      if (event->len == 0 || std::strncmp(event->name, prefix.c_str(), prefix.size()) != 0) continue;
+      if (event->len == 0 || std::strncmp(event->name, prefix.c_str(), prefix.size()) != 0)
+        continue;
       const std::string temp = dir + "/" + event->name;
       struct stat st {};
       const bool present = ::stat(temp.c_str(), &st) == 0;

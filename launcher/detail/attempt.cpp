@@ -51,8 +51,10 @@ std::vector<int> allowed_cpus() {
 
 bool binds_cores(CoreBinding binding, int nprocs) {
   switch (binding) {
-    case CoreBinding::kOn: return true;
-    case CoreBinding::kOff: return false;
+    case CoreBinding::kOn:
+      return true;
+    case CoreBinding::kOff:
+      return false;
     case CoreBinding::kAuto:
       return nprocs >= 2 && nprocs <= static_cast<int>(allowed_cpus().size());
   }
@@ -126,9 +128,10 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
 }
 
 void Attempt::start(const std::vector<EnvVar>& extra_env) {
-  const std::vector<int> cpus = binds_cores(job_.options->bind_cores, static_cast<int>(replicas_.size()))
-                                    ? allowed_cpus()
-                                    : std::vector<int>();
+  const std::vector<int> cpus =
+      binds_cores(job_.options->bind_cores, static_cast<int>(replicas_.size()))
+          ? allowed_cpus()
+          : std::vector<int>();
   // Buffered stdio would be copied into every child and written N + 1 times.
   std::fflush(nullptr);
   for (Replica& r : replicas_) start_one(r, extra_env, cpus);

@@ -41,7 +41,9 @@ struct ExitPath {
   int exit_code;
 };
 
-void PrintTo(const ExitPath& path, std::ostream* os) { *os << path.name; }
+void PrintTo(const ExitPath& path, std::ostream* os) {
+  *os << path.name;
+}
 
 class SegmentTest : public ::testing::TestWithParam<ExitPath> {};
 
@@ -60,11 +62,11 @@ TEST_P(SegmentTest, ReplicasSeeTheSegmentAndItIsGoneAfterTheJob) {
   EXPECT_FALSE(segment_exists(name)) << name << " left behind";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ExitPaths, SegmentTest,
-    ::testing::Values(ExitPath{"Success", "true", 0}, ExitPath{"Failure", "exit 3", 3},
-                      ExitPath{"Timeout", "sleep 30", 124}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(ExitPaths, SegmentTest,
+                         ::testing::Values(ExitPath{"Success", "true", 0},
+                                           ExitPath{"Failure", "exit 3", 3},
+                                           ExitPath{"Timeout", "sleep 30", 124}),
+                         [](const auto& info) { return info.param.name; });
 
 // The pid of the launcher's reaper (launcher/reaper.h): its child named "xla-spawn-reap".
 pid_t reaper_of(pid_t launcher) {

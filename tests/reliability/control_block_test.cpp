@@ -10,9 +10,9 @@
 #include <functional>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
-#include <gtest/gtest.h>
 
 #include "shm/control_block_check.h"
 #include "shm/segment.h"
@@ -76,7 +76,9 @@ struct Scribble {
   std::function<void(MappedSegment&)> write;
   std::string expect;  // in the message
 };
-void PrintTo(const Scribble& s, std::ostream* os) { *os << s.name; }
+void PrintTo(const Scribble& s, std::ostream* os) {
+  *os << s.name;
+}
 
 class ControlBlockGarbage : public ::testing::TestWithParam<Scribble> {};
 
@@ -94,8 +96,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         Scribble{"Magic", [](auto& s) { s.control().magic = 42; }, "magic 0x2a"},
         Scribble{"WorldSize", [](auto& s) { s.control().world_size = 70000; }, "world size 70000"},
-        Scribble{"WorldSizeInRange", [](auto& s) { s.control().world_size = 2; }, "expected 20480 for 2 ordinals"},
-        Scribble{"StagingBytes", [](auto& s) { s.control().staging_bytes = 12345; }, "staging 12345"},
+        Scribble{"WorldSizeInRange", [](auto& s) { s.control().world_size = 2; },
+                 "expected 20480 for 2 ordinals"},
+        Scribble{"StagingBytes", [](auto& s) { s.control().staging_bytes = 12345; },
+                 "staging 12345"},
         Scribble{"StagingBytesHuge", [](auto& s) { s.control().staging_bytes = uint64_t{1} << 50; },
                  "staging"},
         Scribble{"ArenaBytes", [](auto& s) { s.control().arena_bytes = 4096 * 1000; }, "total"},
@@ -105,7 +109,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "job id"},
         Scribble{"LauncherPid", [](auto& s) { s.control().launcher_pid = -5; }, "launcher pid -5"},
         Scribble{"Poisoned", [](auto& s) { s.control().poisoned = 99; }, "poisoned word 99"},
-        Scribble{"PoisonedWithoutClaim", [](auto& s) { s.control().poisoned = 1; }, "poison claim 0"},
+        Scribble{"PoisonedWithoutClaim", [](auto& s) { s.control().poisoned = 1; },
+                 "poison claim 0"},
         Scribble{"Sleepers", [](auto& s) { s.control().sleepers = 0xfffffff0u; }, "sleeper count"},
         Scribble{"BarrierCount", [](auto& s) { s.control().barrier_count = 1u << 30; },
                  "barrier arrivals"},

@@ -40,11 +40,16 @@ Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--field") a.field = value;
-    else if (flag == "--victim") a.victim = static_cast<int>(xs::parse_int(value, 0, 1023, flag));
-    else if (flag == "--after") a.after = xs::parse_int(value, 0, 1'000'000, flag);
-    else if (flag == "--hang-ms") a.hang_ms = xs::parse_int(value, 0, 600'000, flag);
-    else throw xs::InvalidArgument("corrupt_replica: unknown flag " + flag);
+    if (flag == "--field")
+      a.field = value;
+    else if (flag == "--victim")
+      a.victim = static_cast<int>(xs::parse_int(value, 0, 1023, flag));
+    else if (flag == "--after")
+      a.after = xs::parse_int(value, 0, 1'000'000, flag);
+    else if (flag == "--hang-ms")
+      a.hang_ms = xs::parse_int(value, 0, 600'000, flag);
+    else
+      throw xs::InvalidArgument("corrupt_replica: unknown flag " + flag);
   }
   return a;
 }
@@ -71,22 +76,38 @@ void scribble(const std::string& field, int victim) {
   auto& c = *reinterpret_cast<xs::shm::ControlBlock*>(base);
   auto* slots = reinterpret_cast<xs::shm::OrdinalSlot*>(base + xs::shm::slots_offset());
   const int peer = victim == 0 ? 1 : 0;
-  if (field == "magic") store(c.magic, kGarbage64);
-  else if (field == "world_size") store(c.world_size, kGarbage32);
-  else if (field == "staging_bytes") store(c.staging_bytes, kGarbage64);
-  else if (field == "arena_bytes") store(c.arena_bytes, kGarbage64);
-  else if (field == "total_bytes") store(c.total_bytes, kGarbage64);
-  else if (field == "launcher_pid") store(c.launcher_pid, static_cast<int32_t>(kGarbage32));
-  else if (field == "job_id") std::memset(c.job_id, 'x', sizeof c.job_id);
-  else if (field == "poisoned") store(c.poisoned, kGarbage32);
-  else if (field == "poison_claim") store(c.poison_claim, kGarbage32);
-  else if (field == "poison_reason") std::memset(c.poison_reason, 'y', sizeof c.poison_reason);
-  else if (field == "sleepers") store(c.sleepers, kGarbage32);
-  else if (field == "barrier_count") store(c.barrier_count, kGarbage64);
-  else if (field == "peer_pid") store(slots[peer].pid, static_cast<int32_t>(kGarbage32));
-  else if (field == "peer_state") store(slots[peer].state, kGarbage32);
-  else if (field == "peer_round") store(slots[peer].mailbox[0].round, kGarbage32);
-  else throw xs::InvalidArgument("corrupt_replica: unknown --field " + field);
+  if (field == "magic")
+    store(c.magic, kGarbage64);
+  else if (field == "world_size")
+    store(c.world_size, kGarbage32);
+  else if (field == "staging_bytes")
+    store(c.staging_bytes, kGarbage64);
+  else if (field == "arena_bytes")
+    store(c.arena_bytes, kGarbage64);
+  else if (field == "total_bytes")
+    store(c.total_bytes, kGarbage64);
+  else if (field == "launcher_pid")
+    store(c.launcher_pid, static_cast<int32_t>(kGarbage32));
+  else if (field == "job_id")
+    std::memset(c.job_id, 'x', sizeof c.job_id);
+  else if (field == "poisoned")
+    store(c.poisoned, kGarbage32);
+  else if (field == "poison_claim")
+    store(c.poison_claim, kGarbage32);
+  else if (field == "poison_reason")
+    std::memset(c.poison_reason, 'y', sizeof c.poison_reason);
+  else if (field == "sleepers")
+    store(c.sleepers, kGarbage32);
+  else if (field == "barrier_count")
+    store(c.barrier_count, kGarbage64);
+  else if (field == "peer_pid")
+    store(slots[peer].pid, static_cast<int32_t>(kGarbage32));
+  else if (field == "peer_state")
+    store(slots[peer].state, kGarbage32);
+  else if (field == "peer_round")
+    store(slots[peer].mailbox[0].round, kGarbage32);
+  else
+    throw xs::InvalidArgument("corrupt_replica: unknown --field " + field);
   std::printf("corrupt_replica: ordinal %d wrote garbage into %s\n", victim, field.c_str());
   std::fflush(stdout);
 }

@@ -76,7 +76,8 @@ TEST_F(FaultTest, SigkillInTheForwardPassNamesTheOrdinalAndLeavesNothing) {
   const int status = run.wait_or_fail(kJobDeadline);
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << run.err();
   EXPECT_NE(run.err().find("ordinal 1 killed by signal 9"), std::string::npos) << run.err();
-  EXPECT_NE(run.err().find("SIGKILL in the forward pass of step 4"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("SIGKILL in the forward pass of step 4"), std::string::npos)
+      << run.err();
   expect_nothing_left(run.pid());
   EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok global_step=3 ", 0), 0u)
       << check_checkpoint(checkpoint());
@@ -113,8 +114,8 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
   Launch run(args(0, {"--grace-period", "1"}));
   wait_for_first_checkpoint(run);
   std::optional<pid_t> victim;
-  ASSERT_TRUE(wait_until([&] { return (victim = tagged_replica(tag_, 1)).has_value(); },
-                         kCleanupDeadline));
+  ASSERT_TRUE(
+      wait_until([&] { return (victim = tagged_replica(tag_, 1)).has_value(); }, kCleanupDeadline));
   ASSERT_EQ(::kill(*victim, SIGSTOP), 0);
   const int status = run.wait_or_fail(kJobDeadline);
   EXPECT_NE(WEXITSTATUS(status), 0) << run.err();

@@ -12,9 +12,15 @@
 
 namespace xs::testing {
 
-std::string train_fmnist_path() { return XS_TRAIN_FMNIST_PATH; }
-std::string checkpoint_check_path() { return XS_CHECKPOINT_CHECK_PATH; }
-std::string corrupt_replica_path() { return XS_CORRUPT_REPLICA_PATH; }
+std::string train_fmnist_path() {
+  return XS_TRAIN_FMNIST_PATH;
+}
+std::string checkpoint_check_path() {
+  return XS_CHECKPOINT_CHECK_PATH;
+}
+std::string corrupt_replica_path() {
+  return XS_CORRUPT_REPLICA_PATH;
+}
 
 std::string unique_tag() {
   static std::atomic<int> counter{0};
@@ -86,15 +92,25 @@ std::vector<std::string> segments_of_launcher(pid_t launcher_pid) {
 std::vector<std::string> train_command(const std::string& checkpoint, int steps) {
   // MLP, 16 per replica, 4096 samples, no evaluation: a step is milliseconds, and the
   // checkpoint (parameters + Adam state, ~8 MB) is big enough to be caught mid-write.
-  return {"--",        train_fmnist_path(),
-          "--model",   "mlp",
-          "--batch-size", "16",
-          "--epochs",  steps > 0 ? "1" : "1000",
-          "--max-steps", std::to_string(steps),
-          "--train-samples", "4096",
-          "--no-eval", "--seed", "7",
-          "--checkpoint", checkpoint,
-          "--checkpoint-every", "3",
+  return {"--",
+          train_fmnist_path(),
+          "--model",
+          "mlp",
+          "--batch-size",
+          "16",
+          "--epochs",
+          steps > 0 ? "1" : "1000",
+          "--max-steps",
+          std::to_string(steps),
+          "--train-samples",
+          "4096",
+          "--no-eval",
+          "--seed",
+          "7",
+          "--checkpoint",
+          checkpoint,
+          "--checkpoint-every",
+          "3",
           "--resume"};
 }
 

@@ -27,8 +27,14 @@ using std::chrono::seconds;
 constexpr uid_t kNobody = 65534;
 
 // Child exit codes of try_as_nobody, so a failure says which step let the other user in.
-enum NobodyResult { kAllDenied = 0, kDropFailed = 10, kShmOpenAllowed, kFileOpenAllowed, kAttached,
-                    kWrongErrno };
+enum NobodyResult {
+  kAllDenied = 0,
+  kDropFailed = 10,
+  kShmOpenAllowed,
+  kFileOpenAllowed,
+  kAttached,
+  kWrongErrno
+};
 
 // Forks, becomes nobody (groups, gid, uid; no way back), and tries to open the segment with
 // shm_open, through /dev/shm and with Segment::attach. Returns the child's NobodyResult.
