@@ -68,8 +68,8 @@ class Runtime {
 
   // In-graph all_reduce calls this communicator; null (the default) makes it a no-op. The
   // operands of in-graph all-reduces live in memory from its alloc_buffer(), returned when the
-  // communicator is replaced or the runtime destroyed: unset it (set_communicator(nullptr))
-  // before destroying a communicator that outlives no runtime using it.
+  // communicator is replaced or the runtime destroyed: a communicator must outlive the runtime
+  // or be unset (set_communicator(nullptr)) before it is destroyed, as xm::shutdown() does.
   void set_communicator(Communicator* communicator);
   Communicator* communicator() const { return communicator_; }
 
