@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "tests/support/deadline_scale.h"
+
 namespace xs::testing {
 namespace {
 
@@ -131,6 +133,7 @@ void ForkJob::start(const std::function<std::string(Child&)>& fn) {
 }
 
 JobResult ForkJob::wait(std::chrono::milliseconds deadline) {
+  deadline = scaled(deadline);  // longer under sanitizers (scripts/sanitize)
   JobResult result;
   const auto start = std::chrono::steady_clock::now();
   result.children.resize(pids_.size());

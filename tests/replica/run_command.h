@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tests/support/deadline_scale.h"
+
 namespace xs::testing {
 
 struct CommandResult {
@@ -23,7 +25,8 @@ struct CommandResult {
 // hung job cannot hang the test.
 inline CommandResult run_command(const std::string& command, int timeout_s = 180) {
   const std::string full =
-      "timeout -k 10 " + std::to_string(timeout_s) + " sh -c '" + command + "' 2>&1";
+      "timeout -k 10 " + std::to_string(timeout_s * xs::testing::deadline_scale()) + " sh -c '" +
+      command + "' 2>&1";
   FILE* pipe = ::popen(full.c_str(), "r");
   if (pipe == nullptr) throw std::runtime_error("popen failed: " + full);
   CommandResult result;
