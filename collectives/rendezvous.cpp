@@ -12,9 +12,21 @@ namespace {
 // Layout in the staging half: u64 tag length, u64 payload length, tag bytes, payload bytes.
 constexpr size_t kLengthsBytes = 2 * sizeof(uint64_t);
 
-std::string_view tag_of(const std::byte* area) {
-  uint64_t tag_bytes;
-  std::memcpy(&tag_bytes, area, sizeof tag_bytes);
+// The lengths come from a peer's staging: a scribbling or corrupt peer must not make us read
+// past the half, so each length is checked against what the half can hold.
+uint64_t length_at(const std::byte* area, size_t index, size_t capacity, int peer) {
+  uint64_t n_bytes;
+  std::memcpy(&n_bytes, area + index * sizeof(uint64_t), sizeof n_bytes);
+  if (n_bytes > capacity) {
+    throw PeerFailure(fmt::format("rendezvous: ordinal {} published a {} of {} bytes; at most {} "
+                                  "fit the staging (corrupt segment?)",
+                                  peer, index == 0 ? "tag" : "payload", n_bytes, capacity));
+  }
+  return n_bytes;
+}
+
+std::string_view tag_of(const std::byte* area, size_t capacity, int peer) {
+  const uint64_t tag_bytes = length_at(area, 0, capacity, peer);
   return {reinterpret_cast<const char*>(area + kLengthsBytes), tag_bytes};
 }
 
@@ -36,17 +48,18 @@ std::vector<std::vector<std::byte>> rendezvous(Rounds& rounds, const std::string
     std::memcpy(mine + kLengthsBytes + tag.size(), payload.data(), payload.size());
   }
   rounds.sync();
+  const size_t capacity = rounds.half_bytes() - kLengthsBytes;
   std::vector<std::vector<std::byte>> payloads(static_cast<size_t>(n));
   for (int j = 0; j < n; ++j) {
     const std::byte* area = rounds.staging(j, parity);
-    if (tag_of(area) != tag) {
+    if (tag_of(area, capacity, j) != tag) {
       throw PeerFailure(
           fmt::format("rendezvous: ordinal {} passed tag '{}', ordinal {} passed "
                       "tag '{}'",
-                      me, tag, j, tag_of(area)));
+                      me, tag, j, tag_of(area, capacity, j)));
     }
-    uint64_t payload_bytes;
-    std::memcpy(&payload_bytes, area + sizeof(uint64_t), sizeof payload_bytes);
+    // The tag matched ours, so it is tag.size() bytes; the payload gets what is left.
+    const uint64_t payload_bytes = length_at(area, 1, capacity - tag.size(), j);
     const std::byte* begin = area + kLengthsBytes + tag.size();
     payloads[j].assign(begin, begin + payload_bytes);
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "collectives/detail/rounds.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 
@@ -105,6 +106,43 @@ TEST_P(CollectivesTest, BarrierAndRendezvousExchangePayloads) {
     }
     return std::string("no error for different tags");
   });
+}
+
+// A peer that publishes impossible lengths (a scribbled or hostile segment) is an error naming
+// it, never a read past its staging half.
+TEST(RendezvousTest, ImpossibleLengthsFromAPeerAreAnError) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) -> std::string {
+    const uint64_t bogus[2][2] = {{uint64_t{1} << 40, 0}, {1, uint64_t{1} << 40}};
+    if (child.ordinal == 1) {  // hand-written rounds with bogus tag, then payload, lengths
+      detail::Rounds rounds(child.attach(), 30'000);
+      for (const auto& lengths : bogus) {
+        rounds.begin_call("rendezvous", detail::CallHeader{detail::CallKind::kRendezvous,
+                                                           DType::kBool, ReduceOp::kSum, 0, 0});
+        std::byte* mine = rounds.staging(1, rounds.next_parity());
+        std::memcpy(mine, lengths, sizeof lengths);
+        std::memcpy(mine + sizeof lengths, "t", 1);
+        rounds.sync();
+      }
+      return std::string();
+    }
+    ShmCommunicator comm = child.communicator();
+    for (const char* what : {"tag", "payload"}) {
+      try {
+        comm.rendezvous("t", {});
+        return fmt::format("no error for a bogus {} length", what);
+      } catch (const PeerFailure& e) {
+        const std::string message = e.what();
+        if (message.find("ordinal 1") == std::string::npos ||
+            message.find(what) == std::string::npos) {
+          return "message lacks the ordinal or the field: " + message;
+        }
+      }
+    }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, ::testing::Values(2, 3, 8));
