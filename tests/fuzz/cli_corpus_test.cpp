@@ -5,8 +5,6 @@
 // every bit flip of the accepted seeds stands in for fuzzing in CTest.
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,26 +13,17 @@
 
 #include "fuzz/replica_env_target.h"
 #include "fuzz/spawn_options_target.h"
+#include "tests/support/fuzz_corpus.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {
 namespace {
 
-namespace fs = std::filesystem;
 
-struct CorpusFile {
-  std::string name;
-  std::vector<uint8_t> bytes;
-};
+using testing::CorpusFile;
 
-std::vector<CorpusFile> corpus(const std::string& sub) {
-  std::vector<CorpusFile> files;
-  for (const auto& entry : fs::directory_iterator(fs::path(XS_FUZZ_CORPUS_DIR) / sub)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    files.push_back({entry.path().filename().string(),
-                     {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()}});
-  }
-  return files;
+std::vector<CorpusFile> corpus(const std::string& target) {
+  return testing::fuzz_corpus(XS_FUZZ_CORPUS_DIR, target);
 }
 
 // The replica_env target sets and unsets the contract's variables: put them back afterwards,

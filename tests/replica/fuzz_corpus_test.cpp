@@ -10,24 +10,16 @@
 #include <gtest/gtest.h>
 
 #include "fuzz/targets.h"
-#include "tests/replica/temp_dir.h"
+#include "tests/support/fuzz_corpus.h"
 
 namespace xs {
 namespace {
 
-namespace fs = std::filesystem;
 
-struct CorpusFile {
-  std::string name;
-  std::vector<uint8_t> bytes;
-};
+using testing::CorpusFile;
 
-std::vector<CorpusFile> corpus(const std::string& sub) {
-  std::vector<CorpusFile> files;
-  for (const auto& entry : fs::directory_iterator(fs::path(XS_FUZZ_CORPUS_DIR) / sub)) {
-    files.push_back({entry.path().filename().string(), testing::TempDir::read(entry.path())});
-  }
-  return files;
+std::vector<CorpusFile> corpus(const std::string& target) {
+  return testing::fuzz_corpus(XS_FUZZ_CORPUS_DIR, target);
 }
 
 bool expected_ok(const CorpusFile& f) {
