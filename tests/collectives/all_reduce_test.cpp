@@ -10,31 +10,19 @@
 
 #include "base/error.h"
 #include "collectives/reduce.h"
+#include "tests/collectives/combination_sweep.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 
 namespace xs::testing {
 namespace {
 
-using Algo = std::optional<AllReduceAlgorithm>;
-
 // 64 KiB per ordinal: small, so that buffers "larger than the staging area" stay cheap.
 constexpr size_t kStagingBytes = 64 << 10;
-constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
 
 // The last count is 2.5 staging halves: a short final slab, which once exposed a layout bug.
 std::vector<size_t> counts(DType dtype) {
   return {0, 1, 7, 1023, (size_t{1} << 20) + 3, 5 * kStagingBytes / 4 / dtype_size(dtype) + 5};
-}
-
-std::string algo_name(const Algo& algo) {
-  return algo ? std::string(all_reduce_algorithm_name(*algo)) : "auto";
-}
-
-// Fingerprint slot in the scratch area for (combination, ordinal).
-uint64_t* fingerprint_slot(std::byte* scratch, size_t combination, int ordinal) {
-  return reinterpret_cast<uint64_t*>(scratch) + combination * 8 + ordinal;
 }
 
 class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, Algo>> {};
@@ -44,34 +32,15 @@ TEST_P(AllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
   ForkJob job(world_size, kStagingBytes);
   job.start([algo = algo](Child& child) {
     ShmCommunicator comm = child.communicator({.algorithm = algo, .timeout_ms = {}});
-    std::string failures;
-    size_t combination = 0;
-    for (DType dtype : kDTypes) {
-      for (ReduceOp op : kOps) {
-        for (size_t n : counts(dtype)) {
-          std::vector<std::byte> data = make_input(dtype, child.ordinal, n);
-          comm.all_reduce(data.data(), n, dtype, op);
-          std::string why;
-          if (const size_t wrong = count_wrong(data, dtype, op, child.world_size, &why)) {
-            failures += fmt::format("{} {} n={}: {} wrong, {}\n", dtype_name(dtype),
-                                    reduce_op_name(op), n, wrong, why);
-          }
-          *fingerprint_slot(child.scratch, combination++, child.ordinal) =
-              fingerprint(data.data(), data.size());
-        }
-      }
-    }
-    return failures;
+    return reduce_all_combinations(child, counts, [&](DType dtype, ReduceOp op, size_t n) {
+      std::vector<std::byte> data = make_input(dtype, child.ordinal, n);
+      comm.all_reduce(data.data(), n, dtype, op);
+      return data;
+    });
   });
   const JobResult result = job.wait(std::chrono::seconds(240));  // slow only when loaded
   ASSERT_TRUE(result.all_ok()) << result.describe();
-  const size_t combinations = std::size(kDTypes) * std::size(kOps) * counts(DType::kF32).size();
-  for (size_t c = 0; c < combinations; ++c) {
-    for (int o = 1; o < world_size; ++o) {
-      EXPECT_EQ(*fingerprint_slot(job.scratch(), c, o), *fingerprint_slot(job.scratch(), c, 0))
-          << "combination " << c << " differs between ordinal " << o << " and ordinal 0";
-    }
-  }
+  expect_bit_identical(job, world_size, combination_count(counts));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizesAndAlgorithms, AllReduceTest,

@@ -10,29 +10,18 @@
 #include <fmt/format.h>
 
 #include "collectives/reduce.h"
+#include "tests/collectives/combination_sweep.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 
 namespace xs::testing {
 namespace {
 
-using Algo = std::optional<AllReduceAlgorithm>;
-
 constexpr size_t kStagingBytes = 64 << 10;
-constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
 
 std::vector<size_t> counts(DType dtype) {
   return {
       0, 1, 7, 1023, 4099, (size_t{1} << 20) + 3, 5 * kStagingBytes / 4 / dtype_size(dtype) + 5};
-}
-
-std::string algo_name(const Algo& algo) {
-  return algo ? std::string(all_reduce_algorithm_name(*algo)) : "auto";
-}
-
-uint64_t* fingerprint_slot(std::byte* scratch, size_t combination, int ordinal) {
-  return reinterpret_cast<uint64_t*>(scratch) + combination * 8 + ordinal;
 }
 
 // Runs one all_reduce of make_input(dtype, ordinal, n) in `operand` (n elements of room) and
@@ -48,38 +37,14 @@ std::vector<std::byte> reduce_in(ShmCommunicator& comm, std::byte* operand, DTyp
 
 // Every (dtype, op, count) on `operand`; returns the failures, records fingerprints.
 std::string reduce_all_combinations(Child& child, ShmCommunicator& comm, std::byte* operand) {
-  std::string failures;
-  size_t combination = 0;
-  for (DType dtype : kDTypes) {
-    for (ReduceOp op : kOps) {
-      for (size_t n : counts(dtype)) {
-        const std::vector<std::byte> data = reduce_in(comm, operand, dtype, op, n);
-        std::string why;
-        if (const size_t wrong = count_wrong(data, dtype, op, child.world_size, &why)) {
-          failures += fmt::format("{} {} n={}: {} wrong, {}\n", dtype_name(dtype),
-                                  reduce_op_name(op), n, wrong, why);
-        }
-        *fingerprint_slot(child.scratch, combination++, child.ordinal) =
-            fingerprint(data.data(), data.size());
-      }
-    }
-  }
-  return failures;
-}
-
-void expect_bit_identical(const ForkJob& job, int world_size) {
-  const size_t combinations = std::size(kDTypes) * std::size(kOps) * counts(DType::kF32).size();
-  for (size_t c = 0; c < combinations; ++c) {
-    for (int o = 1; o < world_size; ++o) {
-      EXPECT_EQ(*fingerprint_slot(job.scratch(), c, o), *fingerprint_slot(job.scratch(), c, 0))
-          << "combination " << c << " differs between ordinal " << o << " and ordinal 0";
-    }
-  }
+  return reduce_all_combinations(child, counts, [&](DType dtype, ReduceOp op, size_t n) {
+    return reduce_in(comm, operand, dtype, op, n);
+  });
 }
 
 size_t largest_bytes() {
   size_t bytes = 0;
-  for (DType dtype : kDTypes) bytes = std::max(bytes, counts(dtype).back() * dtype_size(dtype));
+  for (DType dtype : kSweepDTypes) bytes = std::max(bytes, counts(dtype).back() * dtype_size(dtype));
   return std::max(bytes, ((size_t{1} << 20) + 3) * 8);
 }
 
@@ -102,7 +67,7 @@ TEST_P(ArenaAllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
   });
   const JobResult result = job.wait(std::chrono::seconds(240));  // slow only when loaded
   ASSERT_TRUE(result.all_ok()) << result.describe();
-  expect_bit_identical(job, world_size);
+  expect_bit_identical(job, world_size, combination_count(counts));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, ArenaAllReduceTest,
@@ -132,7 +97,7 @@ TEST_P(MixedOperandTest, ArenaAndHeapOperandsInOneCallStillAgree) {
   });
   const JobResult result = job.wait(std::chrono::seconds(240));  // slow only when loaded
   ASSERT_TRUE(result.all_ok()) << result.describe();
-  expect_bit_identical(job, world_size);
+  expect_bit_identical(job, world_size, combination_count(counts));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, MixedOperandTest,
