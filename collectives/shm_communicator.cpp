@@ -148,16 +148,24 @@ void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int roo
   detail::broadcast(*rounds_, static_cast<std::byte*>(data), n_elems * dtype_size(dtype), root);
 }
 
+// All-gather and reduce-scatter always publish their input in round 1 (as all_reduce's
+// in-place schedules do): when every input is in its owner's arena the zero-copy direct form
+// runs, else the staging schedule (one round later).
 void ShmCommunicator::all_gather(const void* in, void* out, size_t n_elems, DType dtype) {
   const size_t bytes = n_elems * dtype_size(dtype);
   if (world_size() == 1) {
     if (bytes != 0 && in != out) std::memmove(out, in, bytes);
     return;
   }
+  const bool arena = bytes != 0 && in_arena(in, bytes);
   rounds_->begin_call("all_gather",
-                      CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum, n_elems, 0});
-  detail::all_gather(*rounds_, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
-                     bytes);
+                      CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum, n_elems, 0, arena});
+  const auto* from = static_cast<const std::byte*>(in);
+  auto* to = static_cast<std::byte*>(out);
+  const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
+                                             arena ? arena_->offset(in) : 0);
+  if (rounds_->all_in_arena(parity)) return detail::all_gather_direct(*rounds_, parity, from, to, bytes);
+  detail::all_gather(*rounds_, from, to, bytes);
 }
 
 void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
@@ -168,10 +176,18 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
     reduce_sources(out, nullptr, sources, 1, n_elems, dtype, op, 1);
     return;
   }
+  const size_t in_bytes = n_elems * static_cast<size_t>(world_size()) * dtype_size(dtype);
+  const bool arena = in_bytes != 0 && in_arena(in, in_bytes);
   rounds_->begin_call("reduce_scatter",
-                      CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0});
-  detail::reduce_scatter(*rounds_, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
-                         n_elems, dtype, op);
+                      CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0, arena});
+  const auto* from = static_cast<const std::byte*>(in);
+  auto* to = static_cast<std::byte*>(out);
+  const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
+                                             arena ? arena_->offset(in) : 0);
+  if (rounds_->all_in_arena(parity)) {
+    return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op);
+  }
+  detail::reduce_scatter(*rounds_, from, to, n_elems, dtype, op);
 }
 
 void ShmCommunicator::barrier() {

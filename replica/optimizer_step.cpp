@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/env.h"
 #include "replica/divergence_check.h"
 #include "replica/xm.h"
 #include "replica/xm_collectives.h"
@@ -20,11 +21,24 @@ void broadcast_parameters(const NamedTensors& named) {
   load_state_dict(named, state);
 }
 
+bool sharded_update_enabled() { return env_bool(kShardedUpdateEnv).value_or(true); }
+
 void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters) {
   XS_CHECK_ARG(named_parameters.size() == optimizer.params().size(),
                "optimizer_step: {} names for {} parameters", named_parameters.size(),
                optimizer.params().size());
-  optimizer.apply(all_reduce(optimizer.gradients(), ReduceOp::kMean));
+  {
+    // Scoped: a gradient still referenced at mark_step() would be a step output (a copy, and
+    // a buffer the backward pass could not share with the flat collective operand).
+    const std::vector<Tensor> grads = optimizer.gradients();
+    // Once sharded the state stays so (apply() would throw): apply_sharded names the problem.
+    if (optimizer.shard_world_size() != 0 ||
+        (world_size() > 1 && sharded_update_enabled() && optimizer.can_shard(grads))) {
+      optimizer.apply_sharded(grads, ReduceOp::kMean, world_size());
+    } else {
+      optimizer.apply(all_reduce(grads, ReduceOp::kMean));
+    }
+  }
   optimizer.zero_grad();
   mark_step();
   if (debug_replicas()) check_replicas_identical(named_parameters, optimizer.steps());

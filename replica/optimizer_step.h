@@ -3,6 +3,10 @@
 // same graph as the forward, backward and update (one in-graph collective per dtype over the
 // gradients flattened into one buffer), so a step is one compiled program. And the start of
 // training: every replica takes the master's initial parameters.
+// With N > 1 replicas the update is sharded (ZeRO stage 1, Optimizer::apply_sharded): the
+// gradients are reduce-scattered, each replica updates 1/N of the parameters and holds 1/N of
+// the optimizer state, and the parameters are all-gathered, still in one graph. The results are
+// the same bits as the all-reduce path; XLA_SPAWN_SHARDED_UPDATE=0 turns it off.
 //
 //   xs::xm::broadcast_parameters(model.named_state());
 //   backward(loss); xs::xm::optimizer_step(opt);      // all-reduce, update, mark_step
@@ -15,8 +19,13 @@ namespace xs::xm {
 // Collective: replaces every tensor's value by ordinal 0's (as materialised data).
 void broadcast_parameters(const NamedTensors& named);
 
+inline constexpr const char* kShardedUpdateEnv = "XLA_SPAWN_SHARDED_UPDATE";
+// Whether optimizer_step shards the update (XLA_SPAWN_SHARDED_UPDATE, default on).
+bool sharded_update_enabled();
+
 // Mean-all-reduces the optimizer's gradients in-graph, records the update, drops the
-// gradients and runs the step (mark_step). With XLA_SPAWN_DEBUG_REPLICAS=1 it then checks
+// gradients and runs the step (mark_step). Sharded (see above) when enabled, the world size is
+// above 1 and Optimizer::can_shard takes the gradients, or the state is sharded already. With XLA_SPAWN_DEBUG_REPLICAS=1 it then checks
 // that every replica ran the same graph and holds the same parameters (PeerFailure if not).
 void optimizer_step(Optimizer& optimizer);
 // The same; the debug check names parameters by `named_parameters` (the module's names, in the

@@ -2,7 +2,8 @@
 // xm.save / load for training state: the model's parameters and buffers ("model.<name>"), the
 // optimizer's state ("optim.<name>") and metadata (epoch, batch, ...) in one checkpoint file
 // (replica/checkpoint.h: atomic write, validated read). Saving is collective: the master
-// writes, the others wait, so no replica runs ahead of a checkpoint that is not on disk.
+// writes, the others wait, so no replica runs ahead of a checkpoint that is not on disk. A
+// sharded optimizer state (optimizer_step.h) is all-gathered by every replica first.
 //
 //   xs::xm::save(path, model.named_state(), &opt, {{"epoch", epoch}, {"batch", 0}});
 //   if (auto meta = xs::xm::load_if_exists(path, model.named_state(), &opt)) resume(*meta);

@@ -67,8 +67,13 @@ const std::vector<int>& Program::collective_slots() {
   if (!collective_slots_) {
     collective_slots_.emplace();
     for (const Kernel& k : kernels) {
-      if (k.kind != Kernel::Kind::kOp || k.op != Op::kAllReduce) continue;
-      int s = k.out_storage;
+      if (k.kind != Kernel::Kind::kOp) continue;
+      // The operand a collective publishes to its peers: all_reduce's (in place: its output),
+      // reduce_scatter's and all_gather's input.
+      int s;
+      if (k.op == Op::kAllReduce) s = k.out_storage;
+      else if (k.op == Op::kReduceScatter || k.op == Op::kAllGather) s = k.in_storage.at(0);
+      else continue;
       if (storages[s].kind == Storage::Kind::kView) s = storages[s].index;
       std::vector<int>& found = *collective_slots_;
       if (storages[s].kind == Storage::Kind::kArena && std::find(found.begin(), found.end(), s) == found.end()) {

@@ -74,7 +74,8 @@ class Program {
   std::vector<ValueType> input_types;  // checked on every run
 
  private:
-  // Arena slots that hold an all-reduce's operand (directly or under views), found on first run.
+  // Arena slots that hold a collective's published operand (all_reduce's, reduce_scatter's or
+  // all_gather's; directly or under views), found on first run.
   const std::vector<int>& collective_slots();
 
   std::vector<BufferPtr> arena_;  // allocated on first run, reused afterwards

@@ -132,7 +132,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
 bool Runtime::check_same_graph_everywhere(const Graph& graph) {
   if (communicator_ == nullptr || communicator_->world_size() == 1) return false;
   const bool collective = std::any_of(graph.nodes.begin(), graph.nodes.end(),
-                                      [](const GNode& n) { return n.op == Op::kAllReduce; });
+                                      [](const GNode& n) { return op_info(n.op).kind == OpKind::kCollective; });
   if (!collective) return false;  // only a graph with collectives must match across replicas
   // Every replica agreed on checked_hash_ at the last check. A replica whose graph is still
   // that one skips the rendezvous; one whose graph changed runs it, and then the first

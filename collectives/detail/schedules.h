@@ -45,6 +45,12 @@ void broadcast(Rounds& rounds, std::byte* data, size_t n_bytes, int root);
 void all_gather(Rounds& rounds, const std::byte* in, std::byte* out, size_t n_bytes);
 void reduce_scatter(Rounds& rounds, const std::byte* in, std::byte* out, size_t n_elems,
                     DType dtype, ReduceOp op);
+// After publish_operand() of every input, all in arenas (Rounds::all_in_arena): the
+// zero-copy forms. Reduce-scatter's inputs hold N chunks of n_elems; all-gather's n_bytes.
+void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
+                           size_t n_elems, DType dtype, ReduceOp op);
+void all_gather_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
+                       size_t n_bytes);
 std::vector<std::vector<std::byte>> rendezvous(Rounds& rounds, const std::string& tag,
                                                std::span<const std::byte> payload);
 

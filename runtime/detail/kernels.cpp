@@ -10,6 +10,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "collectives/communicator.h"
+#include "runtime/collective_ops.h"
 #include "runtime/element.h"
 #include "runtime/metrics.h"
 
@@ -159,6 +160,8 @@ void run_op_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Ar
       env.communicator->all_reduce(out.data, n, out.type->dtype, static_cast<ReduceOp>(attrs.flag));
       return;
     }
+    case Op::kReduceScatter: case Op::kAllGather: case Op::kShard:
+      return run_collective_kernel(op, attrs, ins, out, env);  // runtime/collective_ops.cpp
     default:
       XS_CHECK(false, "run_op_kernel: {} is elementwise or a leaf and has no standalone kernel",
                op_name(op));

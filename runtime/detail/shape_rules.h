@@ -41,6 +41,10 @@ XS_DECLARE_RULE(rule_one_hot)
 XS_DECLARE_RULE(rule_random)
 XS_DECLARE_RULE(rule_bernoulli)
 XS_DECLARE_RULE(rule_all_reduce)
+// Defined in runtime/collective_ops.cpp.
+XS_DECLARE_RULE(rule_reduce_scatter)
+XS_DECLARE_RULE(rule_all_gather)
+XS_DECLARE_RULE(rule_shard)
 #undef XS_DECLARE_RULE
 
 }  // namespace xs::detail

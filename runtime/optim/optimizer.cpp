@@ -45,6 +45,9 @@ void Optimizer::apply(const std::vector<Tensor>& grads) {
     throw InvalidArgument(fmt::format("Optimizer::apply: {} gradients for {} parameters",
                                       grads.size(), params_.size()));
   }
+  if (shard_world_size_ != 0) {
+    throw InvalidArgument("Optimizer::apply: the state is sharded; call apply_sharded");
+  }
   NoGradGuard no_grad;
   ++steps_;
   begin_step();
@@ -63,6 +66,7 @@ void Optimizer::zero_grad() {
 }
 
 NamedTensors Optimizer::named_state() const {
+  if (shard_world_size_ != 0) return gathered_state();
   NamedTensors out;
   out.emplace_back("step", Tensor::from_vector<int64_t>({steps_}, {}));
   const std::vector<std::string> names = state_names();
@@ -88,6 +92,7 @@ void Optimizer::load_state(const NamedTensors& state) {
     }
   }
   steps_ = state[0].second.to_vector<int64_t>()[0];
+  if (shard_world_size_ != 0) return load_sharded_state(state);
   for (size_t j = 1; j < state.size(); ++j) {
     const size_t i = (j - 1) / state_names().size(), k = (j - 1) % state_names().size();
     state_[i][k].assign(state[j].second);

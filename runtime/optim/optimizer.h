@@ -2,7 +2,9 @@
 // Optimizer base: parameters, a learning rate held as a data scalar (changing it never
 // recompiles), state tensors created materialised (Tensor::full_data) so step 1 traces the same
 // graph as every later step, and a split step for the replica layer: take the gradients,
-// transform them (all-reduce), then apply.
+// transform them (all-reduce), then apply; or, across replicas, the sharded update
+// (apply_sharded, ZeRO stage 1: each replica updates 1/N of the parameters and keeps 1/N of the
+// state; optimizer_sharded.cpp).
 //
 //   SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
 //   backward(loss);
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "runtime/nn/module.h"
 #include "runtime/tensor.h"
 
@@ -30,6 +33,18 @@ class Optimizer {
   // undefined entries are skipped) under no_grad, and counts a step.
   void apply(const std::vector<Tensor>& grads);
   void step() { apply(gradients()); }
+  // The sharded update over `world_size` replicas, recorded into the step's graph: the
+  // gradients, flattened (zero-padded to a multiple of world_size), are reduce-scattered with
+  // `op`; this replica updates its chunk of the flat parameters with its chunk of the state;
+  // the chunks are all-gathered back into every parameter. The same arithmetic per element as
+  // apply(all_reduce(grads, op)). The first call turns the state into this replica's chunks;
+  // from then on named_state() and load_state() gather or split the full state in-graph
+  // (collective: every replica must call them alike) and apply() throws.
+  void apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size);
+  // Whether apply_sharded can take `grads`: all defined, one dtype (also the parameters').
+  bool can_shard(const std::vector<Tensor>& grads) const;
+  // The world size of the sharded state; 0 while the state is whole.
+  int64_t shard_world_size() const { return shard_world_size_; }
   // Drops the gradients (PyTorch's set_to_none): the next backward starts them afresh.
   void zero_grad();
 
@@ -40,7 +55,8 @@ class Optimizer {
   int64_t steps() const { return steps_; }
   const std::vector<Tensor>& params() const { return params_; }
 
-  // Optimizer state for checkpoints: "step" (i64 0-d) and "<param index>.<buffer>".
+  // Optimizer state for checkpoints: "step" (i64 0-d) and "<param index>.<buffer>", always
+  // the whole state (sharded: all-gathered in-graph, so every replica must call it).
   NamedTensors named_state() const;
   // Restores what named_state() returned (matched by name; shapes and dtypes checked).
   void load_state(const NamedTensors& state);
@@ -56,9 +72,24 @@ class Optimizer {
   void init_state();
 
   std::vector<Tensor> params_;
-  std::vector<std::vector<Tensor>> state_;
+  std::vector<std::vector<Tensor>> state_;  // [param][buffer]; empty once sharded
 
  private:
+  // Sharded state: elements of the flat parameters, padded to a multiple of the world size.
+  int64_t padded_elems(int64_t world_size) const;
+  // The tensors flattened into one 1-D tensor with zeros up to padded_elems(); or its parts
+  // (`reshaped` to 1-D, or as they are for local_shard, which reads them flat anyway).
+  Tensor flat_padded(const std::vector<Tensor>& tensors, int64_t world_size) const;
+  std::vector<Tensor> flat_parts(const std::vector<Tensor>& tensors, int64_t world_size,
+                                 bool reshaped) const;
+  // Per parameter, its slice of a flat (padded) tensor, shaped like the parameter.
+  std::vector<Tensor> unflat(const Tensor& flat) const;
+  void shard_state(int64_t world_size);
+  NamedTensors gathered_state() const;
+  void load_sharded_state(const NamedTensors& state);
+
+  std::vector<Tensor> shard_state_;  // [buffer]: this replica's chunk of the flat buffer
+  int64_t shard_world_size_ = 0;
   Tensor lr_;
   double lr_value_;
   int64_t steps_ = 0;

@@ -24,38 +24,16 @@
 #include "runtime/ops.h"
 #include "runtime/optim/sgd.h"
 #include "runtime/runtime.h"
+#include "tests/replica/replica_job.h"
 #include "tests/replica/temp_dir.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {
 namespace {
 
-void expect(bool ok, const std::string& what) {
-  if (!ok) throw std::runtime_error("check failed: " + what);
-}
-
-// Runs fn in n replicas; returns every line they printed, by ordinal.
-struct Job {
-  JobResult result;
-  std::map<int, std::string> output;
-};
-Job run_replicas(int n, const std::function<void(int)>& fn) {
-  Job job;
-  SpawnOptions options;
-  options.grace = std::chrono::milliseconds(500);
-  options.output.on_line = [&job](int ordinal, ReplicaStream, std::string_view line) {
-    job.output[ordinal] += std::string(line) + "\n";
-  };
-  job.result = spawn(
-      [&fn](int ordinal) {
-        xm::shutdown();  // state forked from the test process is not this replica's
-        xm::init();
-        fn(ordinal);
-        xm::shutdown();
-      },
-      n, options);
-  return job;
-}
+using testing::expect;
+using Job = testing::ReplicaJob;
+using testing::run_replicas;
 
 class XmCollectives : public ::testing::TestWithParam<int> {};
 
@@ -130,6 +108,9 @@ void train_steps(Linear& fc, SGD& opt, int steps, int perturb_ordinal, int pertu
 
 TEST(XmDebugReplicas, DivergedOrdinalIsNamedWithTheStepAndParameter) {
   testing::ScopedEnv debug(xm::kDebugReplicasEnv, "1");
+  // The all-reduce path: the sharded update's all-gather would hand every replica the owner's
+  // value of the nudged bias, so the replicas would agree again.
+  testing::ScopedEnv unsharded(xm::kShardedUpdateEnv, "0");
   const Job job = run_replicas(3, [](int) {
     Generator gen(1);
     Linear fc(4, 3, gen);

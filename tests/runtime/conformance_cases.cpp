@@ -9,7 +9,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "base/error.h"
 #include "collectives/communicator.h"
+#include "runtime/collective_ops.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"
 #include "tests/runtime/reference.h"
@@ -232,6 +234,24 @@ void random_cases(std::map<Op, Case>& c) {
     exact(all_reduce(to_tensor(x), ReduceOp::kMax), x, "all_reduce max, world size 2");
     runtime().set_communicator(nullptr);
     EXPECT_EQ(comm.calls, 2);
+  };
+  // The sharded update's collectives at world size 1 (tests/replica runs them across processes).
+  c[Op::kReduceScatter] = [](std::mt19937& rng) {
+    const Host x = random_host({6}, DType::kF32, rng);
+    exact(reduce_scatter(to_tensor(x), ReduceOp::kMean, 1), x, "reduce_scatter, world size 1");
+    EXPECT_THROW(reduce_scatter(to_tensor(x), ReduceOp::kSum, 4), InvalidArgument);
+  };
+  c[Op::kAllGather] = [](std::mt19937& rng) {
+    const Host x = random_host({5}, DType::kF64, rng);
+    exact(all_gather(to_tensor(x), 1), x, "all_gather, world size 1");
+  };
+  c[Op::kShard] = [](std::mt19937& rng) {
+    const Host x = random_host({4}, DType::kI32, rng);
+    exact(local_shard({to_tensor(x)}, 1), x, "shard, world size 1");
+    const Host a = random_host({3}, DType::kF32, rng), b = random_host({5}, DType::kF32, rng);
+    Host ab{{8}, DType::kF32, a.v};
+    ab.v.insert(ab.v.end(), b.v.begin(), b.v.end());
+    exact(local_shard({to_tensor(a), to_tensor(b)}, 1), ab, "shard of two parts, world size 1");
   };
 }
 

@@ -1,0 +1,68 @@
+// Direct (zero-copy) reduce-scatter and all-gather: like the direct all-reduce, over inputs
+// in the replicas' buffer arenas, which every process maps, so each ordinal reads its
+// peers' inputs in place. Together they move the same bytes as the direct all-reduce,
+// which is what a sharded optimizer update (reduce-scatter, update one chunk, all-gather)
+// relies on.
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/detail/schedules.h"
+#include "collectives/reduce.h"
+
+namespace xs::detail {
+namespace {
+
+constexpr size_t kArenaOffsetAt = 8;  // as publish_operand() writes it
+
+// Every ordinal's published input, mapped into this process (its own: `mine`).
+std::vector<const std::byte*> published_inputs(Rounds& rounds, int parity, const std::byte* mine) {
+  const int n = rounds.world_size();
+  std::vector<const std::byte*> inputs(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    uint64_t offset;
+    std::memcpy(&offset, rounds.inline_data(j, parity) + kArenaOffsetAt, sizeof offset);
+    inputs[j] = j == rounds.ordinal() ? mine : rounds.segment().arena(j) + offset;
+  }
+  return inputs;
+}
+
+// Elements per block: the N source blocks (about 256 KiB in all) stay in L2.
+size_t block_elems(int world_size, size_t elem_bytes) {
+  return std::max<size_t>(1, (size_t{256} << 10) / static_cast<size_t>(world_size) / elem_bytes);
+}
+
+}  // namespace
+
+// Ordinal j reduces chunk j (n_elems at j * n_elems) of every input, in ordinal order
+// 0..N-1 (the order and arithmetic of all_reduce_direct, so the bits are the same), into
+// `out`; a final sync keeps every input unchanged until all owners have read it.
+void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
+                           size_t n_elems, DType dtype, ReduceOp op) {
+  const int n = rounds.world_size();
+  const size_t elem_bytes = dtype_size(dtype);
+  const std::vector<const std::byte*> inputs = published_inputs(rounds, parity, in);
+  const size_t base = n_elems * static_cast<size_t>(rounds.ordinal()) * elem_bytes;
+  const size_t step = block_elems(n, elem_bytes);
+  std::vector<const void*>& sources = rounds.sources();
+  for (size_t offset = 0; offset < n_elems; offset += step) {
+    const size_t count = std::min(step, n_elems - offset);
+    const size_t at = offset * elem_bytes;
+    for (int j = 0; j < n; ++j) sources[j] = inputs[j] + base + at;
+    reduce_sources(out + at, nullptr, sources.data(), n, count, dtype, op, n);
+  }
+  rounds.sync();
+}
+
+// Every ordinal copies every input (n_bytes each) to out at ordinal * n_bytes; a final sync
+// keeps the inputs unchanged until all have been read.
+void all_gather_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
+                       size_t n_bytes) {
+  const std::vector<const std::byte*> inputs = published_inputs(rounds, parity, in);
+  for (int j = 0; j < rounds.world_size(); ++j) {
+    std::byte* to = out + static_cast<size_t>(j) * n_bytes;
+    if (to != inputs[j]) std::memmove(to, inputs[j], n_bytes);
+  }
+  rounds.sync();
+}
+
+}  // namespace xs::detail

@@ -1,0 +1,172 @@
+// The sharded optimizer update (xm::optimizer_step with XLA_SPAWN_SHARDED_UPDATE, ZeRO stage
+// 1) in real replica processes: the same bits as the all-reduce path, parameters identical on
+// every replica, checkpoints holding the whole optimizer state, and resuming from them.
+
+#include <cmath>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "replica/checkpoint.h"
+#include "replica/optimizer_step.h"
+#include "replica/xm.h"
+#include "replica/xm_checkpoint.h"
+#include "replica/xm_collectives.h"
+#include "runtime/autograd.h"
+#include "runtime/nn/linear.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adam.h"
+#include "runtime/optim/sgd.h"
+#include "runtime/runtime.h"
+#include "runtime/state_dict.h"
+#include "tests/replica/replica_job.h"
+#include "tests/replica/temp_dir.h"
+#include "tests/support/scoped_env.h"
+
+namespace xs {
+namespace {
+
+using testing::expect;
+using testing::run_replicas;
+
+// 13 247 parameters: not a multiple of 2, 3 or 4, so the flat buffer is padded.
+struct Net {
+  Generator gen{7};  // the same initial parameters on every replica
+  Linear fc1{40, 301, gen};
+  Linear fc2{301, 3, gen};
+  std::vector<Tensor> params() const {
+    std::vector<Tensor> p = fc1.parameters();
+    for (const Tensor& t : fc2.parameters()) p.push_back(t);
+    return p;
+  }
+  NamedTensors named() const {
+    NamedTensors out;
+    for (auto& [name, t] : fc1.named_state()) out.emplace_back("fc1." + name, t);
+    for (auto& [name, t] : fc2.named_state()) out.emplace_back("fc2." + name, t);
+    return out;
+  }
+  std::vector<float> values() const {
+    std::vector<float> out;
+    for (const Tensor& t : params()) {
+      const std::vector<float> v = t.to_vector<float>();
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  }
+};
+
+// Steps [from, to): a batch that differs per ordinal and step, so the gradients do too.
+void train(Net& net, Optimizer& opt, int from, int to) {
+  for (int s = from; s < to; ++s) {
+    std::vector<float> x(4 * 40);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * xm::ordinal() + 0.3f * s + 0.11f * i);
+    backward(sum(square(net.fc2(relu(net.fc1(Tensor::from_vector<float>(x, {4, 40})))))));
+    xm::optimizer_step(opt);
+  }
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+bool same_state(const StateDict& a, const StateDict& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name != b[i].name || a[i].shape != b[i].shape || a[i].bytes != b[i].bytes) return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Optimizer> make(const std::string& kind, const Net& net) {
+  if (kind == "sgd") {
+    return std::make_unique<SGD>(net.params(),
+                                 SgdOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01});
+  }
+  return std::make_unique<Adam>(net.params(), AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+}
+
+class ShardedUpdate : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardedUpdate, GivesTheSameBitsAsTheAllReduceOnEveryReplica) {
+  const int n = GetParam();
+  const auto job = run_replicas(n, [n](int) {
+    for (const std::string kind : {"adam", "sgd"}) {
+      std::vector<float> whole, sharded;
+      StateDict whole_state, sharded_state;
+      {
+        testing::ScopedEnv off(xm::kShardedUpdateEnv, "0");
+        Net net;
+        auto opt = make(kind, net);
+        train(net, *opt, 0, 5);
+        expect(opt->shard_world_size() == 0, kind + ": XLA_SPAWN_SHARDED_UPDATE=0 keeps the state whole");
+        whole = net.values();
+        whole_state = to_state_dict(opt->named_state());
+      }
+      {
+        testing::ScopedEnv on(xm::kShardedUpdateEnv, "1");
+        Net net;
+        auto opt = make(kind, net);
+        train(net, *opt, 0, 5);
+        expect(opt->shard_world_size() == n, kind + ": state sharded over every replica");
+        sharded = net.values();
+        sharded_state = to_state_dict(opt->named_state());  // gathered: collective
+      }
+      expect(same_bits(whole, sharded), kind + ": sharded parameters == all-reduce parameters");
+      expect(same_state(whole_state, sharded_state), kind + ": gathered state == whole state");
+      const auto all = xm::rendezvous("params", std::as_bytes(std::span<const float>(sharded.data(), 64)));
+      for (const auto& peer : all) expect(peer == all[0], kind + ": every replica holds the same bits");
+    }
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
+
+TEST_P(ShardedUpdate, CheckpointHoldsTheWholeStateAndResumesToTheSameBits) {
+  const int n = GetParam();
+  testing::TempDir dir;
+  const std::string path = dir.path("ck");
+  const auto job = run_replicas(n, [n, &path](int) {
+    Net a;
+    Adam opt_a(a.params(), {.lr = 0.01});
+    train(a, opt_a, 0, 3);
+    expect(opt_a.shard_world_size() == n, "sharded");
+    xm::save(path, a.named(), &opt_a, {{"step", int64_t{3}}});
+    train(a, opt_a, 3, 6);
+    const std::vector<float> uninterrupted = a.values();
+    StateDict reference;
+    {
+      testing::ScopedEnv off(xm::kShardedUpdateEnv, "0");
+      Net r;
+      Adam opt_r(r.params(), {.lr = 0.01});
+      train(r, opt_r, 0, 3);
+      reference = to_state_dict(opt_r.named_state());
+    }
+    StateDict saved;
+    for (const HostTensor& t : load_checkpoint(path).tensors) {
+      if (t.name.starts_with("optim.")) saved.push_back({t.name.substr(6), t.dtype, t.shape, t.bytes});
+    }
+    expect(same_state(saved, reference), "the checkpoint holds the whole, unsharded state");
+    // Resume into a fresh optimizer (whole state, sharded at its first step) ...
+    Net b;
+    Adam opt_b(b.params(), {.lr = 0.01});
+    xm::load(path, b.named(), &opt_b);
+    train(b, opt_b, 3, 6);
+    expect(same_bits(b.values(), uninterrupted), "resumed fresh == uninterrupted");
+    // ... and into one whose state is sharded already.
+    Net c;
+    Adam opt_c(c.params(), {.lr = 0.01});
+    train(c, opt_c, 0, 1);
+    xm::load(path, c.named(), &opt_c);
+    train(c, opt_c, 3, 6);
+    expect(same_bits(c.values(), uninterrupted), "resumed into sharded state == uninterrupted");
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, ShardedUpdate, ::testing::Values(2, 3, 4),
+                         [](const auto& info) { return "N" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace xs
