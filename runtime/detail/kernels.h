@@ -52,10 +52,20 @@ void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& ou
 // ins = {a, b, c, beta}: out = op(a) op(b) + beta * c (2-D f32/f64; out may be c's storage).
 void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& out);
-void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out);
-void conv2d_grad_input_kernel(const Attrs& attrs, const Arg& grad_out, const Arg& w, const Arg& out);
-void conv2d_grad_weight_kernel(const Attrs& attrs, const Arg& x, const Arg& grad_out, const Arg& out);
+// ins = {x}, or for max_pool2d {x, bias} (made by the compiler): relu(max_pool2d(x) + bias[c]).
+void pool2d_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+// ins = {grad_out, w} or, made by the compiler, {h, w, y} / {h, w, y, bias}: grad_out is then
+// max_pool2d_grad(y, h[, bias]) with the pool attrs in attrs.ints[6..12), formed one sample at
+// a time in scratch and never stored whole.
+void conv2d_grad_input_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+// ins = {x, grad_out} or {x, h, y} / {x, h, y, bias}, grad_out as above.
+void conv2d_grad_weight_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void pool2d_grad_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+// One sample's max-pool gradient: out[channels][h][w] = max_pool2d_grad(y, g[, bias]) with
+// pool attrs `pool` (6 ints: kernel, stride, padding), as pool2d_grad_kernel computes it.
+template <typename T>
+void max_pool2d_grad_planes(const int64_t* pool, const T* y, const T* g, const T* bias,
+                            int64_t channels, int64_t h, int64_t w, T* out);
 void scatter_add_kernel(const Attrs& attrs, const Arg& index, const Arg& src, const Arg& out);
 void gather_kernel(const Attrs& attrs, const Arg& x, const Arg& index, const Arg& out);
 void one_hot_kernel(const Attrs& attrs, const Arg& index, const Arg& out);

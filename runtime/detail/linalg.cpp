@@ -1,6 +1,6 @@
 // Matmul (batched, with transpose flags; accumulating form with beta) and conv2d (im2col +
 // GEMM) with its gradients. f32/f64 GEMMs call OpenBLAS directly; other dtypes go through
-// Eigen. Pooling is in pool.cpp.
+// Eigen. im2col/col2im are in im2col.h, pooling in pool.cpp.
 #define EIGEN_USE_BLAS
 #include <Eigen/Core>
 
@@ -19,6 +19,7 @@
 
 #include "base/check.h"
 #include "runtime/detail/float_args.h"
+#include "runtime/detail/im2col.h"
 #include "runtime/detail/kernels.h"
 
 namespace xs::detail {
@@ -152,166 +153,8 @@ void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, cons
   }
 }
 
+
 namespace {
-
-// Output columns ox in [lo, hi) read input column ox*s - p + j inside [0, w): bounds are
-// worked out once per kernel column, so the copy loops below carry no per-element checks.
-inline void valid_range(int64_t w, int64_t s, int64_t p, int64_t j, int64_t ow, int64_t* lo, int64_t* hi) {
-  const int64_t first = p - j;  // ox*s >= first
-  *lo = first <= 0 ? 0 : (first + s - 1) / s;
-  const int64_t last = w - 1 + p - j;  // ox*s <= last
-  *hi = last < 0 ? 0 : std::min(ow, last / s + 1);
-  if (*hi < *lo) *hi = *lo;
-}
-
-// Copies n elements. The runs im2col copies are short (a row of a 14x14 map): fixed-size
-// 8-element moves (inlined) instead of a memmove call whose overhead dominates at that length;
-// the tail is one more 8-element move overlapping the last full one.
-template <typename T>
-inline void copy_short(const T* in, int64_t n, T* out) {
-  if (n < 8) {
-    for (int64_t i = 0; i < n; ++i) {
-      out[i] = in[i];
-      asm volatile("" ::: "memory");  // keep GCC from turning this loop into a memmove call
-    }
-    return;
-  }
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) std::memcpy(out + i, in + i, 8 * sizeof(T));
-  if (i < n) std::memcpy(out + n - 8, in + n - 8, 8 * sizeof(T));
-}
-
-// Zeroes a few elements (padding columns) without a memset call.
-template <typename T>
-inline void zero_short(T* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = T(0);
-    asm volatile("" ::: "memory");  // as in copy_short
-  }
-}
-
-// Moves and adds of one short run (a row of a 14x14 or 28x28 map): with AVX-512, one masked
-// instruction per 16 floats and no scalar tail; otherwise copy_short / a plain loop.
-template <typename T>
-inline void copy_run(const T* in, int64_t n, T* out) {
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, float>) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, _mm512_loadu_ps(in + i));
-    if (i < n) {
-      const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-      _mm512_mask_storeu_ps(out + i, m, _mm512_maskz_loadu_ps(m, in + i));
-    }
-    return;
-  }
-#endif
-  copy_short(in, n, out);
-}
-
-template <typename T>
-inline void add_run(const T* in, int64_t n, T* out) {
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, float>) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i), _mm512_loadu_ps(in + i)));
-    if (i < n) {
-      const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-      _mm512_mask_storeu_ps(
-          out + i, m,
-          _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), _mm512_maskz_loadu_ps(m, in + i)));
-    }
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < n; ++i) out[i] += in[i];
-}
-
-// A sample's planes with their zero padding written out, [c][h + 2ph][w + 2pw]: with unit
-// stride every im2col row is then one contiguous run, with no bounds or padding cases.
-template <typename T>
-void pad_planes(const T* x, int64_t c, int64_t h, int64_t w, int64_t ph, int64_t pw, T* pad) {
-  const int64_t wp = w + 2 * pw;
-  for (int64_t ci = 0; ci < c; ++ci) {
-    T* plane = pad + ci * (h + 2 * ph) * wp;
-    std::fill(plane, plane + ph * wp, T(0));
-    for (int64_t y = 0; y < h; ++y) {
-      T* row = plane + (y + ph) * wp;
-      zero_short(row, pw);
-      copy_run(x + (ci * h + y) * w, w, row + pw);
-      zero_short(row + pw + w, pw);
-    }
-    std::fill(plane + (ph + h) * wp, plane + (2 * ph + h) * wp, T(0));
-  }
-}
-
-// Unit-stride convolution geometry over padded planes of hp x wp.
-struct UnitGeom {
-  int64_t c, hp, wp, kh, kw, oh, ow;
-};
-
-// im2col over padded planes: cols[(c*kh + i)*kw + j][oy*ow + ox] = pad[c][oy + i][ox + j].
-template <typename T>
-void im2col_unit(const T* pad, const UnitGeom& g, T* cols) {
-  for (int64_t ci = 0; ci < g.c; ++ci)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) {
-        T* row = cols + ((ci * g.kh + i) * g.kw + j) * g.oh * g.ow;
-        const T* src = pad + (ci * g.hp + i) * g.wp + j;
-        for (int64_t oy = 0; oy < g.oh; ++oy) copy_run(src + oy * g.wp, g.ow, row + oy * g.ow);
-      }
-}
-
-// The adjoint: pad[c][oy + i][ox + j] += cols[...], pad zeroed first.
-template <typename T>
-void col2im_unit(const T* cols, const UnitGeom& g, T* pad) {
-  std::fill(pad, pad + g.c * g.hp * g.wp, T(0));
-  for (int64_t ci = 0; ci < g.c; ++ci)
-    for (int64_t i = 0; i < g.kh; ++i)
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const T* row = cols + ((ci * g.kh + i) * g.kw + j) * g.oh * g.ow;
-        T* dst = pad + (ci * g.hp + i) * g.wp + j;
-        for (int64_t oy = 0; oy < g.oh; ++oy) add_run(row + oy * g.ow, g.ow, dst + oy * g.wp);
-      }
-}
-
-// cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j] (0 outside).
-template <typename T>
-void im2col_strided(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
-                    const int64_t* p, int64_t oh, int64_t ow, T* cols) {
-  for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t i = 0; i < kh; ++i)
-      for (int64_t j = 0; j < kw; ++j) {
-        T* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
-        int64_t lo, hi;
-        valid_range(w, p[1], p[3], j, ow, &lo, &hi);
-        for (int64_t oy = 0; oy < oh; ++oy) {
-          const int64_t y = oy * p[0] - p[2] + i;
-          T* out = row + oy * ow;
-          if (y < 0 || y >= h) {
-            std::fill(out, out + ow, T(0));
-            continue;
-          }
-          const int64_t base = (ci * h + y) * w - p[3] + j;  // x[base + ox * sw] is column ox
-          zero_short(out, lo);
-          if (p[1] == 1) copy_short(x + base + lo, hi - lo, out + lo);
-          else for (int64_t ox = lo; ox < hi; ++ox) out[ox] = x[base + ox * p[1]];
-          zero_short(out + hi, ow - hi);
-        }
-      }
-}
-
-// im2col of one sample; `pad` is scratch for the padded planes (unit stride).
-template <typename T>
-void im2col(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
-            int64_t oh, int64_t ow, T* cols, std::vector<T>& pad) {
-  if (p[0] != 1 || p[1] != 1) return im2col_strided(x, c, h, w, kh, kw, p, oh, ow, cols);
-  const UnitGeom g{c, h + 2 * p[2], w + 2 * p[3], kh, kw, oh, ow};
-  if (p[2] == 0 && p[3] == 0) return im2col_unit(x, g, cols);
-  pad.resize(c * g.hp * g.wp);
-  pad_planes(x, c, h, w, p[2], p[3], pad.data());
-  im2col_unit(pad.data(), g, cols);
-}
 
 template <typename T>
 void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws, T* out,
@@ -351,101 +194,103 @@ void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& ou
 
 }  // namespace xs::detail
 
-// Gradients of conv2d and pooling: the adjoints of the forward kernels above.
+// Gradients of conv2d: the adjoints of the forward kernel above.
 namespace xs::detail {
 namespace {
 
-// out[c][y][x] += cols[(c*kh + i)*kw + j][oy*ow + ox]: the adjoint of im2col.
+// The conv output's gradient, one sample at a time: grad_out itself, or (fused) routed from
+// the pooled gradient h by the max pool over y.
 template <typename T>
-void col2im(const T* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
-            int64_t oh, int64_t ow, T* x) {
-  for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t i = 0; i < kh; ++i)
-      for (int64_t j = 0; j < kw; ++j) {
-        const T* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
-        int64_t lo, hi;
-        valid_range(w, p[1], p[3], j, ow, &lo, &hi);
-        for (int64_t oy = 0; oy < oh; ++oy) {
-          const int64_t y = oy * p[0] - p[2] + i;
-          if (y < 0 || y >= h) continue;
-          const int64_t base = (ci * h + y) * w - p[3] + j;  // x[base + ox * sw] is column ox
-          const T* in = row + oy * ow;
-          if (p[1] == 1) for (int64_t ox = lo; ox < hi; ++ox) x[base + ox] += in[ox];
-          else for (int64_t ox = lo; ox < hi; ++ox) x[base + ox * p[1]] += in[ox];
-        }
-      }
+struct GradOut {
+  const T* g;                     // grad_out [n][o][oh][ow], or h [n][o][gh][gw]
+  const int64_t* pool = nullptr;  // the max pool's 6 attrs when fused
+  const T* y = nullptr;           // the pool's input [n][o][oh][ow] (fused)
+  const T* bias = nullptr;        // its bias, if the pooled input was relu(y + bias)
+  int64_t o = 0, oh = 0, ow = 0, gh = 0, gw = 0;
+
+  const T* sample(int64_t b, std::vector<T>& scratch) const {
+    if (pool == nullptr) return g + b * o * oh * ow;
+    scratch.resize(o * oh * ow);
+    max_pool2d_grad_planes(pool, y + b * o * oh * ow, g + b * o * gh * gw, bias, o, oh, ow,
+                           scratch.data());
+    return scratch.data();
+  }
+};
+
+// ins[gi] is grad_out, or h with ins[2] = y and ins[3] = bias (optional).
+template <typename T>
+GradOut<T> grad_out_of(const Attrs& attrs, std::span<const Arg> ins, const std::vector<const T*>& in,
+                       size_t gi) {
+  const Shape& gs = ins[gi].type->shape;
+  if (ins.size() == 2) return {in[gi], nullptr, nullptr, nullptr, gs[1], gs[2], gs[3], gs[2], gs[3]};
+  const Shape& ys = ins[2].type->shape;
+  return {in[gi], attrs.ints.data() + 6, in[2], ins.size() == 4 ? in[3] : nullptr,
+          ys[1], ys[2], ys[3], gs[2], gs[3]};
 }
 
 template <typename T>
-void conv_grad_input_typed(const int64_t* p, const T* g, const Shape& gs, const T* wt, const Shape& ws, T* out,
-                           const Shape& os) {
-  const int64_t n = gs[0], o = gs[1], oh = gs[2], ow = gs[3], c = ws[1], kh = ws[2], kw = ws[3];
+void conv_grad_input_typed(const int64_t* p, int64_t n, const GradOut<T>& go, const T* wt, const Shape& ws,
+                           T* out, const Shape& os) {
+  const int64_t o = go.o, oh = go.oh, ow = go.ow, c = ws[1], kh = ws[2], kw = ws[3];
   const int64_t h = os[2], w = os[3], ckk = c * kh * kw;
-  std::vector<T> cols(ckk * oh * ow);
+  std::vector<T> cols(ckk * oh * ow), scratch;
   if (p[0] == 1 && p[1] == 1) {
-    // Accumulate into a zeroed padded scratch (no bounds cases), then copy its interior out:
-    // `out` is written once, never zero-filled and re-read.
-    const UnitGeom geom{c, h + 2 * p[2], w + 2 * p[3], kh, kw, oh, ow};
-    std::vector<T> pad(c * geom.hp * geom.wp);
+    // `out` is written once per sample, never zero-filled and re-read.
     for (int64_t b = 0; b < n; ++b) {
-      gemm<T>(true, false, ckk, oh * ow, o, wt, g + b * o * oh * ow, cols.data());
-      col2im_unit(cols.data(), geom, pad.data());
-      for (int64_t ci = 0; ci < c; ++ci)
-        for (int64_t y = 0; y < h; ++y)
-          copy_run(pad.data() + (ci * geom.hp + y + p[2]) * geom.wp + p[3], w,
-                   out + ((b * c + ci) * h + y) * w);
+      gemm<T>(true, false, ckk, oh * ow, o, wt, go.sample(b, scratch), cols.data());
+      col2im_unit_direct(cols.data(), c, h, w, kh, kw, p[2], p[3], oh, ow, out + b * c * h * w);
     }
     return;
   }
   std::fill(out, out + numel(os), T(0));
   for (int64_t b = 0; b < n; ++b) {
-    gemm<T>(true, false, ckk, oh * ow, o, wt, g + b * o * oh * ow, cols.data());
+    gemm<T>(true, false, ckk, oh * ow, o, wt, go.sample(b, scratch), cols.data());
     col2im(cols.data(), c, h, w, kh, kw, p, oh, ow, out + b * c * h * w);
   }
 }
 
 template <typename T>
-void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const T* g, const Shape& gs, T* out,
+void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const GradOut<T>& go, T* out,
                             const Shape& os) {
-  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = gs[1], oh = gs[2], ow = gs[3];
+  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = go.o, oh = go.oh, ow = go.ow;
   const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
   std::fill(out, out + numel(os), T(0));
-  std::vector<T> cols(ckk * oh * ow), pad;
+  std::vector<T> cols(ckk * oh * ow), pad, scratch;
   if constexpr (std::is_same_v<T, float>) {
     // Accumulate over the batch inside the GEMM (beta = 1): no per-sample partial to add.
     const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk), k = static_cast<blasint>(oh * ow);
     for (int64_t b = 0; b < n; ++b) {
       im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, g + b * o * oh * ow, k, cols.data(), k,
-                  b == 0 ? 0.0f : 1.0f, out, nn);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, go.sample(b, scratch), k, cols.data(),
+                  k, b == 0 ? 0.0f : 1.0f, out, nn);
     }
     return;
   }
   std::vector<T> part(o * ckk);
   for (int64_t b = 0; b < n; ++b) {
     im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
-    gemm<T>(false, true, o, ckk, oh * ow, g + b * o * oh * ow, cols.data(), part.data());
+    gemm<T>(false, true, o, ckk, oh * ow, go.sample(b, scratch), cols.data(), part.data());
     for (int64_t i = 0; i < o * ckk; ++i) out[i] += part[i];
   }
 }
 
-
-
 }  // namespace
 
-void conv2d_grad_input_kernel(const Attrs& attrs, const Arg& g, const Arg& w, const Arg& out) {
-  const Arg ins[] = {g, w};
+void conv2d_grad_input_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
   with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
-    conv_grad_input_typed(attrs.ints.data(), in[0], g.type->shape, in[1], w.type->shape, o, out.type->shape);
+    using T = std::remove_cv_t<std::remove_pointer_t<std::decay_t<decltype(in[0])>>>;
+    const GradOut<T> go = grad_out_of<T>(attrs, ins, in, 0);
+    conv_grad_input_typed(attrs.ints.data(), ins[0].type->shape[0], go, in[1], ins[1].type->shape, o,
+                          out.type->shape);
   });
 }
 
-void conv2d_grad_weight_kernel(const Attrs& attrs, const Arg& x, const Arg& g, const Arg& out) {
-  const Arg ins[] = {x, g};
+void conv2d_grad_weight_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
   with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
-    conv_grad_weight_typed(attrs.ints.data(), in[0], x.type->shape, in[1], g.type->shape, o, out.type->shape);
+    using T = std::remove_cv_t<std::remove_pointer_t<std::decay_t<decltype(in[0])>>>;
+    const GradOut<T> go = grad_out_of<T>(attrs, ins, in, 1);
+    conv_grad_weight_typed(attrs.ints.data(), in[0], ins[0].type->shape, go, o, out.type->shape);
   });
 }
-
 
 }  // namespace xs::detail

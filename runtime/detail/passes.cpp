@@ -343,21 +343,61 @@ void fuse_pool_bias_relu(Work& w) {
     if (x >= 0 && n.op == Op::kMaxPool2dGrad) {
       n.operands = {new_id[x], n.operands[1], new_id[b]};
     } else if (x >= 0) {
-      GNode& pool = out.emplace_back(n);  // max_pool2d(x)
-      pool.operands = {new_id[x]};
-      GNode& add = out.emplace_back(n);  // + b
-      add.op = Op::kAdd;
-      add.attrs = Attrs{};
-      add.operands = {static_cast<int>(out.size()) - 2, new_id[b]};
-      n.op = Op::kRelu;  // the node itself: relu of that
-      n.attrs = Attrs{};
-      n.operands = {static_cast<int>(out.size()) - 1};
+      n.operands = {new_id[x], new_id[b]};  // max_pool2d(x, b) = relu(max_pool2d(x) + b)
     }
     new_id[i] = static_cast<int>(out.size());
     out.push_back(std::move(n));
   }
   for (int& r : w.roots) r = new_id[r];
   w.nodes = std::move(out);
+}
+
+namespace {
+
+// The max_pool2d_grad node that operand `k` of conv gradient `c` reads, when every live reader
+// of it is a conv gradient reading it there (so fusing them all leaves it dead), or -1.
+int fusable_pool_grad(const Work& w, const Uses& u, const std::vector<uint8_t>& is_root, int c) {
+  const GNode& n = w.nodes[c];
+  const size_t k = n.op == Op::kConv2dGradInput ? 0 : 1;
+  if (n.operands.size() != 2 || n.attrs.ints.size() != 6) return -1;
+  const int g = n.operands[k];
+  const GNode& pg = w.nodes[g];
+  if (pg.op != Op::kMaxPool2dGrad || is_root[g] || pg.attrs.ints.size() != 6) return -1;
+  if (pg.type.dtype != DType::kF32 && pg.type.dtype != DType::kF64) return -1;
+  for (int r : u.consumers[g]) {
+    const GNode& m = w.nodes[r];
+    const bool input = m.op == Op::kConv2dGradInput, weight = m.op == Op::kConv2dGradWeight;
+    if (!(input || weight) || m.operands.size() != 2 || m.operands[input ? 0 : 1] != g ||
+        m.operands[input ? 1 : 0] == g)
+      return -1;
+  }
+  return g;
+}
+
+}  // namespace
+
+void fuse_conv_pool_grad(Work& w) {
+  const Uses u = live_uses(w);
+  std::vector<uint8_t> is_root(w.nodes.size(), 0);
+  for (int r : w.roots) is_root[r] = 1;
+  // Decide for every node first: rewriting one reader of a pool gradient changes what the
+  // check sees for the next.
+  std::vector<int> from(w.nodes.size(), -1);
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    const Op op = w.nodes[i].op;
+    if ((op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight) && u.live[i])
+      from[i] = fusable_pool_grad(w, u, is_root, static_cast<int>(i));
+  }
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    if (from[i] < 0) continue;
+    GNode& n = w.nodes[i];
+    const GNode& pg = w.nodes[from[i]];  // (y, h) or (y, h, bias)
+    const size_t k = n.op == Op::kConv2dGradInput ? 0 : 1;
+    n.operands[k] = pg.operands[1];
+    n.operands.push_back(pg.operands[0]);
+    if (pg.operands.size() == 3) n.operands.push_back(pg.operands[2]);
+    n.attrs.ints.insert(n.attrs.ints.end(), pg.attrs.ints.begin(), pg.attrs.ints.end());
+  }
 }
 
 }  // namespace xs::detail

@@ -34,12 +34,21 @@ void fuse_gemm_accumulate(Work& w, CompileStats& stats);
 void fuse_pool_grad_mask(Work& w);
 // Pools before the bias and ReLU when a 2-D max pool is the only reader of relu(x + b) (b one
 // value per channel, [1, C, 1, 1]), the pattern conv-bias-relu-pool:
-//   max_pool2d(relu(x + b))        ->  relu(max_pool2d(x) + b)
+//   max_pool2d(relu(x + b))        ->  max_pool2d(x, b) = relu(max_pool2d(x) + b), one kernel
 //   max_pool2d_grad(relu(x + b), h) ->  max_pool2d_grad(x, h, b)  (recomputes relu(x + b))
 // Exact (x -> relu(x + b) is monotone and rounding is monotone) except with NaNs in x, which
 // then make the window's output 0 instead of being skipped. The full-size bias-and-ReLU pass
 // and its stored result disappear: only the pooled quarter is touched. f32/f64 only. Run
 // after fuse_pool_grad_mask (whose leftover masks it ignores as dead), before DCE.
 void fuse_pool_bias_relu(Work& w);
+// Hands the conv gradients the max-pool gradient's operands instead of its result, when they
+// are its only readers:
+//   conv2d_grad_weight(x, max_pool2d_grad(y, h[, b]))  ->  conv2d_grad_weight(x, h, y[, b])
+//   conv2d_grad_input(max_pool2d_grad(y, h[, b]), w)   ->  conv2d_grad_input(h, w, y[, b])
+// (pool attrs appended to the conv's). The kernels route h one sample at a time into a
+// scratch that stays in cache: the full-size gradient of the conv output is never stored and
+// re-read. Exact: the same routing, the same GEMMs. f32/f64. Run after fuse_pool_bias_relu,
+// before DCE (which removes the then dead max_pool2d_grad).
+void fuse_conv_pool_grad(Work& w);
 
 }  // namespace xs::detail

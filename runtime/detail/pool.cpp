@@ -1,6 +1,7 @@
 // 2-D pooling (max, average) and its gradients over NCHW planes, with fast paths for unpadded
 // windows and the usual 2x2 / stride 2 max pool (branch-free, so the loops vectorise). The
-// max-pool gradient may take a per-channel bias: its pooled input was then relu(x + bias[c]).
+// max-pool gradient may take a per-channel bias: its pooled input was then relu(x + bias[c]);
+// so may the max pool itself (it then returns relu(max + bias[c])).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -317,10 +318,56 @@ void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, cons
 
 }  // namespace
 
-void pool2d_kernel(Op op, const Attrs& attrs, const Arg& x, const Arg& out) {
+template <typename T>
+void max_pool2d_grad_planes(const int64_t* pool, const T* y, const T* g, const T* bias,
+                            int64_t channels, int64_t h, int64_t w, T* out) {
+  const Shape os{1, channels, h, w};
+  const Shape gs{1, channels, (h + 2 * pool[4] - pool[0]) / pool[2] + 1,
+                 (w + 2 * pool[5] - pool[1]) / pool[3] + 1};
+  pool_grad_typed(true, pool, y, g, gs, out, os, bias);
+}
+
+template void max_pool2d_grad_planes<float>(const int64_t*, const float*, const float*,
+                                            const float*, int64_t, int64_t, int64_t, float*);
+template void max_pool2d_grad_planes<double>(const int64_t*, const double*, const double*,
+                                             const double*, int64_t, int64_t, int64_t, double*);
+
+namespace {
+
+// max_pool2d(x, bias): out = relu(max_pool2d(x) + bias[c]), one sample at a time so the
+// bias-and-ReLU pass reads the pooled sample while it is still in L1 (the compiler's
+// bias-relu-pool fusion; the same adds and selects as the loop it replaces).
+template <typename T>
+void max_pool_bias_relu(const int64_t* p, const T* x, const Shape& xs, const T* bias, T* out,
+                        const Shape& os) {
+  const int64_t c = xs[1], in_sample = c * xs[2] * xs[3], plane = os[2] * os[3];
+  const Shape one_in{1, c, xs[2], xs[3]}, one_out{1, c, os[2], os[3]};
+  for (int64_t b = 0; b < xs[0]; ++b) {
+    T* o = out + b * c * plane;
+    pool_typed(true, p, x + b * in_sample, one_in, o, one_out);
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const T bv = bias[ci];
+      for (int64_t i = 0; i < plane; ++i) {
+        const T v = o[ci * plane + i] + bv;
+        o[ci * plane + i] = v > 0 ? v : T(0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void pool2d_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
   const bool is_max = op == Op::kMaxPool2d;
   const int64_t* p = attrs.ints.data();
+  const Arg& x = ins[0];
   const Shape &xs = x.type->shape, &os = out.type->shape;
+  if (ins.size() == 2) {
+    XS_CHECK(is_max, "only max_pool2d takes a bias");
+    return with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+      max_pool_bias_relu(p, in[0], xs, in[1], o, os);
+    });
+  }
   switch (out.type->dtype) {
     case DType::kF32:
       return pool_typed(is_max, p, static_cast<const float*>(x.data), xs,

@@ -213,6 +213,11 @@ ValueType rule_pool2d(Op op, std::span<const ValueType> in, const Attrs& attrs) 
       2 * p[4] > p[0] || 2 * p[5] > p[1])
     fail(op, in, fmt::format("bad kernel/stride/padding [{}]", fmt::join(p, ", ")));
   if (x[2] + 2 * p[4] < p[0] || x[3] + 2 * p[5] < p[1]) fail(op, in, "kernel larger than padded input");
+  if (in.size() == 2) {  // max_pool2d(x, bias), made by the compiler: relu(max + bias[c])
+    require_same_dtype(op, in);
+    if (op != Op::kMaxPool2d || numel(in[1].shape) != x[1])
+      fail(op, in, fmt::format("only max_pool2d takes a bias, of {} elements (one per channel)", x[1]));
+  }
   return {{x[0], x[1], (x[2] + 2 * p[4] - p[0]) / p[2] + 1, (x[3] + 2 * p[5] - p[1]) / p[3] + 1},
           in[0].dtype};
 }
@@ -266,10 +271,30 @@ int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad) {
 
 }  // namespace
 
+namespace {
+
+// The fused forms' grad_out, max_pool2d_grad(y, h[, bias]) with the pool attrs after the conv's
+// six, for operands (.., h at gi, .., y, bias?); in itself for the plain two-operand form.
+ValueType fused_grad_out(Op op, std::span<const ValueType> in, const Attrs& attrs, size_t gi) {
+  if (in.size() == 2) return in[gi];
+  if (in.size() > 4 || attrs.ints.size() != 12)
+    fail(op, in, "the fused form takes (.., h, .., y[, bias]) and 6 conv + 6 pool attrs");
+  std::vector<ValueType> pool_in{in[2], in[gi]};
+  if (in.size() == 4) pool_in.push_back(in[3]);
+  const Attrs pool{{attrs.ints.begin() + 6, attrs.ints.end()}, 0, DType::kF32, 0};
+  return rule_max_pool2d_grad(op, pool_in, pool);
+}
+
+}  // namespace
+
 ValueType rule_conv2d_grad_input(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in.size() < 2) fail(op, in, "takes (grad_out, w) or (h, w, y[, bias])");
   require_same_dtype(op, in);
-  const Shape &g = in[0].shape, &w = in[1].shape;
-  const auto& p = attrs.ints;  // stride_h, stride_w, pad_h, pad_w, in_h, in_w
+  const ValueType grad_out = fused_grad_out(op, in, attrs, 0);
+  const Shape &g = grad_out.shape, &w = in[1].shape;
+  const size_t n_conv = in.size() > 2 ? std::min<size_t>(6, attrs.ints.size()) : attrs.ints.size();
+  const Attrs conv{{attrs.ints.begin(), attrs.ints.begin() + n_conv}, 0, DType::kF32, 0};
+  const auto& p = conv.ints;  // stride_h, stride_w, pad_h, pad_w, in_h, in_w
   if (g.size() != 4 || w.size() != 4 || p.size() != 6 || p[0] < 1 || p[1] < 1 || p[2] < 0 || p[3] < 0)
     fail(op, in, "needs NCHW grad_out, OIHW weight and {stride, pad, input size}");
   if (g[1] != w[0]) fail(op, in, fmt::format("grad_out has {} channels, weight makes {}", g[1], w[0]));
@@ -279,9 +304,13 @@ ValueType rule_conv2d_grad_input(Op op, std::span<const ValueType> in, const Att
 }
 
 ValueType rule_conv2d_grad_weight(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in.size() < 2) fail(op, in, "takes (x, grad_out) or (x, h, y[, bias])");
   require_same_dtype(op, in);
-  const Shape &x = in[0].shape, &g = in[1].shape;
-  const auto& p = attrs.ints;  // stride_h, stride_w, pad_h, pad_w, k_h, k_w
+  const ValueType grad_out = fused_grad_out(op, in, attrs, 1);
+  const Shape &x = in[0].shape, &g = grad_out.shape;
+  const size_t n_conv = in.size() > 2 ? std::min<size_t>(6, attrs.ints.size()) : attrs.ints.size();
+  const Attrs conv{{attrs.ints.begin(), attrs.ints.begin() + n_conv}, 0, DType::kF32, 0};
+  const auto& p = conv.ints;  // stride_h, stride_w, pad_h, pad_w, k_h, k_w
   if (x.size() != 4 || g.size() != 4 || p.size() != 6 || p[0] < 1 || p[1] < 1 || p[2] < 0 || p[3] < 0)
     fail(op, in, "needs NCHW input, NCHW grad_out and {stride, pad, kernel size}");
   if (x[0] != g[0]) fail(op, in, "batch sizes differ");

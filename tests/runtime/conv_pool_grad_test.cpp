@@ -1,0 +1,193 @@
+// The compiler's conv-gradient fusion (detail/passes.h, fuse_conv_pool_grad): the conv
+// gradients read the pooled gradient and the pool's input, route it one sample at a time, and
+// the full-size max-pool gradient is never a kernel of its own. Results must equal the unfused
+// ops run one graph at a time bit for bit (the same routing, the same GEMMs), NaNs included.
+// Also the unit-stride col2im of conv2d_grad_input against a direct sum.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/graph.h"
+#include "runtime/ops.h"
+#include "runtime/program.h"
+#include "runtime/runtime.h"
+
+namespace xs {
+namespace {
+
+// Pseudo-random values on a grid (ties inside pooling windows, windows clipped by the ReLU).
+std::vector<float> grid_values(int64_t n, int salt) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = 0.25f * static_cast<float>(static_cast<int>((i * 2654435761u + salt * 97u) % 13) - 6);
+  return v;
+}
+
+Tensor grid(const Shape& shape, int salt) {
+  return Tensor::from_vector<float>(grid_values(numel(shape), salt), shape);
+}
+
+Tensor materialised(const Tensor& t) { return Tensor::from_vector<float>(t.to_vector<float>(), t.shape()); }
+
+std::shared_ptr<Program> compile_roots(const std::vector<Tensor>& roots) {
+  std::vector<NodePtr> nodes;
+  for (const Tensor& t : roots) nodes.push_back(t.ir());
+  return compile_graph(cut_graph(nodes, /*allow_donation=*/false));
+}
+
+// Bit-for-bit equality (NaN payloads included).
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << i;
+    else EXPECT_EQ(got[i], want[i]) << i;
+  }
+}
+
+struct Case {
+  int64_t batch, channels, out_channels, hw, kernel, conv_pad;
+  int64_t pool, pool_stride, pool_pad;
+  bool bias_relu;
+  bool nan;  // a NaN in the pool's input: routing picks the first NaN in both forms
+};
+
+class ConvPoolGrad : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ConvPoolGrad, FusedConvGradientsMatchTheUnfusedOpsBitForBit) {
+  ScopedRuntime rt;
+  const Case c = GetParam();
+  const std::vector<int64_t> one{1, 1}, cp{c.conv_pad, c.conv_pad}, k{c.kernel, c.kernel};
+  const std::vector<int64_t> pk{c.pool, c.pool}, ps{c.pool_stride, c.pool_stride}, pp{c.pool_pad, c.pool_pad};
+  const Tensor x = grid({c.batch, c.channels, c.hw, c.hw}, 1);
+  const Tensor w = grid({c.out_channels, c.channels, c.kernel, c.kernel}, 2);
+  const int64_t oh = c.hw + 2 * c.conv_pad - c.kernel + 1;
+  std::vector<float> yv = grid_values(c.batch * c.out_channels * oh * oh, 3);
+  if (c.nan) yv[5] = std::nanf("");
+  const Tensor y = Tensor::from_vector<float>(yv, {c.batch, c.out_channels, oh, oh});
+  const Tensor b = grid({c.out_channels}, 4);
+  const Shape pooled = max_pool2d(y, pk, ps, pp).shape();
+  const Tensor h = grid(pooled, 5);
+  const auto route = [&](const Tensor& yy) {
+    return c.bias_relu ? max_pool2d_bias_relu_grad(yy, b, h, pk, ps, pp) : max_pool2d_grad(yy, h, pk, ps, pp);
+  };
+  const Tensor g = route(y);
+  const Tensor dw = conv2d_grad_weight(x, g, one, cp, k);
+  const Tensor dx = conv2d_grad_input(g, w, one, cp, {c.hw, c.hw});
+
+  auto program = compile_roots({dw, dx});
+  for (const Kernel& kern : program->kernels) {
+    EXPECT_NE(kern.op, Op::kMaxPool2dGrad) << program->text();
+    if (kern.op == Op::kConv2dGradWeight || kern.op == Op::kConv2dGradInput) {
+      EXPECT_EQ(kern.in_storage.size(), c.bias_relu ? 4u : 3u) << program->text();
+    }
+  }
+  const Tensor g_ref = materialised(route(y));
+  const std::vector<float> dw_ref = conv2d_grad_weight(x, g_ref, one, cp, k).to_vector<float>();
+  const std::vector<float> dx_ref = conv2d_grad_input(g_ref, w, one, cp, {c.hw, c.hw}).to_vector<float>();
+  expect_same_bits(dw.to_vector<float>(), dw_ref);
+  expect_same_bits(dx.to_vector<float>(), dx_ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvPoolGrad,
+    ::testing::Values(Case{3, 2, 4, 8, 3, 1, 2, 2, 0, false, false},  // the 2x2 tiling
+                      Case{3, 2, 4, 8, 3, 1, 2, 2, 0, true, false},   // with bias and ReLU
+                      Case{2, 3, 5, 9, 3, 1, 2, 2, 0, true, false},   // odd size: last row unpooled
+                      Case{2, 2, 3, 9, 5, 2, 3, 2, 1, true, false},   // overlapping, padded pool
+                      Case{2, 1, 4, 20, 5, 2, 2, 2, 0, true, false},  // one input channel, w > 16
+                      Case{2, 2, 3, 8, 3, 0, 2, 2, 0, false, true},   // NaN in the pool's input
+                      Case{2, 2, 3, 8, 3, 1, 2, 2, 0, true, true}));  // NaN with bias and ReLU
+
+TEST(ConvPoolGradFusion, PoolGradientReadElsewhereIsStillComputedAndNotFused) {
+  ScopedRuntime rt;
+  const Tensor x = grid({2, 2, 6, 6}, 1), y = grid({2, 3, 6, 6}, 2), h = grid({2, 3, 3, 3}, 3);
+  const Tensor g = max_pool2d_grad(y, h, {2, 2}, {2, 2});
+  const Tensor dw = conv2d_grad_weight(x, g, {1, 1}, {1, 1}, {3, 3});
+  const Tensor also = g * 2.0;
+  auto program = compile_roots({dw, also});
+  bool pool_grad = false;
+  for (const Kernel& kern : program->kernels) {
+    pool_grad |= kern.op == Op::kMaxPool2dGrad;
+    if (kern.op == Op::kConv2dGradWeight) {
+      EXPECT_EQ(kern.in_storage.size(), 2u) << program->text();
+    }
+  }
+  EXPECT_TRUE(pool_grad) << program->text();
+  const Tensor g_ref = materialised(max_pool2d_grad(y, h, {2, 2}, {2, 2}));
+  expect_same_bits(dw.to_vector<float>(), conv2d_grad_weight(x, g_ref, {1, 1}, {1, 1}, {3, 3}).to_vector<float>());
+}
+
+// max_pool2d(relu(x + b)) runs as one pooling kernel, max_pool2d(x, b) = relu(max + b): equal
+// to the unfused ops except that a NaN in x makes its window 0 (the NaN wins the max, then
+// relu(NaN + b) is 0), where unfused relu zeroes the NaN first and the window's maximum wins.
+TEST(PoolBiasRelu, OneKernelMatchesTheUnfusedOpsAndANanWindowGivesZero) {
+  ScopedRuntime rt;
+  std::vector<float> xv = grid_values(2 * 3 * 6 * 6, 1);
+  xv[0] = std::nanf("");  // window (0, 0, 0, 0)
+  const Tensor x = Tensor::from_vector<float>(xv, {2, 3, 6, 6}), b = grid({3}, 2);
+  const Tensor pooled = max_pool2d(relu(x + reshape(b, {1, 3, 1, 1})), {2, 2}, {2, 2});
+  auto program = compile_roots({pooled});
+  int pools = 0;
+  for (const Kernel& kern : program->kernels) {
+    if (kern.op == Op::kMaxPool2d) {
+      ++pools;
+      EXPECT_EQ(kern.in_storage.size(), 2u) << program->text();
+    }
+    EXPECT_TRUE(kern.loop.steps.empty()) << "a bias-and-ReLU loop is left:\n" << program->text();
+  }
+  EXPECT_EQ(pools, 1) << program->text();
+  const Tensor y_ref = materialised(relu(x + reshape(b, {1, 3, 1, 1})));
+  const std::vector<float> want = max_pool2d(y_ref, {2, 2}, {2, 2}).to_vector<float>();
+  std::vector<float> got = pooled.to_vector<float>();
+  EXPECT_EQ(got[0], 0.0f);  // the NaN window: relu(NaN + b) = 0 after pooling
+  EXPECT_GT(want[0], 0.0f);  // unfused, relu made the NaN 0 and the window's maximum won
+  got[0] = want[0];
+  expect_same_bits(got, want);  // every other window bit for bit
+}
+
+struct Col2imCase {
+  int64_t channels, hw, kernel, pad;
+};
+
+class UnitStrideGradInput : public ::testing::TestWithParam<Col2imCase> {};
+
+// dx[c][y][x] = sum over o, i, j of g[o][y + p - i][x + p - j] w[o][c][i][j] (in range).
+TEST_P(UnitStrideGradInput, MatchesTheDirectSum) {
+  ScopedRuntime rt;
+  const Col2imCase c = GetParam();
+  const int64_t n = 2, o = 3, oh = c.hw + 2 * c.pad - c.kernel + 1;
+  const Tensor g = grid({n, o, oh, oh}, 7), w = grid({o, c.channels, c.kernel, c.kernel}, 8);
+  const std::vector<float> got =
+      conv2d_grad_input(g, w, {1, 1}, {c.pad, c.pad}, {c.hw, c.hw}).to_vector<float>();
+  const std::vector<float> gv = g.to_vector<float>(), wv = w.to_vector<float>();
+  ASSERT_EQ(got.size(), static_cast<size_t>(n * c.channels * c.hw * c.hw));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t ci = 0; ci < c.channels; ++ci)
+      for (int64_t y = 0; y < c.hw; ++y)
+        for (int64_t xx = 0; xx < c.hw; ++xx) {
+          double want = 0;
+          for (int64_t oc = 0; oc < o; ++oc)
+            for (int64_t i = 0; i < c.kernel; ++i)
+              for (int64_t j = 0; j < c.kernel; ++j) {
+                const int64_t oy = y + c.pad - i, ox = xx + c.pad - j;
+                if (oy < 0 || oy >= oh || ox < 0 || ox >= oh) continue;
+                want += static_cast<double>(gv[((b * o + oc) * oh + oy) * oh + ox]) *
+                        wv[((oc * c.channels + ci) * c.kernel + i) * c.kernel + j];
+              }
+          const float v = got[((b * c.channels + ci) * c.hw + y) * c.hw + xx];
+          EXPECT_NEAR(v, want, 1e-4 * (1 + std::abs(want))) << b << " " << ci << " " << y << " " << xx;
+        }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, UnitStrideGradInput,
+                         ::testing::Values(Col2imCase{2, 7, 3, 1},    // odd size, same padding
+                                           Col2imCase{3, 14, 5, 2},   // the CNN's conv2 geometry
+                                           Col2imCase{1, 37, 5, 2},   // rows over two 16-lane chunks
+                                           Col2imCase{2, 6, 3, 0},    // no padding
+                                           Col2imCase{2, 5, 3, 3}));  // padding beyond the kernel
+
+}  // namespace
+}  // namespace xs
