@@ -61,23 +61,27 @@ void kill_on_temporary(int inotify_fd, std::string prefix, std::string dir) {
 
 }  // namespace
 
-// Forwards every call to the runtime's communicator; on the target step's first all_reduce a
-// thread SIGKILLs the process while the call runs (it says whether the call had returned).
+// Forwards every call to the runtime's communicator; on the target step's first gradient
+// exchange (all_reduce, or reduce_scatter under the sharded update) a thread SIGKILLs the
+// process while the call runs (it says whether the call had returned).
 struct FaultHook::Wrapper final : Communicator {
   Wrapper(FaultHook& hook, Communicator& inner) : hook_(hook), inner_(inner) {}
   int ordinal() const override { return inner_.ordinal(); }
   int world_size() const override { return inner_.world_size(); }
   void all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) override {
-    if (hook_.step() != hook_.target_step_ || fired_.exchange(true)) {
-      inner_.all_reduce(data, n_elems, dtype, op);
-      return;
-    }
+    run_or_die("", n_elems, [&] { inner_.all_reduce(data, n_elems, dtype, op); });
+  }
+  // `how` tells the sharded update's reduce-scatter apart; the message still says all_reduce
+  // (scripts/fault-inject and tests/reliability look for "inside all_reduce", "all_reduce of").
+  template <typename Call>
+  void run_or_die(const char* how, size_t n_elems, const Call& call) {
+    if (hook_.step() != hook_.target_step_ || fired_.exchange(true)) return call();
     inside_.store(true);
-    std::thread killer([this, n_elems] {
-      die(fmt::format("{} all_reduce of {} elements on step {}",
-                      inside_.load() ? "inside" : "after", n_elems, hook_.step()));
+    std::thread killer([this, how, n_elems] {
+      die(fmt::format("{} all_reduce of {} elements{} on step {}",
+                      inside_.load() ? "inside" : "after", n_elems, how, hook_.step()));
     });
-    inner_.all_reduce(data, n_elems, dtype, op);
+    call();
     inside_.store(false);
     killer.join();  // never returns: the killer ends the process
   }
@@ -89,7 +93,8 @@ struct FaultHook::Wrapper final : Communicator {
   }
   void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                       ReduceOp op) override {
-    inner_.reduce_scatter(in, out, n_elems, dtype, op);
+    run_or_die(" (the sharded update's reduce_scatter)", n_elems,
+               [&] { inner_.reduce_scatter(in, out, n_elems, dtype, op); });
   }
   void barrier() override { inner_.barrier(); }
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,

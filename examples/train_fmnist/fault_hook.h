@@ -5,7 +5,8 @@
 // The signal is real (kill(getpid(), SIGKILL)): no cleanup, no flush, like an OOM kill.
 //
 //   forward     after the step's forward pass is traced, before backward
-//   allreduce   while the in-graph gradient all-reduce runs (a thread fires once it started)
+//   allreduce   while the in-graph gradient all-reduce (sharded update: reduce-scatter) runs
+//               (a thread fires once it started)
 //   checkpoint  while the master writes the checkpoint (fires on the temporary's creation)
 //
 //   FaultHook hook = FaultHook::from_env(checkpoint_path);   // inactive when unset
