@@ -142,7 +142,7 @@ void run_op_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Ar
     case Op::kMatmul:
       if (ins.size() == 4) return matmul_accumulate_kernel(attrs, ins, out);
       return matmul_kernel(attrs, ins[0], ins[1], out);
-    case Op::kConv2d: return conv2d_kernel(attrs, ins[0], ins[1], out);
+    case Op::kConv2d: return conv2d_kernel(attrs, ins, out);
     case Op::kMaxPool2d: case Op::kAvgPool2d: return pool2d_kernel(op, attrs, ins, out);
     case Op::kConv2dGradInput: return conv2d_grad_input_kernel(attrs, ins, out);
     case Op::kConv2dGradWeight: return conv2d_grad_weight_kernel(attrs, ins, out);

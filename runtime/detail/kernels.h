@@ -51,12 +51,15 @@ void pad_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
 void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& out);
 // ins = {a, b, c, beta}: out = op(a) op(b) + beta * c (2-D f32/f64; out may be c's storage).
 void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
-void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& out);
+// ins = {x, w}, or {x, w, bias} (compiler-made, 2x2 pool attrs after the conv's): out =
+// [2][N][O][OH/2][OW/2], the pooled relu(conv + bias) values, then each window's argmax (0..3).
+void conv2d_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 // ins = {x}, or for max_pool2d {x, bias} (made by the compiler): relu(max_pool2d(x) + bias[c]).
 void pool2d_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 // ins = {grad_out, w} or, made by the compiler, {h, w, y} / {h, w, y, bias}: grad_out is then
 // max_pool2d_grad(y, h[, bias]) with the pool attrs in attrs.ints[6..12), formed one sample at
-// a time in scratch and never stored whole.
+// a time in scratch and never stored whole; or {h, w, f} with f a fused conv2d's result: h
+// routed by f's argmax positions.
 void conv2d_grad_input_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 // ins = {x, grad_out} or {x, h, y} / {x, h, y, bias}, grad_out as above.
 void conv2d_grad_weight_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
@@ -66,6 +69,14 @@ void pool2d_grad_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, con
 template <typename T>
 void max_pool2d_grad_planes(const int64_t* pool, const T* y, const T* g, const T* bias,
                             int64_t channels, int64_t h, int64_t w, T* out);
+// One sample's 2x2 / stride 2 max pool of relu(y + bias[c]) over even planes [channels][h][w]:
+// val = the window maxima, idx = the row-major position (0..3) of each first maximum.
+template <typename T>
+void max_pool2d_argmax_planes(const T* y, const T* bias, int64_t channels, int64_t h, int64_t w,
+                              T* val, T* idx);
+// Its gradient: out[channels][h][w] = g at each window's idx, 0 elsewhere.
+template <typename T>
+void max_pool2d_route_planes(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w, T* out);
 void scatter_add_kernel(const Attrs& attrs, const Arg& index, const Arg& src, const Arg& out);
 void gather_kernel(const Attrs& attrs, const Arg& x, const Arg& index, const Arg& out);
 void one_hot_kernel(const Attrs& attrs, const Arg& index, const Arg& out);

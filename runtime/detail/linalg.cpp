@@ -169,11 +169,33 @@ void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, co
 }
 
 
+// conv2d(x, w, bias), the layer conv-bias-relu-2x2-pool: per sample the GEMM writes the
+// convolution output into a scratch that stays in cache, and only the pooled values and the
+// argmax positions are stored (out = [2][n][o][oh/2][ow/2]).
+template <typename T>
+void conv_pool_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws,
+                     const T* bias, T* out, const Shape& os) {
+  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
+  const int64_t oh = 2 * os[3], ow = 2 * os[4], ckk = c * kh * kw, pooled = o * os[3] * os[4];
+  std::vector<T> cols(ckk * oh * ow), pad, y(o * oh * ow);
+  for (int64_t b = 0; b < n; ++b) {
+    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
+    gemm<T>(false, false, o, oh * ow, ckk, wt, cols.data(), y.data());
+    max_pool2d_argmax_planes(y.data(), bias, o, oh, ow, out + b * pooled, out + (n + b) * pooled);
+  }
+}
+
 }  // namespace
 
-void conv2d_kernel(const Attrs& attrs, const Arg& x, const Arg& w, const Arg& out) {
+void conv2d_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
   const int64_t* p = attrs.ints.data();
+  const Arg &x = ins[0], &w = ins[1];
   const Shape &xs = x.type->shape, &ws = w.type->shape, &os = out.type->shape;
+  if (ins.size() == 3) {
+    return with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+      conv_pool_typed(p, in[0], xs, in[1], ws, in[2], o, os);
+    });
+  }
   switch (out.type->dtype) {
     case DType::kF32:
       return conv2d_typed(p, static_cast<const float*>(x.data), xs, static_cast<const float*>(w.data), ws,
@@ -208,7 +230,16 @@ struct GradOut {
   const T* bias = nullptr;        // its bias, if the pooled input was relu(y + bias)
   int64_t o = 0, oh = 0, ow = 0, gh = 0, gw = 0;
 
+  const T* argmax = nullptr;       // (fused forward) the conv2d's [2][n][o][gh][gw] result
+  int64_t n = 0;
+
   const T* sample(int64_t b, std::vector<T>& scratch) const {
+    if (argmax != nullptr) {
+      scratch.resize(o * oh * ow);
+      const int64_t pooled = o * gh * gw;
+      max_pool2d_route_planes(argmax + (n + b) * pooled, g + b * pooled, o, oh, ow, scratch.data());
+      return scratch.data();
+    }
     if (pool == nullptr) return g + b * o * oh * ow;
     scratch.resize(o * oh * ow);
     max_pool2d_grad_planes(pool, y + b * o * oh * ow, g + b * o * gh * gw, bias, o, oh, ow,
@@ -223,6 +254,12 @@ GradOut<T> grad_out_of(const Attrs& attrs, std::span<const Arg> ins, const std::
                        size_t gi) {
   const Shape& gs = ins[gi].type->shape;
   if (ins.size() == 2) return {in[gi], nullptr, nullptr, nullptr, gs[1], gs[2], gs[3], gs[2], gs[3]};
+  if (ins[2].type->shape.size() == 5) {  // h with the fused conv2d's argmax positions
+    GradOut<T> go{in[gi], nullptr, nullptr, nullptr, gs[1], 2 * gs[2], 2 * gs[3], gs[2], gs[3]};
+    go.argmax = in[2];
+    go.n = gs[0];
+    return go;
+  }
   const Shape& ys = ins[2].type->shape;
   return {in[gi], attrs.ints.data() + 6, in[2], ins.size() == 4 ? in[3] : nullptr,
           ys[1], ys[2], ys[3], gs[2], gs[3]};

@@ -347,6 +347,7 @@ std::shared_ptr<Program> compile_graph(const Graph& graph) {
   detail::fuse_pool_grad_mask(work);
   detail::fuse_pool_bias_relu(work);
   detail::fuse_conv_pool_grad(work);
+  detail::fuse_conv_pool_forward(work);
   detail::eliminate_dead_code(work, program->stats);
   detail::Lowering lowering(work, *program);
   lowering.donated_ = graph.donated;

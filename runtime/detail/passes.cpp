@@ -400,4 +400,98 @@ void fuse_conv_pool_grad(Work& w) {
   }
 }
 
+namespace {
+
+const std::vector<int64_t> kPool2x2{2, 2, 2, 2, 0, 0};
+
+// For conv2d node `c` = conv2d(x, w) (f32/f64, even output): the bias b when its live readers
+// are one max_pool2d(c, b) with 2x2 / stride 2 attrs and, after it, conv gradients fused with
+// that pool (.., c, b); else -1.
+int fusable_conv(const Work& w, const Uses& u, const std::vector<uint8_t>& is_root, int c) {
+  const GNode& n = w.nodes[c];
+  if (n.op != Op::kConv2d || n.operands.size() != 2 || is_root[c] || !u.live[c]) return -1;
+  if (n.type.dtype != DType::kF32 && n.type.dtype != DType::kF64) return -1;
+  if (n.type.shape[2] % 2 != 0 || n.type.shape[3] % 2 != 0) return -1;
+  int b = -1, pool = -1;
+  for (int r : u.consumers[c]) {
+    const GNode& m = w.nodes[r];
+    const std::vector<int>& o = m.operands;
+    int mb = -1;
+    if (m.op == Op::kMaxPool2d && o.size() == 2 && o[0] == c && o[1] != c && m.attrs.ints == kPool2x2) {
+      if (pool >= 0) return -1;
+      pool = r;
+      mb = o[1];
+    } else if ((m.op == Op::kConv2dGradInput || m.op == Op::kConv2dGradWeight) && o.size() == 4 &&
+               o[2] == c && o[0] != c && o[1] != c && o[3] != c && m.attrs.ints.size() == 12 &&
+               std::equal(kPool2x2.begin(), kPool2x2.end(), m.attrs.ints.begin() + 6)) {
+      mb = o[3];
+    } else {
+      return -1;
+    }
+    if (b >= 0 && mb != b) return -1;
+    b = mb;
+  }
+  if (pool < 0) return -1;
+  for (int r : u.consumers[c])
+    if (r < pool) return -1;
+  return b;
+}
+
+// At the pool's place: f = conv2d(x, w, b) and the pool node becomes reshape(slice(f)[0]).
+// Returns f's index in `out`.
+int emit_fused_conv(const GNode& conv, int x, int wt, int b, std::vector<GNode>& out, GNode& pool_node) {
+  const Shape& y = conv.type.shape;  // [n, o, h, w]
+  const Shape pooled{y[0], y[1], y[2] / 2, y[3] / 2};
+  GNode& f = out.emplace_back();
+  f.op = Op::kConv2d;
+  f.attrs = conv.attrs;
+  f.attrs.ints.insert(f.attrs.ints.end(), kPool2x2.begin(), kPool2x2.end());
+  f.operands = {x, wt, b};
+  f.type = {{2, pooled[0], pooled[1], pooled[2], pooled[3]}, conv.type.dtype};
+  const int fid = static_cast<int>(out.size()) - 1;
+  GNode& sl = out.emplace_back();
+  sl.op = Op::kSlice;
+  sl.attrs.ints = {0, 1, 1};
+  for (int64_t d : pooled) sl.attrs.ints.insert(sl.attrs.ints.end(), {0, d, 1});
+  sl.operands = {fid};
+  sl.type = {{1, pooled[0], pooled[1], pooled[2], pooled[3]}, conv.type.dtype};
+  pool_node.op = Op::kReshape;
+  pool_node.attrs = Attrs{};
+  pool_node.attrs.ints = pooled;
+  pool_node.operands = {static_cast<int>(out.size()) - 1};
+  return fid;
+}
+
+}  // namespace
+
+void fuse_conv_pool_forward(Work& w) {
+  const Uses u = live_uses(w);
+  std::vector<uint8_t> is_root(w.nodes.size(), 0);
+  for (int r : w.roots) is_root[r] = 1;
+  std::vector<int> bias_of(w.nodes.size(), -1), conv_of(w.nodes.size(), -1);
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    bias_of[i] = fusable_conv(w, u, is_root, static_cast<int>(i));
+    if (bias_of[i] >= 0)
+      for (int r : u.consumers[i]) conv_of[r] = static_cast<int>(i);
+  }
+  std::vector<GNode> out;
+  std::vector<int> new_id(w.nodes.size(), -1), fused(w.nodes.size(), -1);
+  out.reserve(w.nodes.size() + 8);
+  for (size_t i = 0; i < w.nodes.size(); ++i) {
+    GNode n = w.nodes[i];
+    for (int& o : n.operands) o = new_id[o];
+    if (const int c = conv_of[i]; c >= 0 && n.op == Op::kMaxPool2d) {
+      const GNode& conv = w.nodes[c];
+      fused[c] = emit_fused_conv(conv, new_id[conv.operands[0]], new_id[conv.operands[1]],
+                                 new_id[bias_of[c]], out, n);
+    } else if (c >= 0) {  // (h, w, y, b) / (x, h, y, b) -> (h, w, f) / (x, h, f)
+      n.operands = {n.operands[0], n.operands[1], fused[c]};
+    }
+    new_id[i] = static_cast<int>(out.size());
+    out.push_back(std::move(n));
+  }
+  for (int& r : w.roots) r = new_id[r];
+  w.nodes = std::move(out);
+}
+
 }  // namespace xs::detail

@@ -50,5 +50,16 @@ void fuse_pool_bias_relu(Work& w);
 // re-read. Exact: the same routing, the same GEMMs. f32/f64. Run after fuse_pool_bias_relu,
 // before DCE (which removes the then dead max_pool2d_grad).
 void fuse_conv_pool_grad(Work& w);
+// The whole layer conv-bias-relu-2x2-pool as one kernel when the convolution's output y is
+// read only by max_pool2d(y, b) and the conv gradients fused above (.., y, b):
+//   f = conv2d(x, w, b): [2, N, C, H/2, W/2], the pooled relu(y + b) and each window's argmax
+//   max_pool2d(y, b)           ->  reshape(slice(f)[0])
+//   conv2d_grad_*(.., y, b)    ->  conv2d_grad_*(.., f)   (route h by f's argmax)
+// y is computed one sample at a time into a scratch that stays in cache and is never stored:
+// the layer's largest tensor is neither written nor read back by the pool or its gradient.
+// The argmax is the one the pool gradient over relu(y + b) picks, so gradients are bit for
+// bit those of fuse_conv_pool_grad; pooled values too, except that a NaN in y is now skipped
+// as relu(NaN) = 0 (as unfused), instead of making its window 0. Run after fuse_conv_pool_grad.
+void fuse_conv_pool_forward(Work& w);
 
 }  // namespace xs::detail

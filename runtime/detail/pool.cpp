@@ -252,6 +252,49 @@ inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float*
   _mm512_mask_storeu_ps(o1 + 16, m1, _mm512_permutex2var_ps(gc, hi, gd));
 }
 
+// Writes four window gradients per lane (ga..gd: top-left, top-right, bottom-left,
+// bottom-right) back into the two rows, interleaved.
+inline void store_windows16(float* o0, float* o1, int64_t n, __m512 ga, __m512 gb, __m512 gc, __m512 gd) {
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+  const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16);
+  _mm512_mask_storeu_ps(o0, m0, _mm512_permutex2var_ps(ga, lo, gb));
+  _mm512_mask_storeu_ps(o0 + 16, m1, _mm512_permutex2var_ps(ga, hi, gb));
+  _mm512_mask_storeu_ps(o1, m0, _mm512_permutex2var_ps(gc, lo, gd));
+  _mm512_mask_storeu_ps(o1 + 16, m1, _mm512_permutex2var_ps(gc, hi, gd));
+}
+
+// argmax_2x2 on n <= 16 windows of one row pair (rows x0, x1), bit for bit.
+inline void argmax_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias, float* val, float* idx) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16), mg = first_bits(n);
+  const __m512 t0 = _mm512_maskz_loadu_ps(m0, x0), t1 = _mm512_maskz_loadu_ps(m1, x0 + 16);
+  const __m512 u0 = _mm512_maskz_loadu_ps(m0, x1), u1 = _mm512_maskz_loadu_ps(m1, x1 + 16);
+  const __m512 a = pooled_input16<true>(_mm512_permutex2var_ps(t0, even, t1), bias);
+  const __m512 b = pooled_input16<true>(_mm512_permutex2var_ps(t0, odd, t1), bias);
+  const __m512 c = pooled_input16<true>(_mm512_permutex2var_ps(u0, even, u1), bias);
+  const __m512 d = pooled_input16<true>(_mm512_permutex2var_ps(u0, odd, u1), bias);
+  const __mmask16 top_right = takes_over16(a, b), bottom_right = takes_over16(c, d);
+  const __m512 top = _mm512_mask_mov_ps(a, top_right, b), bottom = _mm512_mask_mov_ps(c, bottom_right, d);
+  const __mmask16 down = takes_over16(top, bottom);
+  const __mmask16 right = (down & bottom_right) | (~down & top_right);
+  _mm512_mask_storeu_ps(val, mg, _mm512_mask_mov_ps(top, down, bottom));
+  _mm512_mask_storeu_ps(idx, mg, _mm512_add_ps(_mm512_maskz_mov_ps(down, _mm512_set1_ps(2.0f)),
+                                               _mm512_maskz_mov_ps(right, _mm512_set1_ps(1.0f))));
+}
+
+// route_2x2 on n <= 16 windows.
+inline void route_2x2_x16(const float* idx, const float* g, int64_t n, float* o0, float* o1) {
+  const __mmask16 mg = first_bits(n);
+  const __m512 k = _mm512_maskz_loadu_ps(mg, idx), gv = _mm512_maskz_loadu_ps(mg, g);
+  const __mmask16 down = _mm512_cmp_ps_mask(k, _mm512_set1_ps(1.5f), _CMP_GT_OQ);
+  const __mmask16 right = _mm512_cmp_ps_mask(k, _mm512_set1_ps(1.0f), _CMP_EQ_OQ) |
+                          _mm512_cmp_ps_mask(k, _mm512_set1_ps(3.0f), _CMP_EQ_OQ);
+  store_windows16(o0, o1, n, _mm512_maskz_mov_ps(~down & ~right, gv), _mm512_maskz_mov_ps(~down & right, gv),
+                  _mm512_maskz_mov_ps(down & ~right, gv), _mm512_maskz_mov_ps(down & right, gv));
+}
+
 template <bool kBiasRelu>
 void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias, int64_t channels,
                               int64_t planes, int64_t h, int64_t w, float* out) {
@@ -269,6 +312,63 @@ void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias,
   }
 }
 #endif
+
+// 2x2 / stride 2 windows of relu(y + bias[c]) over even planes: the window's maximum and the
+// row-major position (0..3, as a float) of its first maximum, chosen exactly as
+// max_pool_grad_2x2<true> chooses it, so routing by the stored position is that gradient.
+template <typename T>
+void argmax_2x2(const T* y, const T* bias, int64_t channels, int64_t h, int64_t w, T* val, T* idx) {
+  const int64_t oh = h / 2, ow = w / 2;
+  for (int64_t pl = 0; pl < channels; ++pl)
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      const T* r0 = y + (pl * h + 2 * oy) * w;
+      const T* r1 = r0 + w;
+      const int64_t at = (pl * oh + oy) * ow;
+#ifdef __AVX512F__
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t ox = 0; ox < ow; ox += 16)
+          argmax_2x2_x16(r0 + 2 * ox, r1 + 2 * ox, std::min<int64_t>(16, ow - ox), _mm512_set1_ps(bias[pl]),
+                         val + at + ox, idx + at + ox);
+        continue;
+      }
+#endif
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const T a = pooled_input<true>(r0[2 * ox], bias[pl]), b = pooled_input<true>(r0[2 * ox + 1], bias[pl]),
+                c = pooled_input<true>(r1[2 * ox], bias[pl]), d = pooled_input<true>(r1[2 * ox + 1], bias[pl]);
+        const bool top_right = takes_over(a, b), bottom_right = takes_over(c, d);
+        const T top = top_right ? b : a, bottom = bottom_right ? d : c;
+        const bool down = takes_over(top, bottom);
+        val[at + ox] = down ? bottom : top;
+        idx[at + ox] = static_cast<T>((down ? 2 : 0) + ((down ? bottom_right : top_right) ? 1 : 0));
+      }
+    }
+}
+
+// The adjoint: out[channels][h][w] gets g at each window's stored position, 0 elsewhere.
+template <typename T>
+void route_2x2(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w, T* out) {
+  const int64_t oh = h / 2, ow = w / 2;
+  for (int64_t pl = 0; pl < channels; ++pl)
+    for (int64_t oy = 0; oy < oh; ++oy) {
+      T* o0 = out + (pl * h + 2 * oy) * w;
+      T* o1 = o0 + w;
+      const int64_t at = (pl * oh + oy) * ow;
+#ifdef __AVX512F__
+      if constexpr (std::is_same_v<T, float>) {
+        for (int64_t ox = 0; ox < ow; ox += 16)
+          route_2x2_x16(idx + at + ox, g + at + ox, std::min<int64_t>(16, ow - ox), o0 + 2 * ox, o1 + 2 * ox);
+        continue;
+      }
+#endif
+      for (int64_t ox = 0; ox < ow; ++ox) {
+        const T k = idx[at + ox], gv = g[at + ox];
+        o0[2 * ox] = k == T(0) ? gv : T(0);
+        o0[2 * ox + 1] = k == T(1) ? gv : T(0);
+        o1[2 * ox] = k == T(2) ? gv : T(0);
+        o1[2 * ox + 1] = k == T(3) ? gv : T(0);
+      }
+    }
+}
 
 template <typename T>
 void pool_grad_typed(bool is_max, const int64_t* p, const T* x, const T* g, const Shape& gs, T* out,
@@ -327,6 +427,24 @@ void max_pool2d_grad_planes(const int64_t* pool, const T* y, const T* g, const T
   pool_grad_typed(true, pool, y, g, gs, out, os, bias);
 }
 
+template <typename T>
+void max_pool2d_argmax_planes(const T* y, const T* bias, int64_t channels, int64_t h, int64_t w,
+                              T* val, T* idx) {
+  argmax_2x2(y, bias, channels, h, w, val, idx);
+}
+
+template <typename T>
+void max_pool2d_route_planes(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w, T* out) {
+  route_2x2(idx, g, channels, h, w, out);
+}
+
+template void max_pool2d_argmax_planes<float>(const float*, const float*, int64_t, int64_t, int64_t,
+                                              float*, float*);
+template void max_pool2d_argmax_planes<double>(const double*, const double*, int64_t, int64_t,
+                                               int64_t, double*, double*);
+template void max_pool2d_route_planes<float>(const float*, const float*, int64_t, int64_t, int64_t, float*);
+template void max_pool2d_route_planes<double>(const double*, const double*, int64_t, int64_t, int64_t,
+                                              double*);
 template void max_pool2d_grad_planes<float>(const int64_t*, const float*, const float*,
                                             const float*, int64_t, int64_t, int64_t, float*);
 template void max_pool2d_grad_planes<double>(const int64_t*, const double*, const double*,

@@ -191,12 +191,22 @@ ValueType rule_matmul(Op op, std::span<const ValueType> in, const Attrs& attrs) 
 }
 
 ValueType rule_conv2d(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in.size() != 2 && in.size() != 3) fail(op, in, "takes (x, w) or (x, w, bias)");
   require_same_dtype(op, in);
   const Shape& x = in[0].shape;
   const Shape& w = in[1].shape;
   if (x.size() != 4 || w.size() != 4) fail(op, in, "needs NCHW input and OIHW weight");
   if (x[1] != w[1]) fail(op, in, fmt::format("input has {} channels, weight expects {}", x[1], w[1]));
   if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype");
+  if (in.size() == 3) {  // conv-bias-relu-pool: {stride, pad, 2, 2, 2, 2, 0, 0}, even output
+    const std::vector<int64_t> pool(attrs.ints.begin() + std::min<size_t>(4, attrs.ints.size()), attrs.ints.end());
+    const Attrs conv{{attrs.ints.begin(), attrs.ints.begin() + std::min<size_t>(4, attrs.ints.size())}, 0, DType::kF32, 0};
+    const ValueType y = rule_conv2d(op, in.first(2), conv);
+    if (pool != std::vector<int64_t>{2, 2, 2, 2, 0, 0} || y.shape[2] % 2 != 0 || y.shape[3] % 2 != 0)
+      fail(op, in, "the fused form needs a 2x2 / stride 2 pool over an even-sized output");
+    if (numel(in[2].shape) != w[0]) fail(op, in, fmt::format("bias must hold {} elements", w[0]));
+    return {{2, y.shape[0], y.shape[1], y.shape[2] / 2, y.shape[3] / 2}, in[0].dtype};
+  }
   const auto& p = attrs.ints;  // stride_h, stride_w, pad_h, pad_w
   if (p.size() != 4 || p[0] < 1 || p[1] < 1 || p[2] < 0 || p[3] < 0) fail(op, in, "bad stride/padding");
   const int64_t oh = (x[2] + 2 * p[2] - w[2]) / p[0] + 1, ow = (x[3] + 2 * p[3] - w[3]) / p[1] + 1;
@@ -277,6 +287,12 @@ namespace {
 // six, for operands (.., h at gi, .., y, bias?); in itself for the plain two-operand form.
 ValueType fused_grad_out(Op op, std::span<const ValueType> in, const Attrs& attrs, size_t gi) {
   if (in.size() == 2) return in[gi];
+  if (in.size() == 3 && in[2].shape.size() == 5) {  // (.., h, .., fused conv2d's [2, N, C, H/2, W/2])
+    const Shape& f = in[2].shape;
+    if (f[0] != 2 || in[gi].shape != Shape(f.begin() + 1, f.end()))
+      fail(op, in, "h must be the pooled shape of the fused conv2d's result");
+    return {{f[1], f[2], 2 * f[3], 2 * f[4]}, in[gi].dtype};
+  }
   if (in.size() > 4 || attrs.ints.size() != 12)
     fail(op, in, "the fused form takes (.., h, .., y[, bias]) and 6 conv + 6 pool attrs");
   std::vector<ValueType> pool_in{in[2], in[gi]};

@@ -2,7 +2,8 @@
 // gradients read the pooled gradient and the pool's input, route it one sample at a time, and
 // the full-size max-pool gradient is never a kernel of its own. Results must equal the unfused
 // ops run one graph at a time bit for bit (the same routing, the same GEMMs), NaNs included.
-// Also the unit-stride col2im of conv2d_grad_input against a direct sum.
+// Then the whole layer conv-bias-relu-pool as one conv2d kernel (fuse_conv_pool_forward), the
+// bias-relu pool kernel, and the unit-stride col2im of conv2d_grad_input against a direct sum.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -118,6 +119,73 @@ TEST(ConvPoolGradFusion, PoolGradientReadElsewhereIsStillComputedAndNotFused) {
   EXPECT_TRUE(pool_grad) << program->text();
   const Tensor g_ref = materialised(max_pool2d_grad(y, h, {2, 2}, {2, 2}));
   expect_same_bits(dw.to_vector<float>(), conv2d_grad_weight(x, g_ref, {1, 1}, {1, 1}, {3, 3}).to_vector<float>());
+}
+
+struct LayerCase {
+  int64_t batch, channels, out_channels, hw, kernel, pad;
+  bool nan;  // a NaN in x: relu zeroes the NaN outputs before pooling in both forms
+};
+
+class ConvLayerFusion : public ::testing::TestWithParam<LayerCase> {};
+
+// conv -> + bias -> relu -> 2x2 pool and the pool's and conv's gradients: one conv2d kernel
+// (pooled values + argmax), no pool or pool-gradient kernel, and every result bit for bit that
+// of the ops run one graph at a time.
+TEST_P(ConvLayerFusion, OneKernelLayerMatchesTheUnfusedOpsBitForBit) {
+  ScopedRuntime rt;
+  const LayerCase c = GetParam();
+  const std::vector<int64_t> one{1, 1}, pad{c.pad, c.pad}, k{c.kernel, c.kernel}, two{2, 2};
+  std::vector<float> xv = grid_values(c.batch * c.channels * c.hw * c.hw, 1);
+  if (c.nan) xv[3] = std::nanf("");
+  const Tensor x = Tensor::from_vector<float>(xv, {c.batch, c.channels, c.hw, c.hw});
+  const Tensor w = grid({c.out_channels, c.channels, c.kernel, c.kernel}, 2);
+  const Tensor b = reshape(grid({c.out_channels}, 3), {1, c.out_channels, 1, 1});
+  const auto layer = [&](const Tensor& y, bool keep) {
+    const Tensor r = keep ? materialised(relu(y + b)) : relu(y + b);
+    const Tensor pooled = max_pool2d(r, two, two);
+    const Tensor h = grid(pooled.shape(), 4);
+    const Tensor g = keep ? materialised(max_pool2d_grad(r, h, two, two)) : max_pool2d_grad(r, h, two, two);
+    return std::vector<Tensor>{pooled, conv2d_grad_weight(x, g, one, pad, k),
+                               conv2d_grad_input(g, w, one, pad, {c.hw, c.hw})};
+  };
+  const std::vector<Tensor> fused = layer(conv2d(x, w, one, pad), false);
+  auto program = compile_roots(fused);
+  int convs = 0;
+  for (const Kernel& kern : program->kernels) {
+    EXPECT_NE(kern.op, Op::kMaxPool2d) << program->text();
+    EXPECT_NE(kern.op, Op::kMaxPool2dGrad) << program->text();
+    if (kern.op == Op::kConv2d) {
+      ++convs;
+      EXPECT_EQ(kern.in_storage.size(), 3u) << program->text();
+    }
+    if (kern.op == Op::kConv2dGradWeight || kern.op == Op::kConv2dGradInput) {
+      EXPECT_EQ(kern.in_storage.size(), 3u) << program->text();
+    }
+  }
+  EXPECT_EQ(convs, 1) << program->text();
+  const std::vector<Tensor> ref = layer(materialised(conv2d(x, w, one, pad)), true);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    SCOPED_TRACE(i);
+    expect_same_bits(fused[i].to_vector<float>(), ref[i].to_vector<float>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvLayerFusion,
+                         ::testing::Values(LayerCase{3, 1, 4, 8, 5, 2, false},    // 1 input channel
+                                           LayerCase{2, 3, 5, 10, 3, 1, false},   // pooled 5x5
+                                           LayerCase{2, 2, 3, 36, 3, 1, false},   // pooled rows over 16
+                                           LayerCase{2, 2, 4, 9, 2, 0, false},    // even output of odd input
+                                           LayerCase{2, 2, 3, 8, 3, 1, true}));   // NaN in the input
+
+TEST(ConvLayerFusion, OddConvOutputKeepsThePoolKernel) {
+  ScopedRuntime rt;
+  const Tensor x = grid({2, 2, 7, 7}, 1), w = grid({3, 2, 3, 3}, 2);
+  const Tensor b = reshape(grid({3}, 3), {1, 3, 1, 1});
+  const Tensor pooled = max_pool2d(relu(conv2d(x, w, {1, 1}, {1, 1}) + b), {2, 2}, {2, 2});
+  auto program = compile_roots({pooled});
+  bool pool = false;
+  for (const Kernel& kern : program->kernels) pool |= kern.op == Op::kMaxPool2d;
+  EXPECT_TRUE(pool) << program->text();
 }
 
 // max_pool2d(relu(x + b)) runs as one pooling kernel, max_pool2d(x, b) = relu(max + b): equal
