@@ -177,6 +177,33 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvLayerFusion,
                                            LayerCase{2, 2, 4, 9, 2, 0, false},    // even output of odd input
                                            LayerCase{2, 2, 3, 8, 3, 1, true}));   // NaN in the input
 
+// The same in f64 (the kernels' scalar path): fused and unfused agree bit for bit.
+TEST(ConvLayerFusion, F64LayerMatchesTheUnfusedOpsBitForBit) {
+  ScopedRuntime rt;
+  const auto grid64 = [](const Shape& shape, int salt) {
+    const std::vector<float> f = grid_values(numel(shape), salt);
+    return Tensor::from_vector<double>(std::vector<double>(f.begin(), f.end()), shape);
+  };
+  const auto keep = [](const Tensor& t) { return Tensor::from_vector<double>(t.to_vector<double>(), t.shape()); };
+  const std::vector<int64_t> one{1, 1}, two{2, 2};
+  const Tensor x = grid64({2, 2, 6, 6}, 1), w = grid64({3, 2, 3, 3}, 2);
+  const Tensor b = reshape(grid64({3}, 3), {1, 3, 1, 1});
+  const Tensor h = grid64({2, 3, 3, 3}, 4);
+  const auto layer = [&](const Tensor& y, bool materialise) {
+    const Tensor r = materialise ? keep(relu(y + b)) : relu(y + b);
+    const Tensor g = materialise ? keep(max_pool2d_grad(r, h, two, two)) : max_pool2d_grad(r, h, two, two);
+    return std::vector<Tensor>{max_pool2d(r, two, two), conv2d_grad_weight(x, g, one, one, {3, 3}),
+                               conv2d_grad_input(g, w, one, one, {6, 6})};
+  };
+  const std::vector<Tensor> fused = layer(conv2d(x, w, one, one), false);
+  auto program = compile_roots(fused);
+  for (const Kernel& kern : program->kernels) {
+    EXPECT_NE(kern.op, Op::kMaxPool2d) << program->text();
+  }
+  const std::vector<Tensor> ref = layer(keep(conv2d(x, w, one, one)), true);
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(fused[i].to_vector<double>(), ref[i].to_vector<double>()) << i;
+}
+
 TEST(ConvLayerFusion, OddConvOutputKeepsThePoolKernel) {
   ScopedRuntime rt;
   const Tensor x = grid({2, 2, 7, 7}, 1), w = grid({3, 2, 3, 3}, 2);
