@@ -164,7 +164,8 @@ void ShmCommunicator::all_gather(const void* in, void* out, size_t n_elems, DTyp
   auto* to = static_cast<std::byte*>(out);
   const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
                                              arena ? arena_->offset(in) : 0);
-  if (rounds_->all_in_arena(parity)) return detail::all_gather_direct(*rounds_, parity, from, to, bytes);
+  if (rounds_->all_in_arena(parity))
+    return detail::all_gather_direct(*rounds_, parity, from, to, bytes);
   detail::all_gather(*rounds_, from, to, bytes);
 }
 

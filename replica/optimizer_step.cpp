@@ -21,7 +21,9 @@ void broadcast_parameters(const NamedTensors& named) {
   load_state_dict(named, state);
 }
 
-bool sharded_update_enabled() { return env_bool(kShardedUpdateEnv).value_or(true); }
+bool sharded_update_enabled() {
+  return env_bool(kShardedUpdateEnv).value_or(true);
+}
 
 void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters) {
   XS_CHECK_ARG(named_parameters.size() == optimizer.params().size(),

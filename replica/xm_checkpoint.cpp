@@ -67,7 +67,8 @@ void save(const std::string& path, const NamedTensors& model_state, const Optimi
   // A sharded optimizer state is gathered in-graph: a collective every replica takes part in.
   StateDict optim;
   const bool gather = optimizer != nullptr && optimizer->shard_world_size() != 0;
-  if (optimizer != nullptr && (is_master() || gather)) optim = to_state_dict(optimizer->named_state());
+  if (optimizer != nullptr && (is_master() || gather))
+    optim = to_state_dict(optimizer->named_state());
   if (is_master()) {
     std::vector<HostTensor> tensors;
     append(tensors, kModelPrefix, to_state_dict(model_state));

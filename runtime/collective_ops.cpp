@@ -65,7 +65,8 @@ void copy_chunk(std::span<const Arg> parts, size_t begin, size_t n, size_t elem,
     const size_t len = static_cast<size_t>(numel(part.type->shape));
     const size_t from = std::max(begin, at), to = std::min(begin + n, at + len);
     if (from < to) {
-      std::memcpy(out + (from - begin) * elem, static_cast<const std::byte*>(part.data) + (from - at) * elem,
+      std::memcpy(out + (from - begin) * elem,
+                  static_cast<const std::byte*>(part.data) + (from - at) * elem,
                   (to - from) * elem);
     }
     at += len;

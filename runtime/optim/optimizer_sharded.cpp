@@ -9,8 +9,8 @@
 #include "base/error.h"
 #include "runtime/autograd.h"
 #include "runtime/collective_ops.h"
-#include "runtime/optim/optimizer.h"
 #include "runtime/ops.h"
+#include "runtime/optim/optimizer.h"
 
 namespace xs {
 
@@ -32,7 +32,7 @@ int64_t Optimizer::padded_elems(int64_t world_size) const {
 }
 
 std::vector<Tensor> Optimizer::flat_parts(const std::vector<Tensor>& tensors, int64_t world_size,
-                                           bool reshaped) const {
+                                          bool reshaped) const {
   std::vector<Tensor> parts;
   int64_t total = 0;
   for (const Tensor& t : tensors) {
@@ -96,7 +96,8 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int
 NamedTensors Optimizer::gathered_state() const {
   const std::vector<std::string> names = state_names();
   std::vector<std::vector<Tensor>> whole;  // [buffer][param]
-  for (const Tensor& chunk : shard_state_) whole.push_back(unflat(all_gather(chunk, shard_world_size_)));
+  for (const Tensor& chunk : shard_state_)
+    whole.push_back(unflat(all_gather(chunk, shard_world_size_)));
   NamedTensors out;
   out.emplace_back("step", Tensor::from_vector<int64_t>({steps_}, {}));
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -111,8 +112,10 @@ void Optimizer::load_sharded_state(const NamedTensors& state) {
   const size_t n_buffers = state_names().size();
   for (size_t k = 0; k < n_buffers; ++k) {
     std::vector<Tensor> whole;
-    for (size_t i = 0; i < params_.size(); ++i) whole.push_back(state[1 + i * n_buffers + k].second);
-    shard_state_[k].assign(local_shard(flat_parts(whole, shard_world_size_, false), shard_world_size_));
+    for (size_t i = 0; i < params_.size(); ++i)
+      whole.push_back(state[1 + i * n_buffers + k].second);
+    shard_state_[k].assign(
+        local_shard(flat_parts(whole, shard_world_size_, false), shard_world_size_));
   }
 }
 

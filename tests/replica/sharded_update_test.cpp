@@ -62,7 +62,8 @@ struct Net {
 void train(Net& net, Optimizer& opt, int from, int to) {
   for (int s = from; s < to; ++s) {
     std::vector<float> x(4 * 40);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * xm::ordinal() + 0.3f * s + 0.11f * i);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(0.7f * xm::ordinal() + 0.3f * s + 0.11f * i);
     backward(sum(square(net.fc2(relu(net.fc1(Tensor::from_vector<float>(x, {4, 40})))))));
     xm::optimizer_step(opt);
   }
@@ -75,7 +76,8 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 bool same_state(const StateDict& a, const StateDict& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].shape != b[i].shape || a[i].bytes != b[i].bytes) return false;
+    if (a[i].name != b[i].name || a[i].shape != b[i].shape || a[i].bytes != b[i].bytes)
+      return false;
   }
   return true;
 }
@@ -101,7 +103,8 @@ TEST_P(ShardedUpdate, GivesTheSameBitsAsTheAllReduceOnEveryReplica) {
         Net net;
         auto opt = make(kind, net);
         train(net, *opt, 0, 5);
-        expect(opt->shard_world_size() == 0, kind + ": XLA_SPAWN_SHARDED_UPDATE=0 keeps the state whole");
+        expect(opt->shard_world_size() == 0,
+               kind + ": XLA_SPAWN_SHARDED_UPDATE=0 keeps the state whole");
         whole = net.values();
         whole_state = to_state_dict(opt->named_state());
       }
@@ -116,8 +119,10 @@ TEST_P(ShardedUpdate, GivesTheSameBitsAsTheAllReduceOnEveryReplica) {
       }
       expect(same_bits(whole, sharded), kind + ": sharded parameters == all-reduce parameters");
       expect(same_state(whole_state, sharded_state), kind + ": gathered state == whole state");
-      const auto all = xm::rendezvous("params", std::as_bytes(std::span<const float>(sharded.data(), 64)));
-      for (const auto& peer : all) expect(peer == all[0], kind + ": every replica holds the same bits");
+      const auto all =
+          xm::rendezvous("params", std::as_bytes(std::span<const float>(sharded.data(), 64)));
+      for (const auto& peer : all)
+        expect(peer == all[0], kind + ": every replica holds the same bits");
     }
   });
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
@@ -145,7 +150,8 @@ TEST_P(ShardedUpdate, CheckpointHoldsTheWholeStateAndResumesToTheSameBits) {
     }
     StateDict saved;
     for (const HostTensor& t : load_checkpoint(path).tensors) {
-      if (t.name.starts_with("optim.")) saved.push_back({t.name.substr(6), t.dtype, t.shape, t.bytes});
+      if (t.name.starts_with("optim."))
+        saved.push_back({t.name.substr(6), t.dtype, t.shape, t.bytes});
     }
     expect(same_state(saved, reference), "the checkpoint holds the whole, unsharded state");
     // Resume into a fresh optimizer (whole state, sharded at its first step) ...
