@@ -177,21 +177,12 @@ void max_pool_grad_2x2(const T* x, const T* g, const T* bias, int64_t channels, 
 template <bool kBiasRelu>
 inline void max_pool_grad_2x2_x16(const float* x0, const float* x1, const float* gr, float* o0,
                                   float* o1, int64_t n, __m512 bias) {
-  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16), mg = first_bits(n);
-  const __m512 t0 = _mm512_maskz_loadu_ps(m0, x0), t1 = _mm512_maskz_loadu_ps(m1, x0 + 16);
-  const __m512 u0 = _mm512_maskz_loadu_ps(m0, x1), u1 = _mm512_maskz_loadu_ps(m1, x1 + 16);
-  const __m512 a = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, even, t1), bias);
-  const __m512 b = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, odd, t1), bias);
-  const __m512 c = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, even, u1), bias);
-  const __m512 d = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, odd, u1), bias);
-  const __mmask16 top_right = takes_over16(a, b), bottom_right = takes_over16(c, d);
-  const __mmask16 down =
-      takes_over16(_mm512_mask_mov_ps(a, top_right, b), _mm512_mask_mov_ps(c, bottom_right, d));
-  const __m512 gv = _mm512_maskz_loadu_ps(mg, gr);
+  const Windows2x2x16 win = choose_2x2_x16<kBiasRelu>(x0, x1, n, bias);
+  const __mmask16 down = win.down, top_right = win.top_right, bottom_right = win.bottom_right;
+  const __m512 gv = _mm512_maskz_loadu_ps(win.valid, gr);
   store_windows16(o0, o1, n, _mm512_maskz_mov_ps(~down & ~top_right, gv),
-                  _mm512_maskz_mov_ps(~down & top_right, gv), _mm512_maskz_mov_ps(down & ~bottom_right, gv),
+                  _mm512_maskz_mov_ps(~down & top_right, gv),
+                  _mm512_maskz_mov_ps(down & ~bottom_right, gv),
                   _mm512_maskz_mov_ps(down & bottom_right, gv));
 }
 
@@ -227,14 +218,16 @@ void argmax_2x2(const T* y, const T* bias, int64_t channels, int64_t h, int64_t 
 #ifdef __AVX512F__
       if constexpr (std::is_same_v<T, float>) {
         for (int64_t ox = 0; ox < ow; ox += 16)
-          argmax_2x2_x16(r0 + 2 * ox, r1 + 2 * ox, std::min<int64_t>(16, ow - ox), _mm512_set1_ps(bias[pl]),
-                         val + at + ox, idx + at + ox);
+          argmax_2x2_x16(r0 + 2 * ox, r1 + 2 * ox, std::min<int64_t>(16, ow - ox),
+                         _mm512_set1_ps(bias[pl]), val + at + ox, idx + at + ox);
         continue;
       }
 #endif
       for (int64_t ox = 0; ox < ow; ++ox) {
-        const T a = pooled_input<true>(r0[2 * ox], bias[pl]), b = pooled_input<true>(r0[2 * ox + 1], bias[pl]),
-                c = pooled_input<true>(r1[2 * ox], bias[pl]), d = pooled_input<true>(r1[2 * ox + 1], bias[pl]);
+        const T a = pooled_input<true>(r0[2 * ox], bias[pl]),
+                b = pooled_input<true>(r0[2 * ox + 1], bias[pl]),
+                c = pooled_input<true>(r1[2 * ox], bias[pl]),
+                d = pooled_input<true>(r1[2 * ox + 1], bias[pl]);
         const bool top_right = takes_over(a, b), bottom_right = takes_over(c, d);
         const T top = top_right ? b : a, bottom = bottom_right ? d : c;
         const bool down = takes_over(top, bottom);
@@ -256,7 +249,8 @@ void route_2x2(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w,
 #ifdef __AVX512F__
       if constexpr (std::is_same_v<T, float>) {
         for (int64_t ox = 0; ox < ow; ox += 16)
-          route_2x2_x16(idx + at + ox, g + at + ox, std::min<int64_t>(16, ow - ox), o0 + 2 * ox, o1 + 2 * ox);
+          route_2x2_x16(idx + at + ox, g + at + ox, std::min<int64_t>(16, ow - ox), o0 + 2 * ox,
+                        o1 + 2 * ox);
         continue;
       }
 #endif
@@ -334,7 +328,8 @@ void max_pool2d_argmax_planes(const T* y, const T* bias, int64_t channels, int64
 }
 
 template <typename T>
-void max_pool2d_route_planes(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w, T* out) {
+void max_pool2d_route_planes(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w,
+                             T* out) {
   route_2x2(idx, g, channels, h, w, out);
 }
 
@@ -342,9 +337,10 @@ template void max_pool2d_argmax_planes<float>(const float*, const float*, int64_
                                               float*, float*);
 template void max_pool2d_argmax_planes<double>(const double*, const double*, int64_t, int64_t,
                                                int64_t, double*, double*);
-template void max_pool2d_route_planes<float>(const float*, const float*, int64_t, int64_t, int64_t, float*);
-template void max_pool2d_route_planes<double>(const double*, const double*, int64_t, int64_t, int64_t,
-                                              double*);
+template void max_pool2d_route_planes<float>(const float*, const float*, int64_t, int64_t, int64_t,
+                                             float*);
+template void max_pool2d_route_planes<double>(const double*, const double*, int64_t, int64_t,
+                                              int64_t, double*);
 template void max_pool2d_grad_planes<float>(const int64_t*, const float*, const float*,
                                             const float*, int64_t, int64_t, int64_t, float*);
 template void max_pool2d_grad_planes<double>(const int64_t*, const double*, const double*,

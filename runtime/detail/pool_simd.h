@@ -66,7 +66,8 @@ inline __m512 pooled_input16(__m512 x, __m512 bias) {
 
 // Writes four window gradients per lane (ga..gd: top-left, top-right, bottom-left,
 // bottom-right) back into the two rows, interleaved.
-inline void store_windows16(float* o0, float* o1, int64_t n, __m512 ga, __m512 gb, __m512 gc, __m512 gd) {
+inline void store_windows16(float* o0, float* o1, int64_t n, __m512 ga, __m512 gb, __m512 gc,
+                            __m512 gd) {
   const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
   const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16);
@@ -76,24 +77,47 @@ inline void store_windows16(float* o0, float* o1, int64_t n, __m512 ga, __m512 g
   _mm512_mask_storeu_ps(o1 + 16, m1, _mm512_permutex2var_ps(gc, hi, gd));
 }
 
-// argmax_2x2 on n <= 16 windows of one row pair (rows x0, x1), bit for bit.
-inline void argmax_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias, float* val, float* idx) {
+// The n <= 16 2x2 windows of one row pair (rows x0, x1, from column 0): each window's cells
+// a b / c d (after pooled_input) and takes_over's choices between them, lane by lane. The
+// forward's argmax and the backward's routing both start here, so they choose alike.
+struct Windows2x2x16 {
+  __m512 a, b, c, d;
+  __mmask16 top_right, bottom_right;  // b beat a; d beat c
+  __mmask16 down;                     // the bottom row's winner beat the top row's
+  __mmask16 valid;                    // the first n lanes
+};
+
+template <bool kBiasRelu>
+inline Windows2x2x16 choose_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias) {
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16), mg = first_bits(n);
+  const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16);
   const __m512 t0 = _mm512_maskz_loadu_ps(m0, x0), t1 = _mm512_maskz_loadu_ps(m1, x0 + 16);
   const __m512 u0 = _mm512_maskz_loadu_ps(m0, x1), u1 = _mm512_maskz_loadu_ps(m1, x1 + 16);
-  const __m512 a = pooled_input16<true>(_mm512_permutex2var_ps(t0, even, t1), bias);
-  const __m512 b = pooled_input16<true>(_mm512_permutex2var_ps(t0, odd, t1), bias);
-  const __m512 c = pooled_input16<true>(_mm512_permutex2var_ps(u0, even, u1), bias);
-  const __m512 d = pooled_input16<true>(_mm512_permutex2var_ps(u0, odd, u1), bias);
-  const __mmask16 top_right = takes_over16(a, b), bottom_right = takes_over16(c, d);
-  const __m512 top = _mm512_mask_mov_ps(a, top_right, b), bottom = _mm512_mask_mov_ps(c, bottom_right, d);
-  const __mmask16 down = takes_over16(top, bottom);
-  const __mmask16 right = (down & bottom_right) | (~down & top_right);
-  _mm512_mask_storeu_ps(val, mg, _mm512_mask_mov_ps(top, down, bottom));
-  _mm512_mask_storeu_ps(idx, mg, _mm512_add_ps(_mm512_maskz_mov_ps(down, _mm512_set1_ps(2.0f)),
-                                               _mm512_maskz_mov_ps(right, _mm512_set1_ps(1.0f))));
+  Windows2x2x16 w;
+  w.a = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, even, t1), bias);
+  w.b = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, odd, t1), bias);
+  w.c = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, even, u1), bias);
+  w.d = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, odd, u1), bias);
+  w.top_right = takes_over16(w.a, w.b);
+  w.bottom_right = takes_over16(w.c, w.d);
+  w.down = takes_over16(_mm512_mask_mov_ps(w.a, w.top_right, w.b),
+                        _mm512_mask_mov_ps(w.c, w.bottom_right, w.d));
+  w.valid = first_bits(n);
+  return w;
+}
+
+// argmax_2x2 on n <= 16 windows of one row pair (rows x0, x1), bit for bit.
+inline void argmax_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias, float* val,
+                           float* idx) {
+  const Windows2x2x16 w = choose_2x2_x16<true>(x0, x1, n, bias);
+  const __m512 top = _mm512_mask_mov_ps(w.a, w.top_right, w.b);
+  const __m512 bottom = _mm512_mask_mov_ps(w.c, w.bottom_right, w.d);
+  const __mmask16 right = (w.down & w.bottom_right) | (~w.down & w.top_right);
+  _mm512_mask_storeu_ps(val, w.valid, _mm512_mask_mov_ps(top, w.down, bottom));
+  _mm512_mask_storeu_ps(idx, w.valid,
+                        _mm512_add_ps(_mm512_maskz_mov_ps(w.down, _mm512_set1_ps(2.0f)),
+                                      _mm512_maskz_mov_ps(right, _mm512_set1_ps(1.0f))));
 }
 
 // route_2x2 on n <= 16 windows.
@@ -103,8 +127,9 @@ inline void route_2x2_x16(const float* idx, const float* g, int64_t n, float* o0
   const __mmask16 down = _mm512_cmp_ps_mask(k, _mm512_set1_ps(1.5f), _CMP_GT_OQ);
   const __mmask16 right = _mm512_cmp_ps_mask(k, _mm512_set1_ps(1.0f), _CMP_EQ_OQ) |
                           _mm512_cmp_ps_mask(k, _mm512_set1_ps(3.0f), _CMP_EQ_OQ);
-  store_windows16(o0, o1, n, _mm512_maskz_mov_ps(~down & ~right, gv), _mm512_maskz_mov_ps(~down & right, gv),
-                  _mm512_maskz_mov_ps(down & ~right, gv), _mm512_maskz_mov_ps(down & right, gv));
+  store_windows16(o0, o1, n, _mm512_maskz_mov_ps(~down & ~right, gv),
+                  _mm512_maskz_mov_ps(~down & right, gv), _mm512_maskz_mov_ps(down & ~right, gv),
+                  _mm512_maskz_mov_ps(down & right, gv));
 }
 
 #endif
