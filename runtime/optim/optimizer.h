@@ -62,7 +62,10 @@ class Optimizer {
   void load_state(const NamedTensors& state);
 
  protected:
-  // One parameter's update; `state` holds this optimizer's buffers for it.
+  // One parameter's update; `state` holds this optimizer's buffers for it. It must be
+  // elementwise (each result element depends only on the same element of param, grad and
+  // state, plus scalars): apply_sharded runs it on flat chunks that cut across parameters, so
+  // an update with per-tensor reductions (LAMB's trust ratio) would need its own sharding.
   virtual void update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state) = 0;
   // Called once per apply() before the updates (host-side per-step scalars such as Adam's bias
   // corrections, set as data so they do not recompile).
