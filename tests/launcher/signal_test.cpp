@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/launcher/launch_support.h"
+#include "tests/support/deadline_scale.h"
 
 namespace xs::testing {
 namespace {
@@ -20,10 +21,14 @@ TEST_P(ForwardTest, SignalToXlaSpawnIsForwardedToEveryReplica) {
   const int signo = GetParam();
   const std::string name = std::string("SIG") + sigabbrev_np(signo);
   TempDir dir;
-  Launch run({"-n", "3", "--", helper_path(), "--pid-dir", dir.path(), "--do", "catch:30"});
+  // The default 3 s grace period, stretched under sanitizers: a replica starved of CPU under
+  // TSan once ran its handler too late and was SIGKILLed, which this test would misread.
+  const std::string grace_s = std::to_string(3 * deadline_scale());
+  Launch run({"-n", "3", "--grace-period", grace_s, "--", helper_path(), "--pid-dir", dir.path(),
+              "--do", "catch:30"});
   ASSERT_EQ(wait_for_pids(dir.path(), 3, std::chrono::seconds(20)).size(), 3u);
   ASSERT_EQ(::kill(run.pid(), signo), 0);
-  const int status = run.wait_or_fail(std::chrono::seconds(20));
+  const int status = run.wait_or_fail(scaled(std::chrono::seconds(20)));
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 128 + signo) << run.err();
   for (int k = 0; k < 3; ++k) {
