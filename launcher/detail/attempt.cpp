@@ -201,9 +201,26 @@ void Attempt::poll_once() {
   for (size_t i = 1; i < fds.size(); ++i) {
     if (fds[i].revents != 0 && owners[i].second < 2) read_pipe(*owners[i].first, owners[i].second);
   }
+  std::vector<Replica*> failed;  // reaped in this wake-up, in ordinal order
   for (size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i].revents != 0 && owners[i].second == 2) reap(*owners[i].first);
+    Replica& r = *owners[i].first;
+    if (fds[i].revents != 0 && owners[i].second == 2 && reap(r) && is_failure(r.status)) {
+      failed.push_back(&r);
+    }
   }
+  if (!failed.empty() && reason_ == StopReason::kNone) on_failure(root_cause(failed));
+  if (running() == 0 && !drain_deadline_) drain_deadline_ = Clock::now() + kDrainAfterExit;
+}
+
+// Of failures reaped together, a replica killed by a signal is the root cause before one that
+// exited with a code: a replica whose peer vanished exits with code 1 (PeerFailure) within
+// 0.1 s of the peer's SIGKILL, and a launcher slow to wake (a loaded machine, TSan) reaps both
+// in one pass. Otherwise the lowest ordinal, as before.
+Attempt::Replica& Attempt::root_cause(const std::vector<Replica*>& failed) {
+  for (Replica* r : failed) {
+    if (WIFSIGNALED(r->status)) return *r;
+  }
+  return *failed.front();
 }
 
 int Attempt::timeout_ms_until_next_deadline() const {
@@ -239,26 +256,28 @@ void Attempt::handle_signals() {
   }
 }
 
-void Attempt::reap(Replica& replica) {
+bool Attempt::reap(Replica& replica) {
   int status = 0;
   const pid_t pid = ::waitpid(replica.pid, &status, WNOHANG);
-  if (pid != replica.pid) return;  // not yet (pidfd readiness and waitpid agree; EINTR retries)
+  if (pid != replica.pid)
+    return false;  // not yet (pidfd readiness and waitpid agree; EINTR retries)
   replica.reaped = true;
   replica.status = status;
   if (job_.options->observer != nullptr) job_.options->observer->replica_reaped(replica.pid);
   close_fd(replica.pidfd);
-  if (reason_ == StopReason::kNone && is_failure(status)) {
-    reason_ = StopReason::kFailure;
-    root_ = replica.ordinal;
-    const int others = running();
-    if (others > 0) {
-      job_.mux->message(fmt::format(
-          "ordinal {} {}; stopping the other {} replica(s) (SIGTERM, SIGKILL after {} ms)",
-          replica.ordinal, describe_status(status), others, job_.options->grace.count()));
-    }
-    stop_all(SIGTERM);
+  return true;
+}
+
+void Attempt::on_failure(const Replica& replica) {
+  reason_ = StopReason::kFailure;
+  root_ = replica.ordinal;
+  const int others = running();
+  if (others > 0) {
+    job_.mux->message(fmt::format(
+        "ordinal {} {}; stopping the other {} replica(s) (SIGTERM, SIGKILL after {} ms)",
+        replica.ordinal, describe_status(replica.status), others, job_.options->grace.count()));
   }
-  if (running() == 0) drain_deadline_ = Clock::now() + kDrainAfterExit;
+  stop_all(SIGTERM);
 }
 
 void Attempt::read_pipe(Replica& replica, int stream) {

@@ -66,7 +66,9 @@ class Attempt {
                  const std::vector<int>& cpus);
   void poll_once();
   void handle_signals();
-  void reap(Replica& replica);
+  bool reap(Replica& replica);  // true when it had exited and is now reaped
+  void on_failure(const Replica& replica);
+  static Replica& root_cause(const std::vector<Replica*>& failed);
   void read_pipe(Replica& replica, int stream);
   void check_deadlines();
   void check_monitor();

@@ -120,6 +120,29 @@ INSTANTIATE_TEST_SUITE_P(Signals, SignalDeathTest,
                          ::testing::Values(SIGKILL, SIGSEGV, SIGABRT, SIGTERM),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
 
+// A replica killed by a signal and a peer that then exits with code 1 (as a PeerFailure does),
+// both reaped in one wake-up of xla-spawn (here: it is stopped while both exit): the signal
+// death is the root cause, although the exit has the lower ordinal.
+TEST(FailFastTest, SignalDeathIsTheRootCauseBeforeAPeersExitReapedWithIt) {
+  TempDir dir;
+  Launch run({"-n", "2", "--", helper_path(), "--pid-dir", dir.path(), "--for",
+              "0=exit-on-term:30", "--do", "sleep:30"});
+  const std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, std::chrono::seconds(20));
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(run.pid(), SIGSTOP), 0);
+  ASSERT_EQ(::kill(pids[0], SIGTERM), 0);  // ordinal 0: exit code 1, the lower ordinal
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  const bool both_exited = wait_until(
+      [&] { return !process_alive(pids[0]) && !process_alive(pids[1]); }, std::chrono::seconds(20));
+  ASSERT_EQ(::kill(run.pid(), SIGCONT), 0);
+  ASSERT_TRUE(both_exited);
+  const int status = run.wait_or_fail(std::chrono::seconds(20));
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << run.err();
+  EXPECT_NE(run.err().find("failed after"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find(": ordinal 1 killed by signal 9"), std::string::npos) << run.err();
+}
+
 TEST(FailFastTest, AllSucceedingExitsZeroWithoutSummary) {
   const RunResult r = run_xla_spawn({"-n", "4", "--", helper_path(), "--do", "exit:0"});
   EXPECT_EQ(r.exit_code, 0);

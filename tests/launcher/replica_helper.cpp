@@ -8,7 +8,8 @@
 // --wait-peers    after writing the pid file, wait (at most 20 s) for all peers' pid files
 // ACTION          print-env | exit:C | signal:S | sleep:SECONDS | ignore-term:SECONDS |
 //                 ignore-all:SECONDS | catch:SECONDS | lines:COUNT:PAD | fail-attempts:N:C |
-//                 affinity | partial
+//                 affinity | partial | exit-on-term:SECONDS (SIGTERM exits with code 1, as a
+//                 replica whose collective failed does)
 // Every sleep is bounded by its SECONDS; a helper never outlives that.
 
 #include <fcntl.h>
@@ -68,6 +69,8 @@ void sleep_bounded(double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
+
+extern "C" void on_term_exit_1(int) { ::_exit(1); }
 
 extern "C" void on_caught(int signo) {
   char line[96];
@@ -144,7 +147,8 @@ int run_action(const std::string& action, const std::string& pid_dir) {
     std::raise(static_cast<int>(arg(1)));
   } else if (a[0] == "sleep") {
     sleep_bounded(arg(1));
-  } else if (a[0] == "ignore-term" || a[0] == "ignore-all" || a[0] == "catch") {
+  } else if (a[0] == "ignore-term" || a[0] == "ignore-all" || a[0] == "catch" ||
+             a[0] == "exit-on-term") {
     sleep_bounded(arg(1));  // dispositions were set before the pid file was written
   } else if (a[0] == "lines") {
     print_lines(static_cast<int>(arg(1)), static_cast<int>(arg(2)));
@@ -175,6 +179,7 @@ void set_dispositions(const std::string& action) {
   if (action.rfind("catch", 0) == 0) {
     for (int signo : {SIGINT, SIGTERM, SIGHUP}) std::signal(signo, on_caught);
   }
+  if (action.rfind("exit-on-term", 0) == 0) std::signal(SIGTERM, on_term_exit_1);
 }
 
 void wait_for_peers(const std::string& pid_dir, int world_size) {

@@ -17,6 +17,7 @@
 
 #include "tests/launcher/launch_support.h"
 #include "tests/reliability/job_probe.h"
+#include "tests/support/deadline_scale.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs::testing {
@@ -109,8 +110,9 @@ TEST_F(FaultTest, SigkillDuringTheCheckpointWriteKeepsThePreviousCheckpoint) {
 }
 
 TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
-  // Not smaller: a loaded machine must not time out the start on its own.
-  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "5000");
+  // Not smaller: a loaded machine must not time out the start on its own (under TSan at load
+  // 20+ it did at 5 s, hence the sanitizer scale).
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(5000 * deadline_scale()));
   Launch run(args(0, {"--grace-period", "1"}));
   wait_for_first_checkpoint(run);
   std::optional<pid_t> victim;
