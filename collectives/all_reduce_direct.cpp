@@ -32,6 +32,21 @@ int publish_operand(Rounds& rounds, std::byte* data, uint64_t arena_offset) {
   return parity;
 }
 
+std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std::byte* mine) {
+  const int n = rounds.world_size();
+  std::vector<std::byte*> operands(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    uint64_t offset;
+    std::memcpy(&offset, rounds.inline_data(j, parity) + kArenaOffsetAt, sizeof offset);
+    operands[j] = j == rounds.ordinal() ? mine : rounds.segment().arena(j) + offset;
+  }
+  return operands;
+}
+
+size_t direct_block_elems(int world_size, size_t elem_bytes) {
+  return std::max<size_t>(1, block_bytes(world_size) / elem_bytes);
+}
+
 void* published_address(Rounds& rounds, int ordinal, int parity) {
   void* address;
   std::memcpy(&address, rounds.inline_data(ordinal, parity) + kAddressAt, sizeof address);
@@ -51,16 +66,11 @@ void all_reduce_direct(Rounds& rounds, int parity, std::byte* data, size_t n_ele
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);
-  std::vector<std::byte*> operands(static_cast<size_t>(n));
-  for (int j = 0; j < n; ++j) {
-    uint64_t offset;
-    std::memcpy(&offset, rounds.inline_data(j, parity) + kArenaOffsetAt, sizeof offset);
-    operands[j] = j == me ? data : rounds.segment().arena(j) + offset;
-  }
+  const std::vector<std::byte*> operands = published_arena_operands(rounds, parity, data);
   const size_t chunk = chunk_elems(n_elems, n, elem_bytes);
   const size_t begin = std::min(n_elems, chunk * static_cast<size_t>(me));
   const size_t end = std::min(n_elems, begin + chunk);
-  const size_t block_elems = std::max<size_t>(1, block_bytes(n) / elem_bytes);
+  const size_t block_elems = direct_block_elems(n, elem_bytes);
   std::vector<const void*>& sources = rounds.sources();
   const int next = (me + 1) % n;
   for (size_t offset = begin; offset < end; offset += block_elems) {

@@ -10,28 +10,6 @@
 #include "collectives/reduce.h"
 
 namespace xs::detail {
-namespace {
-
-constexpr size_t kArenaOffsetAt = 8;  // as publish_operand() writes it
-
-// Every ordinal's published input, mapped into this process (its own: `mine`).
-std::vector<const std::byte*> published_inputs(Rounds& rounds, int parity, const std::byte* mine) {
-  const int n = rounds.world_size();
-  std::vector<const std::byte*> inputs(static_cast<size_t>(n));
-  for (int j = 0; j < n; ++j) {
-    uint64_t offset;
-    std::memcpy(&offset, rounds.inline_data(j, parity) + kArenaOffsetAt, sizeof offset);
-    inputs[j] = j == rounds.ordinal() ? mine : rounds.segment().arena(j) + offset;
-  }
-  return inputs;
-}
-
-// Elements per block: the N source blocks (about 256 KiB in all) stay in L2.
-size_t block_elems(int world_size, size_t elem_bytes) {
-  return std::max<size_t>(1, (size_t{256} << 10) / static_cast<size_t>(world_size) / elem_bytes);
-}
-
-}  // namespace
 
 // Ordinal j reduces chunk j (n_elems at j * n_elems) of every input, in ordinal order
 // 0..N-1 (the order and arithmetic of all_reduce_direct, so the bits are the same), into
@@ -40,9 +18,10 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
                            size_t n_elems, DType dtype, ReduceOp op) {
   const int n = rounds.world_size();
   const size_t elem_bytes = dtype_size(dtype);
-  const std::vector<const std::byte*> inputs = published_inputs(rounds, parity, in);
+  const std::vector<std::byte*> inputs =
+      published_arena_operands(rounds, parity, const_cast<std::byte*>(in));
   const size_t base = n_elems * static_cast<size_t>(rounds.ordinal()) * elem_bytes;
-  const size_t step = block_elems(n, elem_bytes);
+  const size_t step = direct_block_elems(n, elem_bytes);
   std::vector<const void*>& sources = rounds.sources();
   for (size_t offset = 0; offset < n_elems; offset += step) {
     const size_t count = std::min(step, n_elems - offset);
@@ -57,7 +36,8 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
 // keeps the inputs unchanged until all have been read.
 void all_gather_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
                        size_t n_bytes) {
-  const std::vector<const std::byte*> inputs = published_inputs(rounds, parity, in);
+  const std::vector<std::byte*> inputs =
+      published_arena_operands(rounds, parity, const_cast<std::byte*>(in));
   for (int j = 0; j < rounds.world_size(); ++j) {
     std::byte* to = out + static_cast<size_t>(j) * n_bytes;
     if (to != inputs[j]) std::memmove(to, inputs[j], n_bytes);

@@ -30,6 +30,11 @@ void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtyp
 // operand's address and its offset in its buffer arena (anything when not in it; the call
 // header's in_arena says which). Returns the round's parity, which the schedule takes.
 int publish_operand(Rounds& rounds, std::byte* data, uint64_t arena_offset);
+// After publish_operand() with every operand in its owner's arena: each ordinal's operand
+// mapped into this process (`mine` for this ordinal's own), for the direct schedules.
+std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std::byte* mine);
+// Elements per block for the direct schedules: N source blocks of it stay in L2.
+size_t direct_block_elems(int world_size, size_t elem_bytes);
 void* published_address(Rounds& rounds, int ordinal, int parity);
 // After publish_operand(): CMA needs cross-memory access (negotiate_cma), direct needs
 // every operand in its owner's arena (Rounds::all_in_arena).
