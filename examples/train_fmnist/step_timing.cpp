@@ -31,6 +31,7 @@ void StepTimer::data_ready() {
 }
 
 void StepTimer::end(int64_t epoch, int64_t step) {
+  if (!keep_rows_) return;
   using Ms = std::chrono::duration<double, std::milli>;
   const auto now = std::chrono::steady_clock::now();
   const double step_ms = Ms(now - start_).count();

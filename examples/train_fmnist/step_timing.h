@@ -2,9 +2,10 @@
 // Per-step timing of one replica (wall time of the step split into waiting for data, tracing,
 // compiling, computing and the in-graph all-reduce, from the runtime's metrics timers), gathered
 // on the master at the end and written as one CSV with a row per (ordinal, step): the input of
-// the scaling benchmark.
+// the scaling benchmark. Rows are kept only when asked for (a CSV will be written): at 80 bytes
+// a step they would grow without bound in a long run.
 //
-//   StepTimer t; t.begin(); ...wait for batch...; t.data_ready(); ...step...; t.end(epoch, step);
+//   StepTimer t(true); t.begin(); ...wait for batch...; t.data_ready(); ...step...; t.end(epoch, step);
 //   t.write_csv(path);   // collective
 
 #include <chrono>
@@ -16,6 +17,7 @@ namespace xs::fmnist {
 
 class StepTimer {
  public:
+  explicit StepTimer(bool keep_rows) : keep_rows_(keep_rows) {}
   void begin();
   void data_ready();
   void end(int64_t epoch, int64_t step);
@@ -31,6 +33,7 @@ class StepTimer {
 
  private:
   static constexpr int kColumns = 10;  // epoch, step, seven durations and the end time (ms)
+  bool keep_rows_;
   std::vector<double> rows_;           // kColumns per step
   std::chrono::steady_clock::time_point start_, data_ready_;
   // Timer totals at begin().
