@@ -42,8 +42,17 @@ void Metrics::record_ns(std::string_view timer, double ns) {
   TimerStats& t = it->second;
   ++t.count;
   t.total_ns += ns;
-  if (t.samples_ns.size() == kMaxSamples) t.samples_ns.erase(t.samples_ns.begin());
-  t.samples_ns.push_back(ns);
+  if (t.samples_ns.size() < kMaxSamples) {
+    t.samples_ns.push_back(ns);
+  } else {
+    t.samples_ns[t.oldest] = ns;
+    t.oldest = (t.oldest + 1) % kMaxSamples;
+  }
+}
+
+double Metrics::total_ns(std::string_view timer) const {
+  auto it = timers_.find(timer);
+  return it == timers_.end() ? 0 : it->second.total_ns;
 }
 
 TimerStats Metrics::timer(std::string_view timer) const {

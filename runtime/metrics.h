@@ -40,7 +40,8 @@ struct TimerStats {
   double total_ns = 0;
   // Percentile (0..100) of the recorded samples, in nanoseconds; 0 without samples.
   double percentile_ns(double p) const;
-  std::vector<double> samples_ns;  // most recent kMaxSamples
+  std::vector<double> samples_ns;  // most recent kMaxSamples, a ring once full
+  size_t oldest = 0;               // the ring's next slot to overwrite
 };
 
 class Metrics {
@@ -50,7 +51,8 @@ class Metrics {
   void increment(std::string_view counter, int64_t by = 1);
   int64_t counter(std::string_view counter) const;  // 0 when never incremented
   void record_ns(std::string_view timer, double ns);
-  TimerStats timer(std::string_view timer) const;
+  TimerStats timer(std::string_view timer) const;  // a copy, samples included
+  double total_ns(std::string_view timer) const;    // 0 when never recorded; no copy
   std::string report() const;
   void reset();
 

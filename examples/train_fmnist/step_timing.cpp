@@ -13,7 +13,7 @@ namespace xs::fmnist {
 namespace {
 
 double total_ns(std::string_view timer) {
-  return runtime().metrics().timer(timer).total_ns;
+  return runtime().metrics().total_ns(timer);
 }
 
 }  // namespace

@@ -317,5 +317,20 @@ TEST(Metrics, TimerKeepsCountTotalAndPercentiles) {
   EXPECT_EQ(m.timer("T").count, 0);
 }
 
+TEST(Metrics, TimerWindowKeepsTheMostRecentSamples) {
+  Metrics m;
+  const int n = static_cast<int>(Metrics::kMaxSamples);
+  // n samples of 1 us, then n + 7 of 2..(n + 8) us: only the last n remain.
+  for (int i = 0; i < n; ++i) m.record_ns("T", 1000.0);
+  for (int i = 2; i < n + 9; ++i) m.record_ns("T", i * 1000.0);
+  const TimerStats t = m.timer("T");
+  EXPECT_EQ(t.count, 2 * n + 7);
+  ASSERT_EQ(t.samples_ns.size(), Metrics::kMaxSamples);
+  EXPECT_DOUBLE_EQ(t.percentile_ns(0), 9000.0);
+  EXPECT_DOUBLE_EQ(t.percentile_ns(100), (n + 8) * 1000.0);
+  EXPECT_DOUBLE_EQ(m.total_ns("T"), t.total_ns);
+  EXPECT_EQ(m.total_ns("never"), 0);
+}
+
 }  // namespace
 }  // namespace xs
