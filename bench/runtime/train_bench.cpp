@@ -4,6 +4,7 @@
 // thread CPU time, step and floor interleaved so machine load hits both alike.
 //
 //   OPENBLAS_CORETYPE=SkylakeX build-rt/bench/runtime/train_bench [--reps 30] [--filter mlp|cnn]
+//       [--only step|floor]   (one side only, for perf)
 //
 // MLP 784-512-512-10, batch 128: 8 products (3 forward, 3 weight gradients, 2 input
 // gradients; the first layer's input gradient is never needed, so never computed).
@@ -132,7 +133,10 @@ struct Result {
   int64_t uncached, cached;
 };
 
-Result bench_model(const Model& model, int reps) {
+// --only step|floor runs just one side (the other is a no-op), for perf record / perf stat.
+enum class Only { kBoth, kStep, kFloor };
+
+Result bench_model(const Model& model, int reps, Only only) {
   std::vector<float> x(numel(model.input));
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f;
@@ -156,7 +160,8 @@ Result bench_model(const Model& model, int reps) {
   if (!(loss.item() < first))
     throw Error(fmt::format("{}: loss did not fall ({} -> {})", model.name, first, loss.item()));
   Floor floor(model.floor);
-  const auto [t_step, t_floor] = bench::interleaved(reps, step, [&] { floor.run(); });
+  const auto [t_step, t_floor] = bench::interleaved(
+      reps, [&] { if (only != Only::kFloor) step(); }, [&] { if (only != Only::kStep) floor.run(); });
   const Metrics& m = runtime().metrics();
   return {t_step * 1e3, t_floor * 1e3, m.counter(kCounterUncachedCompile),
           m.counter(kCounterCachedCompile)};
@@ -169,13 +174,18 @@ int main(int argc, char** argv) {
   using namespace xs;
   int reps = 30;
   std::string filter;
+  Only only = Only::kBoth;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
       filter = argv[++i];
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "step") == 0)
+      only = Only::kStep, ++i;
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "floor") == 0)
+      only = Only::kFloor, ++i;
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn] [--only step|floor]\n", argv[0]);
       return 2;
     }
   }
@@ -189,7 +199,7 @@ int main(int argc, char** argv) {
     ScopedRuntime rt;
     Generator gen(0);
     const Model model = make(gen);
-    const Result r = bench_model(model, key == "cnn" ? std::max(3, reps / 3) : reps);
+    const Result r = bench_model(model, key == "cnn" ? std::max(3, reps / 3) : reps, only);
     std::printf("%-64s %10.3f %10.3f %7.3f %4lld+%-4lld  <= 1.15\n", model.name.c_str(), r.step_ms,
                 r.floor_ms, r.step_ms / r.floor_ms, static_cast<long long>(r.uncached),
                 static_cast<long long>(r.cached));

@@ -3,8 +3,8 @@
 // NCHW sample, cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j]
 // (0 outside), and its adjoint. Unit stride has fast paths (AVX-512 where built for it).
 //
-//   std::vector<float> cols(c * kh * kw * oh * ow), pad;
-//   im2col(x, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);  // p = {sh, sw, ph, pw}
+//   std::vector<float> cols(c * kh * kw * oh * ow), pad(im2col_pad_size(c, h, w, p));
+//   im2col(x, c, h, w, kh, kw, p, oh, ow, cols.data(), pad.data());  // p = {sh, sw, ph, pw}
 #include <immintrin.h>
 
 #include <algorithm>
@@ -104,6 +104,40 @@ void im2col_unit(const T* pad, const UnitGeom& g, T* cols) {
       }
 }
 
+#ifdef __AVX512F__
+// Unit-stride f32 im2col straight from the unpadded planes: each run of up to 16 outputs is
+// one masked load (lanes outside the plane are not read and come out 0) and one store. No
+// padded copy of the sample is made (that pass was a fifth of im2col's time).
+inline void im2col_unit_masked(const float* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                               int64_t ph, int64_t pw, int64_t oh, int64_t ow, float* cols) {
+  const int64_t chunks = (ow + 15) / 16;
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t i = 0; i < kh; ++i)
+      for (int64_t j = 0; j < kw; ++j) {
+        float* row = cols + ((ci * kh + i) * kw + j) * oh * ow;
+        int64_t lo, hi;
+        valid_range(w, 1, pw, j, ow, &lo, &hi);
+        const float* src = x + ci * h * w - pw + j;  // column ox of row y is src[y * w + ox]
+        for (int64_t q = 0; q < chunks; ++q) {
+          const int64_t x0 = 16 * q, n = std::min<int64_t>(16, ow - x0);
+          const int64_t a = std::clamp<int64_t>(lo - x0, 0, n), b = std::clamp<int64_t>(hi - x0, 0, n);
+          const __mmask16 valid = static_cast<__mmask16>(((1u << b) - 1) & ~((1u << a) - 1));
+          const __mmask16 all = static_cast<__mmask16>((1u << n) - 1);
+          // Rows y = oy - ph + i outside the plane are zero; masked-off lanes are never read,
+          // so the base may lie outside the plane.
+          const int64_t y_lo = std::max<int64_t>(0, ph - i), y_hi = std::min<int64_t>(oh, h + ph - i);
+          for (int64_t oy = 0; oy < std::min(y_lo, oh); ++oy)
+            _mm512_mask_storeu_ps(row + oy * ow + x0, all, _mm512_setzero_ps());
+          for (int64_t oy = y_lo; oy < y_hi; ++oy)
+            _mm512_mask_storeu_ps(row + oy * ow + x0, all,
+                                  _mm512_maskz_loadu_ps(valid, src + (oy - ph + i) * w + x0));
+          for (int64_t oy = std::max(y_lo, y_hi); oy < oh; ++oy)
+            _mm512_mask_storeu_ps(row + oy * ow + x0, all, _mm512_setzero_ps());
+        }
+      }
+}
+#endif
+
 // cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j] (0 outside).
 template <typename T>
 void im2col_strided(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
@@ -130,16 +164,25 @@ void im2col_strided(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int
       }
 }
 
-// im2col of one sample; `pad` is scratch for the padded planes (unit stride).
+// Elements of the scratch im2col needs for the padded planes (0 when it needs none).
+inline int64_t im2col_pad_size(int64_t c, int64_t h, int64_t w, const int64_t* p) {
+  if (p[0] != 1 || p[1] != 1 || (p[2] == 0 && p[3] == 0)) return 0;
+  return c * (h + 2 * p[2]) * (w + 2 * p[3]);
+}
+
+// im2col of one sample; `pad` is scratch of im2col_pad_size(c, h, w, p) elements for the
+// padded planes (unit stride).
 template <typename T>
 void im2col(const T* x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw, const int64_t* p,
-            int64_t oh, int64_t ow, T* cols, std::vector<T>& pad) {
+            int64_t oh, int64_t ow, T* cols, T* pad) {
   if (p[0] != 1 || p[1] != 1) return im2col_strided(x, c, h, w, kh, kw, p, oh, ow, cols);
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) return im2col_unit_masked(x, c, h, w, kh, kw, p[2], p[3], oh, ow, cols);
+#endif
   const UnitGeom g{c, h + 2 * p[2], w + 2 * p[3], kh, kw, oh, ow};
   if (p[2] == 0 && p[3] == 0) return im2col_unit(x, g, cols);
-  pad.resize(c * g.hp * g.wp);
-  pad_planes(x, c, h, w, p[2], p[3], pad.data());
-  im2col_unit(pad.data(), g, cols);
+  pad_planes(x, c, h, w, p[2], p[3], pad);
+  im2col_unit(pad, g, cols);
 }
 
 // out[c][y][x] += cols[(c*kh + i)*kw + j][oy*ow + ox]: the adjoint of im2col.
@@ -164,6 +207,38 @@ void col2im(const T* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t 
 }
 
 
+inline constexpr int64_t kCol2imMaxKw = 32;
+
+#ifdef __AVX512F__
+// col2im_unit_direct's f32 form (kw <= kCol2imMaxKw): the lane masks of each kernel column are worked out once per
+// 16-column chunk instead of per output row.
+inline void col2im_unit_masked(const float* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                               int64_t ph, int64_t pw, int64_t oh, int64_t ow, float* x) {
+  __mmask16 masks[kCol2imMaxKw];
+  for (int64_t x0 = 0; x0 < w; x0 += 16) {
+    const int64_t n = std::min<int64_t>(16, w - x0);
+    for (int64_t j = 0; j < kw; ++j) {
+      // Lane l is column x0 + l, read from ox = x0 + l + pw - j when 0 <= ox < ow.
+      const int64_t lo = std::max<int64_t>(0, j - pw - x0), hi = std::min<int64_t>(n, ow + j - pw - x0);
+      masks[j] = lo < hi ? static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1)) : __mmask16{0};
+    }
+    const __mmask16 all = static_cast<__mmask16>((1u << n) - 1);
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t y = 0; y < h; ++y) {
+        __m512 acc = _mm512_setzero_ps();
+        const int64_t i_lo = std::max<int64_t>(0, y + ph - oh + 1), i_hi = std::min<int64_t>(kh, y + ph + 1);
+        for (int64_t i = i_lo; i < i_hi; ++i) {
+          // Masked-off lanes are never read, so the base may lie before the row.
+          const float* src = cols + (ci * kh + i) * kw * oh * ow + (y + ph - i) * ow + x0 + pw;
+          for (int64_t j = 0; j < kw; ++j)
+            if (masks[j] != 0) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(masks[j], src + j * oh * ow - j));
+        }
+        _mm512_mask_storeu_ps(x + (ci * h + y) * w + x0, all, acc);
+      }
+  }
+}
+#endif
+
 // col2im for unit stride, straight into x (no padded scratch, no zero fill): each output row
 // sums its kh*kw contributions in registers and is stored once. The terms are added in the
 // order (i, j) ascending from 0, as a zeroed accumulator in col2im would add them: the
@@ -171,33 +246,14 @@ void col2im(const T* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t 
 template <typename T>
 void col2im_unit_direct(const T* cols, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
                         int64_t ph, int64_t pw, int64_t oh, int64_t ow, T* x) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) {
+    if (kw <= kCol2imMaxKw) return col2im_unit_masked(cols, c, h, w, kh, kw, ph, pw, oh, ow, x);
+  }
+#endif
   for (int64_t ci = 0; ci < c; ++ci)
     for (int64_t y = 0; y < h; ++y) {
       T* xr = x + (ci * h + y) * w;
-#ifdef __AVX512F__
-      if constexpr (std::is_same_v<T, float>) {
-        for (int64_t x0 = 0; x0 < w; x0 += 16) {
-          const int64_t n = std::min<int64_t>(16, w - x0);
-          __m512 acc = _mm512_setzero_ps();
-          for (int64_t i = 0; i < kh; ++i) {
-            const int64_t oy = y + ph - i;
-            if (oy < 0 || oy >= oh) continue;
-            for (int64_t j = 0; j < kw; ++j) {
-              // Lane l is column x0 + l, read from ox = x0 + l + pw - j when 0 <= ox < ow.
-              const int64_t lo = std::max<int64_t>(0, j - pw - x0), hi = std::min<int64_t>(n, ow + j - pw - x0);
-              if (lo >= hi) continue;
-              const __mmask16 m = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
-              const T* row = cols + ((ci * kh + i) * kw + j) * oh * ow + oy * ow;
-              // Masked-off lanes are never read (no fault), so the base may lie before row.
-              const T* src = row + (x0 + pw - j);
-              acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, src));
-            }
-          }
-          _mm512_mask_storeu_ps(xr + x0, static_cast<__mmask16>((1u << n) - 1), acc);
-        }
-        continue;
-      }
-#endif
       for (int64_t xx = 0; xx < w; ++xx) {
         T acc = T(0);
         for (int64_t i = 0; i < kh; ++i) {

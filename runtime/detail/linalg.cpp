@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -156,15 +157,44 @@ void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, cons
 
 namespace {
 
+// Per-thread scratch that outlives kernel calls, one buffer per role: a fresh std::vector per
+// call zero-filled megabytes per step and faulted its pages in again. Contents are undefined
+// on entry. Roles start kSkewBytes apart mod 4096, so buffers used together (im2col matrix,
+// conv output, routed gradient) never start on the same L1 set (no measurable effect here,
+// but nothing to lose).
+enum Role { kCols = 0, kConvOut = 1, kRouted = 2, kPadded = 3, kPart = 4, kRoles = 5 };
+constexpr int64_t kSkewBytes = 9 * 64;
+
+template <typename T>
+T* scratch(Role role, int64_t n) {
+  struct Buf {
+    T* base = nullptr;
+    int64_t cap = 0;
+    ~Buf() { std::free(base); }
+  };
+  thread_local Buf bufs[kRoles];
+  Buf& b = bufs[role];
+  const int64_t skew = role * kSkewBytes % 4096 / static_cast<int64_t>(sizeof(T));
+  if (n + skew > b.cap) {
+    std::free(b.base);
+    const size_t bytes = (static_cast<size_t>(n + skew) * sizeof(T) + 4095) / 4096 * 4096;
+    b.base = static_cast<T*>(std::aligned_alloc(4096, bytes));
+    XS_CHECK(b.base != nullptr, "scratch of {} bytes: out of memory", bytes);
+    b.cap = static_cast<int64_t>(bytes / sizeof(T));
+  }
+  return b.base + skew;
+}
+
 template <typename T>
 void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws, T* out,
                   const Shape& os) {
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
   const int64_t oh = os[2], ow = os[3], ckk = c * kh * kw;
-  std::vector<T> cols(ckk * oh * ow), pad;
+  T* cols = scratch<T>(kCols, ckk * oh * ow);
+  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
   for (int64_t b = 0; b < n; ++b) {
-    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
-    gemm<T>(false, false, o, oh * ow, ckk, wt, cols.data(), out + b * o * oh * ow);
+    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
+    gemm<T>(false, false, o, oh * ow, ckk, wt, cols, out + b * o * oh * ow);
   }
 }
 
@@ -177,11 +207,13 @@ void conv_pool_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt,
                      const T* bias, T* out, const Shape& os) {
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
   const int64_t oh = 2 * os[3], ow = 2 * os[4], ckk = c * kh * kw, pooled = o * os[3] * os[4];
-  std::vector<T> cols(ckk * oh * ow), pad, y(o * oh * ow);
+  T* cols = scratch<T>(kCols, ckk * oh * ow);
+  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
+  T* y = scratch<T>(kConvOut, o * oh * ow);
   for (int64_t b = 0; b < n; ++b) {
-    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
-    gemm<T>(false, false, o, oh * ow, ckk, wt, cols.data(), y.data());
-    max_pool2d_argmax_planes(y.data(), bias, o, oh, ow, out + b * pooled, out + (n + b) * pooled);
+    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
+    gemm<T>(false, false, o, oh * ow, ckk, wt, cols, y);
+    max_pool2d_argmax_planes(y, bias, o, oh, ow, out + b * pooled, out + (n + b) * pooled);
   }
 }
 
@@ -233,18 +265,17 @@ struct GradOut {
   const T* argmax = nullptr;       // (fused forward) the conv2d's [2][n][o][gh][gw] result
   int64_t n = 0;
 
-  const T* sample(int64_t b, std::vector<T>& scratch) const {
+  const T* sample(int64_t b) const {
     if (argmax != nullptr) {
-      scratch.resize(o * oh * ow);
+      T* routed = scratch<T>(kRouted, o * oh * ow);
       const int64_t pooled = o * gh * gw;
-      max_pool2d_route_planes(argmax + (n + b) * pooled, g + b * pooled, o, oh, ow, scratch.data());
-      return scratch.data();
+      max_pool2d_route_planes(argmax + (n + b) * pooled, g + b * pooled, o, oh, ow, routed);
+      return routed;
     }
     if (pool == nullptr) return g + b * o * oh * ow;
-    scratch.resize(o * oh * ow);
-    max_pool2d_grad_planes(pool, y + b * o * oh * ow, g + b * o * gh * gw, bias, o, oh, ow,
-                           scratch.data());
-    return scratch.data();
+    T* routed = scratch<T>(kRouted, o * oh * ow);
+    max_pool2d_grad_planes(pool, y + b * o * oh * ow, g + b * o * gh * gw, bias, o, oh, ow, routed);
+    return routed;
   }
 };
 
@@ -270,19 +301,19 @@ void conv_grad_input_typed(const int64_t* p, int64_t n, const GradOut<T>& go, co
                            T* out, const Shape& os) {
   const int64_t o = go.o, oh = go.oh, ow = go.ow, c = ws[1], kh = ws[2], kw = ws[3];
   const int64_t h = os[2], w = os[3], ckk = c * kh * kw;
-  std::vector<T> cols(ckk * oh * ow), scratch;
+  T* cols = scratch<T>(kCols, ckk * oh * ow);
   if (p[0] == 1 && p[1] == 1) {
     // `out` is written once per sample, never zero-filled and re-read.
     for (int64_t b = 0; b < n; ++b) {
-      gemm<T>(true, false, ckk, oh * ow, o, wt, go.sample(b, scratch), cols.data());
-      col2im_unit_direct(cols.data(), c, h, w, kh, kw, p[2], p[3], oh, ow, out + b * c * h * w);
+      gemm<T>(true, false, ckk, oh * ow, o, wt, go.sample(b), cols);
+      col2im_unit_direct(cols, c, h, w, kh, kw, p[2], p[3], oh, ow, out + b * c * h * w);
     }
     return;
   }
   std::fill(out, out + numel(os), T(0));
   for (int64_t b = 0; b < n; ++b) {
-    gemm<T>(true, false, ckk, oh * ow, o, wt, go.sample(b, scratch), cols.data());
-    col2im(cols.data(), c, h, w, kh, kw, p, oh, ow, out + b * c * h * w);
+    gemm<T>(true, false, ckk, oh * ow, o, wt, go.sample(b), cols);
+    col2im(cols, c, h, w, kh, kw, p, oh, ow, out + b * c * h * w);
   }
 }
 
@@ -292,21 +323,21 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = go.o, oh = go.oh, ow = go.ow;
   const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
   std::fill(out, out + numel(os), T(0));
-  std::vector<T> cols(ckk * oh * ow), pad, scratch;
+  T* cols = scratch<T>(kCols, ckk * oh * ow);
+  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
   if constexpr (std::is_same_v<T, float>) {
     // Accumulate over the batch inside the GEMM (beta = 1): no per-sample partial to add.
     const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk), k = static_cast<blasint>(oh * ow);
     for (int64_t b = 0; b < n; ++b) {
-      im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, go.sample(b, scratch), k, cols.data(),
-                  k, b == 0 ? 0.0f : 1.0f, out, nn);
+      im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, go.sample(b), k, cols, k, b == 0 ? 0.0f : 1.0f, out, nn);
     }
     return;
   }
-  std::vector<T> part(o * ckk);
+  T* part = scratch<T>(kPart, o * ckk);
   for (int64_t b = 0; b < n; ++b) {
-    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols.data(), pad);
-    gemm<T>(false, true, o, ckk, oh * ow, go.sample(b, scratch), cols.data(), part.data());
+    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
+    gemm<T>(false, true, o, ckk, oh * ow, go.sample(b), cols, part);
     for (int64_t i = 0; i < o * ckk; ++i) out[i] += part[i];
   }
 }

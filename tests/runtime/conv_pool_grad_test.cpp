@@ -3,13 +3,15 @@
 // the full-size max-pool gradient is never a kernel of its own. Results must equal the unfused
 // ops run one graph at a time bit for bit (the same routing, the same GEMMs), NaNs included.
 // Then the whole layer conv-bias-relu-pool as one conv2d kernel (fuse_conv_pool_forward), the
-// bias-relu pool kernel, and the unit-stride col2im of conv2d_grad_input against a direct sum.
+// bias-relu pool kernel, and the unit-stride col2im of conv2d_grad_input against a direct sum;
+// the unit-stride im2col/col2im fast paths against the general (strided) ones bit for bit.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "runtime/detail/im2col.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
 #include "runtime/program.h"
@@ -283,6 +285,46 @@ INSTANTIATE_TEST_SUITE_P(Shapes, UnitStrideGradInput,
                                            Col2imCase{1, 37, 5, 2},   // rows over two 16-lane chunks
                                            Col2imCase{2, 6, 3, 0},    // no padding
                                            Col2imCase{2, 5, 3, 3}));  // padding beyond the kernel
+
+struct PatchCase {
+  int64_t channels, h, w, kh, kw, ph, pw;
+};
+
+class UnitStridePatches : public ::testing::TestWithParam<PatchCase> {};
+
+// The f32 unit-stride im2col (masked loads straight from the planes) and col2im (masks per
+// chunk, sums in registers) give the bits of the general strided loops.
+TEST_P(UnitStridePatches, Im2colAndCol2imMatchTheGeneralLoopsBitForBit) {
+  const PatchCase c = GetParam();
+  const int64_t p[4] = {1, 1, c.ph, c.pw};
+  const int64_t oh = c.h + 2 * c.ph - c.kh + 1, ow = c.w + 2 * c.pw - c.kw + 1;
+  const int64_t rows = c.channels * c.kh * c.kw;
+  const std::vector<float> x = grid_values(c.channels * c.h * c.w, 3);
+  std::vector<float> want(rows * oh * ow, -7.0f), got(rows * oh * ow, -9.0f);
+  std::vector<float> pad(detail::im2col_pad_size(c.channels, c.h, c.w, p));
+  detail::im2col_strided(x.data(), c.channels, c.h, c.w, c.kh, c.kw, p, oh, ow, want.data());
+  detail::im2col(x.data(), c.channels, c.h, c.w, c.kh, c.kw, p, oh, ow, got.data(), pad.data());
+  expect_same_bits(got, want);
+
+  std::vector<float> cols = grid_values(rows * oh * ow, 5);
+  for (size_t i = 0; i < cols.size(); i += 7) cols[i] *= 1.0e-3f;  // sums that round
+  std::vector<float> dx_want(x.size(), 0.0f), dx_got(x.size(), -9.0f);
+  detail::col2im(cols.data(), c.channels, c.h, c.w, c.kh, c.kw, p, oh, ow, dx_want.data());
+  detail::col2im_unit_direct(cols.data(), c.channels, c.h, c.w, c.kh, c.kw, c.ph, c.pw, oh, ow,
+                             dx_got.data());
+  expect_same_bits(dx_got, dx_want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, UnitStridePatches,
+    ::testing::Values(PatchCase{32, 14, 14, 5, 5, 2, 2},  // the CNN's conv2
+                      PatchCase{1, 28, 28, 5, 5, 2, 2},   // conv1: rows over 16 lanes
+                      PatchCase{3, 17, 33, 3, 3, 1, 1},   // three chunks, odd sizes
+                      PatchCase{2, 9, 40, 7, 3, 3, 1},    // kh != kw, ph != pw
+                      PatchCase{2, 5, 5, 3, 3, 2, 2},     // padding as wide as the kernel
+                      PatchCase{2, 6, 7, 3, 3, 0, 0},     // no padding
+                      PatchCase{1, 3, 40, 1, 35, 0, 3},   // kw over col2im's mask table
+                      PatchCase{2, 4, 1, 3, 1, 1, 0}));   // one column
 
 }  // namespace
 }  // namespace xs
