@@ -9,8 +9,9 @@
 // MLP 784-512-512-10, batch 128: 8 products (3 forward, 3 weight gradients, 2 input
 // gradients; the first layer's input gradient is never needed, so never computed).
 // CNN conv5x5(1->32,pad 2)-relu-pool2, conv5x5(32->64,pad 2)-relu-pool2, 3136->128-relu->10,
-// batch 128: the runtime's convolutions are per-sample im2col GEMMs, so the floor is those
-// GEMMs at the same shapes plus the dense layers' products.
+// batch 128: the runtime's convolutions are per-sample GEMMs (conv1 on its im2col matrix,
+// conv2 by kernel rows, 5 GEMMs per product), so the floor is those GEMMs at the same shapes,
+// leading dimensions and betas, plus the dense layers' products.
 #include <cblas.h>
 
 #include <algorithm>
@@ -44,30 +45,45 @@ namespace {
 // `accumulate` every call after the first adds into C (beta = 1), as the runtime's
 // convolution weight gradient sums over the batch inside sgemm (beta = 0 would make OpenBLAS
 // zero C on every call: work the step does not do).
+// A convolution by kernel rows (runtime/detail/conv_rows.h) is `parts` GEMMs per sample on
+// views of one matrix: part i reads A, B and C at i * {a,b,c}_step elements with leading
+// dimensions ld{a,b,c} (0: packed), and with `sum_parts` parts after the first add into C.
 struct Gemm {
   bool ta, tb;
   int64_t m, n, k, count;
   bool accumulate = false;
+  int64_t parts = 1, a_step = 0, b_step = 0, c_step = 0, lda = 0, ldb = 0, ldc = 0;
+  bool sum_parts = false;
+
+  int64_t ld_a() const { return lda ? lda : ta ? m : k; }
+  int64_t ld_b() const { return ldb ? ldb : tb ? k : n; }
+  int64_t ld_c() const { return ldc ? ldc : n; }
+  // Elements each operand's buffer spans over all parts.
+  int64_t a_size() const { return (parts - 1) * a_step + (ta ? k : m) * ld_a(); }
+  int64_t b_size() const { return (parts - 1) * b_step + (tb ? n : k) * ld_b(); }
+  int64_t c_size() const { return (parts - 1) * c_step + m * ld_c(); }
 };
 
 class Floor {
  public:
   explicit Floor(std::vector<Gemm> gemms) : gemms_(std::move(gemms)) {
     for (const Gemm& g : gemms_) {
-      a_.emplace_back(g.m * g.k, 0.01f);
-      b_.emplace_back(g.k * g.n, 0.02f);
-      c_.emplace_back(g.m * g.n, 0.0f);
+      a_.emplace_back(g.a_size(), 0.01f);
+      b_.emplace_back(g.b_size(), 0.02f);
+      c_.emplace_back(g.c_size(), 0.0f);
     }
   }
   void run() {
     for (size_t i = 0; i < gemms_.size(); ++i) {
       const Gemm& g = gemms_[i];
-      for (int64_t r = 0; r < g.count; ++r) {
-        cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
-                    g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a_[i].data(),
-                    g.ta ? g.m : g.k, b_[i].data(), g.tb ? g.k : g.n,
-                    g.accumulate && r > 0 ? 1.0f : 0.0f, c_[i].data(), g.n);
-      }
+      for (int64_t r = 0; r < g.count; ++r)
+        for (int64_t part = 0; part < g.parts; ++part) {
+          const bool add = (g.accumulate && r > 0) || (g.sum_parts && part > 0);
+          cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+                      g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f,
+                      a_[i].data() + part * g.a_step, g.ld_a(), b_[i].data() + part * g.b_step,
+                      g.ld_b(), add ? 1.0f : 0.0f, c_[i].data() + part * g.c_step, g.ld_c());
+        }
     }
   }
 
@@ -115,10 +131,13 @@ Model cnn(Generator& gen) {
           {// conv1: forward, weight gradient (no input gradient: the image needs none)
            {false, false, 32, 784, 25, b},
            {false, true, 32, 25, 784, b, true},
-           // conv2: forward, weight gradient, input gradient (cols = W^T g)
-           {false, false, 64, 196, 800, b},
-           {false, true, 64, 800, 196, b, true},
-           {true, false, 800, 196, 64, b},
+           // conv2 by kernel rows (32 channels x 5 columns = k 160; the row matrix X is
+           // 160 x 252, 18 padded rows of 14): per sample 5 GEMMs each for the forward
+           // (y += W_i X_i), the weight gradient (dW_i += g X_i^T) and the input gradient
+           // (Z_i += W_i^T g)
+           {false, false, 64, 196, 160, b, false, 5, 64 * 160, 14, 0, 0, 252, 0, true},
+           {false, true, 64, 160, 196, b, true, 5, 0, 14, 64 * 160, 0, 252, 0},
+           {true, false, 160, 196, 64, b, false, 5, 64 * 160, 0, 14, 0, 0, 252, true},
            // dense layers: forward, weight gradient, input gradient
            {false, true, b, 128, 3136, 1},
            {true, false, 128, 3136, b, 1},

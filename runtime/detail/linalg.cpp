@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/check.h"
+#include "runtime/detail/conv_rows.h"
 #include "runtime/detail/float_args.h"
 #include "runtime/detail/im2col.h"
 #include "runtime/detail/kernels.h"
@@ -162,7 +163,7 @@ namespace {
 // on entry. Roles start kSkewBytes apart mod 4096, so buffers used together (im2col matrix,
 // conv output, routed gradient) never start on the same L1 set (no measurable effect here,
 // but nothing to lose).
-enum Role { kCols = 0, kConvOut = 1, kRouted = 2, kPadded = 3, kPart = 4, kRoles = 5 };
+enum Role { kCols = 0, kConvOut = 1, kRouted = 2, kPadded = 3, kPart = 4, kWeights = 5, kRoles = 6 };
 constexpr int64_t kSkewBytes = 9 * 64;
 
 template <typename T>
@@ -185,34 +186,58 @@ T* scratch(Role role, int64_t n) {
   return b.base + skew;
 }
 
+inline RowGeom row_geom(const Shape& xs, const Shape& ws, const int64_t* p, int64_t oh, int64_t ow) {
+  return {xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], p[2], p[3], oh, ow};
+}
+
+// One sample's convolution output y[o][oy*ow + ox], by kernel rows (conv_rows.h) or by im2col
+// + one GEMM. The plain and the fused layer kernel both use it, so they agree bit for bit.
+template <typename T>
+struct ConvForward {
+  const int64_t* p;
+  RowGeom g;
+  const T* wt;
+  bool rows;
+  T *wr = nullptr, *cols = nullptr, *pad = nullptr;
+
+  ConvForward(const int64_t* p_, const Shape& xs, const Shape& ws, int64_t oh, int64_t ow, const T* wt_)
+      : p(p_), g(row_geom(xs, ws, p_, oh, ow)), wt(wt_), rows(use_rows(p_, g.c, g.kw)) {
+    cols = scratch<T>(kCols, rows ? g.kr() * g.ldx() : g.c * g.kh * g.kw * g.np());
+    pad = scratch<T>(kPadded, im2col_pad_size(g.c, g.h, g.w, p));
+    if (rows) {
+      wr = scratch<T>(kWeights, g.o * g.c * g.kh * g.kw);
+      reorder_weights(wt, g, wr);
+    }
+  }
+  void sample(const T* x, T* y) const {
+    if (rows) {
+      rows_matrix(x, g, cols, pad);
+      return rows_forward(wr, cols, g, y);
+    }
+    im2col(x, g.c, g.h, g.w, g.kh, g.kw, p, g.oh, g.ow, cols, pad);
+    gemm<T>(false, false, g.o, g.np(), g.c * g.kh * g.kw, wt, cols, y);
+  }
+};
+
 template <typename T>
 void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws, T* out,
                   const Shape& os) {
-  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
-  const int64_t oh = os[2], ow = os[3], ckk = c * kh * kw;
-  T* cols = scratch<T>(kCols, ckk * oh * ow);
-  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
-  for (int64_t b = 0; b < n; ++b) {
-    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
-    gemm<T>(false, false, o, oh * ow, ckk, wt, cols, out + b * o * oh * ow);
-  }
+  const ConvForward<T> conv(p, xs, ws, os[2], os[3], wt);
+  const int64_t in_sample = xs[1] * xs[2] * xs[3], out_sample = ws[0] * os[2] * os[3];
+  for (int64_t b = 0; b < xs[0]; ++b) conv.sample(x + b * in_sample, out + b * out_sample);
 }
 
-
-// conv2d(x, w, bias), the layer conv-bias-relu-2x2-pool: per sample the GEMM writes the
-// convolution output into a scratch that stays in cache, and only the pooled values and the
-// argmax positions are stored (out = [2][n][o][oh/2][ow/2]).
+// conv2d(x, w, bias), the layer conv-bias-relu-2x2-pool: per sample the convolution output
+// goes into a scratch that stays in cache, and only the pooled values and the argmax
+// positions are stored (out = [2][n][o][oh/2][ow/2]).
 template <typename T>
 void conv_pool_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws,
                      const T* bias, T* out, const Shape& os) {
-  const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = ws[0], kh = ws[2], kw = ws[3];
-  const int64_t oh = 2 * os[3], ow = 2 * os[4], ckk = c * kh * kw, pooled = o * os[3] * os[4];
-  T* cols = scratch<T>(kCols, ckk * oh * ow);
-  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
+  const int64_t n = xs[0], o = ws[0], oh = 2 * os[3], ow = 2 * os[4], pooled = o * os[3] * os[4];
+  const ConvForward<T> conv(p, xs, ws, oh, ow, wt);
   T* y = scratch<T>(kConvOut, o * oh * ow);
   for (int64_t b = 0; b < n; ++b) {
-    im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
-    gemm<T>(false, false, o, oh * ow, ckk, wt, cols, y);
+    conv.sample(x + b * xs[1] * xs[2] * xs[3], y);
     max_pool2d_argmax_planes(y, bias, o, oh, ow, out + b * pooled, out + (n + b) * pooled);
   }
 }
@@ -301,6 +326,14 @@ void conv_grad_input_typed(const int64_t* p, int64_t n, const GradOut<T>& go, co
                            T* out, const Shape& os) {
   const int64_t o = go.o, oh = go.oh, ow = go.ow, c = ws[1], kh = ws[2], kw = ws[3];
   const int64_t h = os[2], w = os[3], ckk = c * kh * kw;
+  if (use_rows(p, c, kw)) {
+    const RowGeom g{c, h, w, o, kh, kw, p[2], p[3], oh, ow};
+    T* wr = scratch<T>(kWeights, o * ckk);
+    reorder_weights(wt, g, wr);
+    T* z = scratch<T>(kCols, g.kr() * g.ldx());
+    for (int64_t b = 0; b < n; ++b) rows_grad_input(wr, go.sample(b), g, z, out + b * c * h * w);
+    return;
+  }
   T* cols = scratch<T>(kCols, ckk * oh * ow);
   if (p[0] == 1 && p[1] == 1) {
     // `out` is written once per sample, never zero-filled and re-read.
@@ -322,9 +355,20 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
                             const Shape& os) {
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = go.o, oh = go.oh, ow = go.ow;
   const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
+  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
+  if (use_rows(p, c, kw)) {
+    const RowGeom g{c, h, w, o, kh, kw, p[2], p[3], oh, ow};
+    T* xr = scratch<T>(kCols, g.kr() * g.ldx());
+    T* dwr = scratch<T>(kPart, o * ckk);
+    if (n == 0) std::fill(dwr, dwr + o * ckk, T(0));
+    for (int64_t b = 0; b < n; ++b) {
+      rows_matrix(x + b * c * h * w, g, xr, pad);
+      rows_grad_weight(go.sample(b), xr, g, b == 0, dwr);
+    }
+    return unorder_weights(dwr, g, out);
+  }
   std::fill(out, out + numel(os), T(0));
   T* cols = scratch<T>(kCols, ckk * oh * ow);
-  T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
   if constexpr (std::is_same_v<T, float>) {
     // Accumulate over the batch inside the GEMM (beta = 1): no per-sample partial to add.
     const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk), k = static_cast<blasint>(oh * ow);

@@ -4,13 +4,15 @@
 // ops run one graph at a time bit for bit (the same routing, the same GEMMs), NaNs included.
 // Then the whole layer conv-bias-relu-pool as one conv2d kernel (fuse_conv_pool_forward), the
 // bias-relu pool kernel, and the unit-stride col2im of conv2d_grad_input against a direct sum;
-// the unit-stride im2col/col2im fast paths against the general (strided) ones bit for bit.
+// the unit-stride im2col/col2im fast paths against the general (strided) ones bit for bit;
+// the convolution by kernel rows (detail/conv_rows.h, c*kw >= 64) against direct sums.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "runtime/detail/conv_rows.h"
 #include "runtime/detail/im2col.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
@@ -101,6 +103,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, 3, 5, 9, 3, 1, 2, 2, 0, true, false},   // odd size: last row unpooled
                       Case{2, 2, 3, 9, 5, 2, 3, 2, 1, true, false},   // overlapping, padded pool
                       Case{2, 1, 4, 20, 5, 2, 2, 2, 0, true, false},  // one input channel, w > 16
+                      Case{2, 16, 4, 8, 5, 2, 2, 2, 0, true, false},  // conv by kernel rows
                       Case{2, 2, 3, 8, 3, 0, 2, 2, 0, false, true},   // NaN in the pool's input
                       Case{2, 2, 3, 8, 3, 1, 2, 2, 0, true, true}));  // NaN with bias and ReLU
 
@@ -177,7 +180,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvLayerFusion,
                                            LayerCase{2, 3, 5, 10, 3, 1, false},   // pooled 5x5
                                            LayerCase{2, 2, 3, 36, 3, 1, false},   // pooled rows over 16
                                            LayerCase{2, 2, 4, 9, 2, 0, false},    // even output of odd input
-                                           LayerCase{2, 2, 3, 8, 3, 1, true}));   // NaN in the input
+                                           LayerCase{2, 2, 3, 8, 3, 1, true},     // NaN in the input
+                                           LayerCase{2, 16, 6, 14, 5, 2, false},  // by kernel rows
+                                           LayerCase{2, 24, 4, 10, 3, 1, true})); // rows, NaN
 
 // The same in f64 (the kernels' scalar path): fused and unfused agree bit for bit.
 TEST(ConvLayerFusion, F64LayerMatchesTheUnfusedOpsBitForBit) {
@@ -325,6 +330,76 @@ INSTANTIATE_TEST_SUITE_P(
                       PatchCase{2, 6, 7, 3, 3, 0, 0},     // no padding
                       PatchCase{1, 3, 40, 1, 35, 0, 3},   // kw over col2im's mask table
                       PatchCase{2, 4, 1, 3, 1, 1, 0}));   // one column
+
+struct RowsCase {
+  int64_t channels, out_channels, h, w, kh, kw, ph, pw;
+  DType dtype;
+};
+
+class KernelRowConv : public ::testing::TestWithParam<RowsCase> {};
+
+Tensor grid_as(const Shape& shape, int salt, DType dtype) {
+  const std::vector<float> f = grid_values(numel(shape), salt);
+  if (dtype == DType::kF32) return Tensor::from_vector<float>(f, shape);
+  return Tensor::from_vector<double>(std::vector<double>(f.begin(), f.end()), shape);
+}
+
+std::vector<double> values(const Tensor& t) {
+  if (t.dtype() == DType::kF64) return t.to_vector<double>();
+  const std::vector<float> f = t.to_vector<float>();
+  return {f.begin(), f.end()};
+}
+
+// conv2d, conv2d_grad_input and conv2d_grad_weight by kernel rows against direct sums over
+// the same x, w and output gradient g (y[o][oy][ox] = sum x[c][oy - ph + i][ox - pw + j] w).
+TEST_P(KernelRowConv, ForwardAndGradientsMatchDirectSums) {
+  ScopedRuntime rt;
+  const RowsCase c = GetParam();
+  const int64_t n = 2, oh = c.h + 2 * c.ph - c.kh + 1, ow = c.w + 2 * c.pw - c.kw + 1;
+  const int64_t p[4] = {1, 1, c.ph, c.pw};
+  ASSERT_TRUE(detail::use_rows(p, c.channels, c.kw));
+  const Tensor x = grid_as({n, c.channels, c.h, c.w}, 1, c.dtype);
+  const Tensor w = grid_as({c.out_channels, c.channels, c.kh, c.kw}, 2, c.dtype);
+  const Tensor g = grid_as({n, c.out_channels, oh, ow}, 3, c.dtype);
+  const std::vector<int64_t> one{1, 1}, pad{c.ph, c.pw};
+  const std::vector<double> y = values(conv2d(x, w, one, pad));
+  const std::vector<double> dx = values(conv2d_grad_input(g, w, one, pad, {c.h, c.w}));
+  const std::vector<double> dw = values(conv2d_grad_weight(x, g, one, pad, {c.kh, c.kw}));
+  const std::vector<double> xv = values(x), wv = values(w), gv = values(g);
+  std::vector<double> y_ref(y.size()), dx_ref(dx.size()), dw_ref(dw.size());
+  ASSERT_EQ(y.size(), static_cast<size_t>(n * c.out_channels * oh * ow));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < c.out_channels; ++o)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          const int64_t yi = ((b * c.out_channels + o) * oh + oy) * ow + ox;
+          for (int64_t ci = 0; ci < c.channels; ++ci)
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) {
+                const int64_t yy = oy - c.ph + i, xx = ox - c.pw + j;
+                if (yy < 0 || yy >= c.h || xx < 0 || xx >= c.w) continue;
+                const int64_t xi = ((b * c.channels + ci) * c.h + yy) * c.w + xx;
+                const int64_t wi = ((o * c.channels + ci) * c.kh + i) * c.kw + j;
+                y_ref[yi] += xv[xi] * wv[wi];
+                dx_ref[xi] += gv[yi] * wv[wi];
+                dw_ref[wi] += gv[yi] * xv[xi];
+              }
+        }
+  const double tol = c.dtype == DType::kF32 ? 1e-4 : 1e-12;
+  for (const auto& [got, want] : {std::pair{&y, &y_ref}, std::pair{&dx, &dx_ref}, std::pair{&dw, &dw_ref}}) {
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t i = 0; i < got->size(); ++i)
+      ASSERT_NEAR((*got)[i], (*want)[i], tol * (1 + std::abs((*want)[i]))) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, KernelRowConv,
+    ::testing::Values(RowsCase{32, 8, 14, 14, 5, 5, 2, 2, DType::kF32},  // the CNN's conv2
+                      RowsCase{13, 3, 9, 20, 3, 5, 1, 2, DType::kF32},   // kh != kw, w > 16
+                      RowsCase{22, 4, 7, 6, 3, 3, 0, 0, DType::kF32},    // no padding
+                      RowsCase{16, 2, 5, 5, 4, 4, 3, 3, DType::kF32},    // padding beyond the kernel
+                      RowsCase{16, 3, 6, 7, 5, 5, 2, 2, DType::kF64}));  // f64 (cblas_dgemm)
 
 }  // namespace
 }  // namespace xs
