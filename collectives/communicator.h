@@ -17,16 +17,52 @@
 //   comm.all_reduce(grads, n, DType::kF32, ReduceOp::kSum);   // zero-copy
 //   comm.free_buffer(grads);
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "base/check.h"
 #include "base/dtype.h"
 
 namespace xs {
+
+// Where part of an all-gather's result goes when the result is never assembled in one buffer
+// (Communicator::all_gather_pieces): gathered bytes [offset_bytes, offset_bytes + size_bytes)
+// land at `data`.
+struct GatherPiece {
+  size_t offset_bytes = 0;
+  size_t size_bytes = 0;
+  void* data = nullptr;
+};
+
+// Copies gathered bytes [at_bytes, at_bytes + n_bytes), held at `from`, into the parts of the
+// pieces that cover them (bytes no piece covers are dropped).
+inline void copy_to_pieces(std::span<const GatherPiece> pieces, size_t at_bytes, const void* from,
+                           size_t n_bytes) {
+  for (const GatherPiece& p : pieces) {
+    const size_t begin = std::max(at_bytes, p.offset_bytes);
+    const size_t end = std::min(at_bytes + n_bytes, p.offset_bytes + p.size_bytes);
+    if (begin >= end) continue;
+    std::byte* to = static_cast<std::byte*>(p.data) + (begin - p.offset_bytes);
+    const std::byte* src = static_cast<const std::byte*>(from) + (begin - at_bytes);
+    if (to != src) std::memmove(to, src, end - begin);
+  }
+}
+
+// Throws InvalidArgument unless every piece lies inside `total_bytes` gathered bytes.
+inline void check_gather_pieces(std::span<const GatherPiece> pieces, size_t total_bytes) {
+  for (const GatherPiece& p : pieces) {
+    XS_CHECK_ARG(p.offset_bytes <= total_bytes && p.size_bytes <= total_bytes - p.offset_bytes &&
+                     (p.data != nullptr || p.size_bytes == 0),
+                 "all_gather_pieces: piece of {} bytes at {} (data {}) outside the {} gathered bytes",
+                 p.size_bytes, p.offset_bytes, p.data, total_bytes);
+  }
+}
 
 class Communicator {
  public:
@@ -41,9 +77,29 @@ class Communicator {
   virtual void broadcast(void* data, size_t n_elems, DType dtype, int root) = 0;
   // `out` holds world_size * n_elems elements: ordinal k's input lands at k * n_elems.
   virtual void all_gather(const void* in, void* out, size_t n_elems, DType dtype) = 0;
+  // all_gather whose world_size * n_elems gathered elements go to `pieces` (which must not
+  // overlap each other or `in`) rather than to one buffer: a sharded update gathers straight
+  // into the parameters. Collective like all_gather; every replica may pass other pieces.
+  // This default gathers into a temporary and copies; ShmCommunicator copies only once.
+  virtual void all_gather_pieces(const void* in, std::span<const GatherPiece> pieces,
+                                 size_t n_elems, DType dtype) {
+    const size_t total_bytes = n_elems * dtype_size(dtype) * static_cast<size_t>(world_size());
+    check_gather_pieces(pieces, total_bytes);
+    std::vector<std::byte> whole(total_bytes);
+    all_gather(in, whole.data(), n_elems, dtype);
+    copy_to_pieces(pieces, 0, whole.data(), total_bytes);
+  }
   // `in` holds world_size * n_elems elements; `out` gets this ordinal's reduced chunk.
   virtual void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                               ReduceOp op) = 0;
+  // reduce_scatter for a caller that leaves `in` unchanged until its next collective call on
+  // this communicator has returned: the shared-memory form then returns without waiting until
+  // every peer has read `in` (its next call waits for that first), so the replica computes
+  // meanwhile. Replicas may mix both forms. This default is reduce_scatter.
+  virtual void reduce_scatter_unfenced(const void* in, void* out, size_t n_elems, DType dtype,
+                                       ReduceOp op) {
+    reduce_scatter(in, out, n_elems, dtype, op);
+  }
   virtual void barrier() = 0;
   // Exchanges small payloads; every replica must pass the same tag. Returns every
   // ordinal's payload, indexed by ordinal.

@@ -13,9 +13,10 @@ namespace xs::detail {
 
 // Ordinal j reduces chunk j (n_elems at j * n_elems) of every input, in ordinal order
 // 0..N-1 (the order and arithmetic of all_reduce_direct, so the bits are the same), into
-// `out`; a final sync keeps every input unchanged until all owners have read it.
+// `out`; a final round keeps every input unchanged until all owners have read it (not
+// `fenced`: posted only, and waited for by the next call's first round).
 void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
-                           size_t n_elems, DType dtype, ReduceOp op) {
+                           size_t n_elems, DType dtype, ReduceOp op, bool fenced) {
   const int n = rounds.world_size();
   const size_t elem_bytes = dtype_size(dtype);
   const std::vector<std::byte*> inputs =
@@ -29,19 +30,18 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
     for (int j = 0; j < n; ++j) sources[j] = inputs[j] + base + at;
     reduce_sources(out + at, nullptr, sources.data(), n, count, dtype, op, n);
   }
-  rounds.sync();
+  if (fenced) return rounds.sync();
+  rounds.post_only();
 }
 
-// Every ordinal copies every input (n_bytes each) to out at ordinal * n_bytes; a final sync
-// keeps the inputs unchanged until all have been read.
-void all_gather_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
-                       size_t n_bytes) {
+// Every ordinal copies every input (n_bytes each, gathered at ordinal * n_bytes) into the
+// pieces that cover it; a final sync keeps the inputs unchanged until all have been read.
+void all_gather_direct(Rounds& rounds, int parity, const std::byte* in,
+                       std::span<const GatherPiece> out, size_t n_bytes) {
   const std::vector<std::byte*> inputs =
       published_arena_operands(rounds, parity, const_cast<std::byte*>(in));
-  for (int j = 0; j < rounds.world_size(); ++j) {
-    std::byte* to = out + static_cast<size_t>(j) * n_bytes;
-    if (to != inputs[j]) std::memmove(to, inputs[j], n_bytes);
-  }
+  for (int j = 0; j < rounds.world_size(); ++j)
+    copy_to_pieces(out, static_cast<size_t>(j) * n_bytes, inputs[j], n_bytes);
   rounds.sync();
 }
 

@@ -20,6 +20,13 @@ void LocalCommunicator::all_gather(const void* in, void* out, size_t n_elems, DT
   if (bytes != 0 && in != out) std::memmove(out, in, bytes);
 }
 
+void LocalCommunicator::all_gather_pieces(const void* in, std::span<const GatherPiece> pieces,
+                                          size_t n_elems, DType dtype) {
+  const size_t bytes = n_elems * dtype_size(dtype);
+  check_gather_pieces(pieces, bytes);
+  copy_to_pieces(pieces, 0, in, bytes);
+}
+
 void LocalCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                        ReduceOp op) {
   check_reducible("reduce_scatter", dtype);

@@ -18,6 +18,8 @@ class LocalCommunicator final : public Communicator {
   void all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) override;
   void broadcast(void* data, size_t n_elems, DType dtype, int root) override;
   void all_gather(const void* in, void* out, size_t n_elems, DType dtype) override;
+  void all_gather_pieces(const void* in, std::span<const GatherPiece> pieces, size_t n_elems,
+                         DType dtype) override;
   void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype, ReduceOp op) override;
   void barrier() override {}
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,

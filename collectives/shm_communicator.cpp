@@ -152,25 +152,49 @@ void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int roo
 // in-place schedules do): when every input is in its owner's arena the zero-copy direct form
 // runs, else the staging schedule (one round later).
 void ShmCommunicator::all_gather(const void* in, void* out, size_t n_elems, DType dtype) {
+  const GatherPiece whole{0, n_elems * dtype_size(dtype) * static_cast<size_t>(world_size()), out};
+  all_gather_pieces(in, std::span<const GatherPiece>(&whole, 1), n_elems, dtype);
+}
+
+// The direct form copies each peer's input straight into the pieces; the staging schedule
+// writes one buffer, so pieces other than one whole output go through a private one.
+void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPiece> pieces,
+                                        size_t n_elems, DType dtype) {
   const size_t bytes = n_elems * dtype_size(dtype);
-  if (world_size() == 1) {
-    if (bytes != 0 && in != out) std::memmove(out, in, bytes);
-    return;
-  }
+  const size_t total_bytes = bytes * static_cast<size_t>(world_size());
+  check_gather_pieces(pieces, total_bytes);
+  if (world_size() == 1) return copy_to_pieces(pieces, 0, in, bytes);
   const bool arena = bytes != 0 && in_arena(in, bytes);
   rounds_->begin_call("all_gather",
                       CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum, n_elems, 0, arena});
   const auto* from = static_cast<const std::byte*>(in);
-  auto* to = static_cast<std::byte*>(out);
   const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
                                              arena ? arena_->offset(in) : 0);
   if (rounds_->all_in_arena(parity))
-    return detail::all_gather_direct(*rounds_, parity, from, to, bytes);
-  detail::all_gather(*rounds_, from, to, bytes);
+    return detail::all_gather_direct(*rounds_, parity, from, pieces, bytes);
+  if (pieces.size() == 1 && pieces[0].offset_bytes == 0 && pieces[0].size_bytes == total_bytes) {
+    return detail::all_gather(*rounds_, from, static_cast<std::byte*>(pieces[0].data), bytes);
+  }
+  std::vector<std::byte>& whole = rounds_->scratch(total_bytes);
+  detail::all_gather(*rounds_, from, whole.data(), bytes);
+  copy_to_pieces(pieces, 0, whole.data(), total_bytes);
 }
 
 void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                      ReduceOp op) {
+  run_reduce_scatter(in, out, n_elems, dtype, op, true);
+}
+
+void ShmCommunicator::reduce_scatter_unfenced(const void* in, void* out, size_t n_elems,
+                                              DType dtype, ReduceOp op) {
+  run_reduce_scatter(in, out, n_elems, dtype, op, false);
+}
+
+// Only the direct form has a last round that guards `in` (the staging schedule copies it into
+// staging, which the rounds' parity protects), so only it differs when not `fenced`: it posts
+// that round without waiting for it (Rounds::post_only).
+void ShmCommunicator::run_reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
+                                         ReduceOp op, bool fenced) {
   check_reducible("reduce_scatter", dtype);
   if (world_size() == 1) {
     const void* sources[] = {in};
@@ -186,7 +210,7 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
   const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
                                              arena ? arena_->offset(in) : 0);
   if (rounds_->all_in_arena(parity)) {
-    return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op);
+    return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op, fenced);
   }
   detail::reduce_scatter(*rounds_, from, to, n_elems, dtype, op);
 }

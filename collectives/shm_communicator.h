@@ -46,7 +46,11 @@ class ShmCommunicator final : public Communicator {
   void all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) override;
   void broadcast(void* data, size_t n_elems, DType dtype, int root) override;
   void all_gather(const void* in, void* out, size_t n_elems, DType dtype) override;
+  void all_gather_pieces(const void* in, std::span<const GatherPiece> pieces, size_t n_elems,
+                         DType dtype) override;
   void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype, ReduceOp op) override;
+  void reduce_scatter_unfenced(const void* in, void* out, size_t n_elems, DType dtype,
+                               ReduceOp op) override;
   void barrier() override;
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                  std::span<const std::byte> payload) override;
@@ -66,6 +70,8 @@ class ShmCommunicator final : public Communicator {
  private:
   void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
                            AllReduceAlgorithm base, bool cma);
+  void run_reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype, ReduceOp op,
+                          bool fenced);
 
   std::unique_ptr<detail::Rounds> rounds_;
   std::unique_ptr<BufferArena> arena_;

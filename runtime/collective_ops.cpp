@@ -96,15 +96,25 @@ ValueType rule_all_gather(Op op, std::span<const ValueType> in, const Attrs& att
   return {{in[0].shape[0] * world}, in[0].dtype};
 }
 
-void run_collective_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out,
-                           const ExecEnv& env) {
-  Communicator* comm = env.communicator;
+namespace {
+
+// The op's recorded world size, checked against the runtime's communicator.
+int64_t checked_runtime_world(Op op, const Attrs& attrs, const Communicator* comm) {
   const int64_t world = attrs.ints.at(0);
   const int64_t have = comm == nullptr ? 1 : comm->world_size();
   if (world != have) {
     throw InvalidArgument(fmt::format("{}: recorded for world size {}, the runtime's is {}",
                                       op_name(op), world, have));
   }
+  return world;
+}
+
+}  // namespace
+
+void run_collective_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out,
+                           const ExecEnv& env, bool fenced) {
+  Communicator* comm = env.communicator;
+  const int64_t world = checked_runtime_world(op, attrs, comm);
   const DType dtype = out.type->dtype;
   const size_t out_n = static_cast<size_t>(numel(out.type->shape));
   const size_t elem = dtype_size(dtype);
@@ -120,10 +130,27 @@ void run_collective_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, 
   XS_CHECK(env.metrics != nullptr, "{} without metrics", op_name(op));
   ScopedTimer t(*env.metrics, kTimerAllReduceTime);  // all collectives count as all-reduce time
   if (op == Op::kReduceScatter) {
-    comm->reduce_scatter(in, out.data, out_n, dtype, static_cast<ReduceOp>(attrs.flag));
+    const auto reduce = static_cast<ReduceOp>(attrs.flag);
+    if (fenced) return comm->reduce_scatter(in, out.data, out_n, dtype, reduce);
+    comm->reduce_scatter_unfenced(in, out.data, out_n, dtype, reduce);
   } else {
     comm->all_gather(in, out.data, out_n / static_cast<size_t>(world), dtype);
   }
+}
+
+void run_all_gather_pieces(const Attrs& attrs, const Arg& in, std::span<const GatherPiece> pieces,
+                           const ExecEnv& env) {
+  Communicator* comm = env.communicator;
+  const int64_t world = checked_runtime_world(Op::kAllGather, attrs, comm);
+  const DType dtype = in.type->dtype;
+  const size_t in_n = static_cast<size_t>(numel(in.type->shape));
+  if (world == 1) {
+    check_gather_pieces(pieces, in_n * dtype_size(dtype));
+    return copy_to_pieces(pieces, 0, in.data, in_n * dtype_size(dtype));
+  }
+  XS_CHECK(env.metrics != nullptr, "all_gather without metrics");
+  ScopedTimer t(*env.metrics, kTimerAllReduceTime);  // as run_collective_kernel's
+  comm->all_gather_pieces(in.data, pieces, in_n, dtype);
 }
 
 }  // namespace xs::detail

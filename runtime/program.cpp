@@ -1,12 +1,15 @@
 #include "runtime/program.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "base/check.h"
 #include "base/error.h"
+#include "runtime/collective_ops.h"
 
 namespace xs {
 
@@ -45,11 +48,20 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
     if (st.kind == Storage::Kind::kView) ptr[s] = static_cast<char*>(ptr[st.index]) + st.offset_bytes;
   }
   std::vector<detail::Arg> args;
+  std::vector<GatherPiece> pieces;
   for (const Kernel& k : kernels) {
+    if (!k.out_pieces.empty()) {
+      pieces.clear();
+      for (const Kernel::Piece& pc : k.out_pieces) pieces.push_back({pc.offset_bytes, pc.size_bytes, ptr[pc.storage]});
+      detail::run_all_gather_pieces(k.attrs, {ptr[k.in_storage.at(0)], &k.in_types.at(0)}, pieces, env);
+      continue;
+    }
     if (k.kind != Kernel::Kind::kLoop) {
       args.clear();
       for (size_t i = 0; i < k.in_storage.size(); ++i) args.push_back({ptr[k.in_storage[i]], &k.in_types[i]});
-      detail::run_op_kernel(k.op, k.attrs, args, {ptr[k.out_storage], &k.out_type}, env);
+      const detail::Arg out{ptr[k.out_storage], &k.out_type};
+      if (k.unfenced) detail::run_collective_kernel(k.op, k.attrs, args, out, env, false);
+      else detail::run_op_kernel(k.op, k.attrs, args, out, env);
     }
     if (!k.loop.steps.empty()) detail::run_loop(k.loop, ptr.data());
   }
@@ -102,9 +114,16 @@ std::string Program::text() const {
   }
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
+    if (!k.out_pieces.empty()) {
+      out += fmt::format("  k{}: {}(s{}) : {} into", i, op_name(k.op), fmt::join(k.in_storage, ", s"), type_str(k.out_type));
+      for (const Kernel::Piece& pc : k.out_pieces) out += fmt::format(" s{} <- [{}, {})", pc.storage, pc.offset_bytes, pc.offset_bytes + pc.size_bytes);
+      out += "\n";
+      continue;
+    }
     if (k.kind != Kernel::Kind::kLoop) {
       out += fmt::format("  k{}: s{} = {}(s{}) : {}", i, k.out_storage, op_name(k.op), fmt::join(k.in_storage, ", s"),
                          type_str(k.out_type));
+      if (k.unfenced) out += " unfenced";
       if (!k.loop.steps.empty()) out += " + epilogue ";
     } else {
       out += fmt::format("  k{}: ", i);
@@ -134,6 +153,9 @@ bool reads(const Kernel& k, int s) {
 
 bool writes(const Kernel& k, int s) {
   if (k.kind != Kernel::Kind::kLoop && k.out_storage == s) return true;
+  if (std::any_of(k.out_pieces.begin(), k.out_pieces.end(), [s](const Kernel::Piece& p) { return p.storage == s; })) {
+    return true;
+  }
   return std::any_of(k.loop.stores.begin(), k.loop.stores.end(), [s](const auto& st) { return st.storage == s; });
 }
 
@@ -162,6 +184,12 @@ class ViewPass {
   void run() {
     for (size_t k = 0; k < p_.kernels.size(); ++k) removed_[k] = try_concat(k);
     for (size_t k = 0; k < p_.kernels.size(); ++k) removed_[k] = removed_[k] || try_slice(k);
+    for (size_t k = 0; k < p_.kernels.size(); ++k) {
+      if (!removed_[k]) try_gather_pieces(k);
+    }
+    for (size_t k = 0; k < p_.kernels.size(); ++k) {
+      if (!removed_[k]) try_unfence(k);
+    }
     std::vector<Kernel> kept;
     for (size_t k = 0; k < p_.kernels.size(); ++k) {
       if (!removed_[k]) kept.push_back(std::move(p_.kernels[k]));
@@ -174,6 +202,11 @@ class ViewPass {
 
  private:
   bool live(size_t t) const { return !removed_[t]; }
+  // Storage v is `base` or a view of it.
+  bool aliases(size_t v, int base) const {
+    const Storage& st = p_.storages[v];
+    return static_cast<int>(v) == base || (st.kind == Storage::Kind::kView && st.index == base);
+  }
   bool is_arena(int s) const { return p_.storages[s].kind == Storage::Kind::kArena; }
 
   int add_storage(Storage::Kind kind, int index, size_t bytes, size_t offset = 0) {
@@ -214,6 +247,14 @@ class ViewPass {
 
   bool try_concat(size_t at);
   bool try_slice(size_t at);
+  void try_gather_pieces(size_t at);
+  void try_unfence(size_t at);
+  std::optional<Kernel::Piece> copied_piece(const Kernel& k, int g) const;
+  // Bytes [offset, offset + size) of its operand that slice kernel `sl` copies, when they are
+  // contiguous (only the leading axis is cut, with step 1, or a single row).
+  std::optional<std::pair<size_t, size_t>> contiguous_slice(const Kernel& sl) const;
+  // Whether kernels [from, to) read or write storage `s` or a view of it.
+  bool touched_between(size_t from, size_t to, int s) const;
 
   // An arena slot that held a concat's value now holds smaller ones only: resize every slot
   // to its largest remaining occupant (a view's buffer to the view's end).
@@ -227,8 +268,9 @@ class ViewPass {
     for (const Kernel& k : p_.kernels) {
       if (k.kind != Kernel::Kind::kLoop) {
         for (size_t i = 0; i < k.in_storage.size(); ++i) note(k.in_storage[i], bytes_of(k.in_types[i]));
-        note(k.out_storage, bytes_of(k.out_type));
+        if (k.out_storage >= 0) note(k.out_storage, bytes_of(k.out_type));
       }
+      for (const Kernel::Piece& pc : k.out_pieces) note(pc.storage, pc.size_bytes);
       for (const auto& l : k.loop.loads) {
         if (l.storage >= 0) note(l.storage, numel(l.shape) * dtype_size(l.dtype));
       }
@@ -297,17 +339,11 @@ bool ViewPass::try_slice(size_t at) {
   const Kernel& sl = p_.kernels[at];
   if (removed_[at] || sl.kind != Kernel::Kind::kOp || sl.op != Op::kSlice || !no_loop(sl)) return false;
   const int b = sl.in_storage[0], s = sl.out_storage;
-  const Shape& in = sl.in_types[0].shape;
-  const Shape& out = sl.out_type.shape;
-  if (!is_arena(s) || b == s || in.empty()) return false;
-  // Contiguous: only the leading axis is cut, with step 1 (or a single row).
-  for (size_t d = 1; d < in.size(); ++d) {
-    if (sl.attrs.ints[3 * d] != 0 || out[d] != in[d]) return false;
-  }
-  if (out[0] > 1 && sl.attrs.ints[2] != 1) return false;
-  const size_t row_bytes = numel(Shape(in.begin() + 1, in.end())) * dtype_size(sl.in_types[0].dtype);
+  if (!is_arena(s) || b == s || sl.in_types[0].shape.empty()) return false;
+  const auto bytes = contiguous_slice(sl);
+  if (!bytes) return false;
   int base = b;
-  size_t offset = static_cast<size_t>(sl.attrs.ints[0]) * row_bytes;
+  size_t offset = bytes->first;
   if (p_.storages[b].kind == Storage::Kind::kView) {
     base = p_.storages[b].index;
     offset += p_.storages[b].offset_bytes;
@@ -331,9 +367,7 @@ bool ViewPass::try_slice(size_t at) {
   for (size_t t = at + 1; t <= last_read; ++t) {
     if (!live(t)) continue;
     for (size_t v = 0; v < p_.storages.size(); ++v) {
-      const Storage& st = p_.storages[v];
-      const bool aliases = static_cast<int>(v) == base || (st.kind == Storage::Kind::kView && st.index == base);
-      if (aliases && writes(p_.kernels[t], static_cast<int>(v)) && !in_place_reshape(p_.kernels[t], static_cast<int>(v))) {
+      if (aliases(v, base) && writes(p_.kernels[t], static_cast<int>(v)) && !in_place_reshape(p_.kernels[t], static_cast<int>(v))) {
         return false;
       }
     }
@@ -345,6 +379,111 @@ bool ViewPass::try_slice(size_t at) {
     replace_reads(k, s, view);
   }
   return true;
+}
+
+std::optional<std::pair<size_t, size_t>> ViewPass::contiguous_slice(const Kernel& sl) const {
+  const Shape& in = sl.in_types[0].shape;
+  const Shape& out = sl.out_type.shape;
+  if (in.empty()) return std::nullopt;
+  for (size_t d = 1; d < in.size(); ++d) {
+    if (sl.attrs.ints[3 * d] != 0 || out[d] != in[d]) return std::nullopt;
+  }
+  if (out[0] > 1 && sl.attrs.ints[2] != 1) return std::nullopt;
+  const size_t row_bytes = numel(Shape(in.begin() + 1, in.end())) * dtype_size(sl.in_types[0].dtype);
+  return std::make_pair(static_cast<size_t>(sl.attrs.ints[0]) * row_bytes, bytes_of(sl.out_type));
+}
+
+bool ViewPass::touched_between(size_t from, size_t to, int s) const {
+  for (size_t t = from; t < to; ++t) {
+    if (!live(t)) continue;
+    for (size_t v = 0; v < p_.storages.size(); ++v) {
+      if (aliases(v, s) && (reads(p_.kernels[t], static_cast<int>(v)) || writes(p_.kernels[t], static_cast<int>(v)))) return true;
+    }
+  }
+  return false;
+}
+
+// An all_gather's value g (an arena slot) that is only copied out, each piece into storage of
+// its own outside the arena (a sharded update's gathered parameters, donated), by slices of g
+// or by reshapes of views of g (try_slice made those): the all_gather writes the pieces there
+// itself. That moves each piece's write earlier, to the all_gather, so nothing between the
+// two may touch the piece's storage.
+void ViewPass::try_gather_pieces(size_t at) {
+  Kernel& ag = p_.kernels[at];
+  if (ag.kind != Kernel::Kind::kOp || ag.op != Op::kAllGather || !no_loop(ag) || !ag.out_pieces.empty()) return;
+  const int g = ag.out_storage;
+  if (!is_arena(g)) return;
+  std::vector<size_t> copies;
+  std::vector<Kernel::Piece> pieces;
+  for (size_t t = at + 1; t < p_.kernels.size(); ++t) {
+    if (!live(t)) continue;
+    const Kernel& k = p_.kernels[t];
+    if (writes(k, g) && !reads(k, g)) break;  // a new value in g from here
+    const std::optional<Kernel::Piece> piece = copied_piece(k, g);
+    if (!piece) {
+      if (touched_between(t, t + 1, g)) return;  // g read (or written) otherwise
+      continue;
+    }
+    const int o = piece->storage;
+    if (touched_between(at, t, o)) return;
+    for (const Kernel::Piece& pc : pieces) {
+      if (pc.storage == o) return;  // two values in one storage: the later copy must win
+    }
+    copies.push_back(t);
+    pieces.push_back(*piece);
+  }
+  if (pieces.empty()) return;
+  ag.out_pieces = std::move(pieces);
+  ag.out_storage = -1;
+  for (size_t t : copies) removed_[t] = true;
+  p_.stats.gather_pieces += static_cast<int64_t>(copies.size());
+}
+
+// When kernel `k` copies contiguous bytes of g into a storage outside the arena (a slice of g
+// or a reshape of a view of g): that storage and the bytes.
+std::optional<Kernel::Piece> ViewPass::copied_piece(const Kernel& k, int g) const {
+  if (k.kind != Kernel::Kind::kOp || !no_loop(k) || k.in_storage.size() != 1) return std::nullopt;
+  const int o = k.out_storage;
+  const Storage::Kind kind = p_.storages[o].kind;
+  if (kind != Storage::Kind::kInput && kind != Storage::Kind::kOutput) return std::nullopt;
+  const Storage& in = p_.storages[k.in_storage[0]];
+  if (k.op == Op::kSlice && k.in_storage[0] == g) {
+    const auto bytes = contiguous_slice(k);
+    if (bytes) return Kernel::Piece{o, bytes->first, bytes->second};
+  }
+  if (k.op == Op::kReshape && in.kind == Storage::Kind::kView && in.index == g) {
+    return Kernel::Piece{o, in.offset_bytes, bytes_of(k.out_type)};
+  }
+  return std::nullopt;
+}
+
+bool calls_communicator(const Kernel& k) {
+  return k.kind == Kernel::Kind::kOp &&
+         (k.op == Op::kAllReduce || k.op == Op::kReduceScatter || k.op == Op::kAllGather);
+}
+
+// A reduce_scatter's last round only keeps its operand unchanged until every peer has read it.
+// Unfenced, the replica posts that round without waiting and its next collective call waits
+// for it first, so the operand must stay unchanged until the next collective kernel has
+// returned: no kernel up to and including that one may write its storage (its arena slot or
+// any view of that slot). Without a later collective kernel in the program the next write may
+// be the next run's, before any collective call: the fence stays.
+void ViewPass::try_unfence(size_t at) {
+  Kernel& rs = p_.kernels[at];
+  if (!calls_communicator(rs) || rs.op != Op::kReduceScatter || !no_loop(rs) || rs.unfenced) return;
+  int base = rs.in_storage[0];
+  if (p_.storages[base].kind == Storage::Kind::kView) base = p_.storages[base].index;
+  for (size_t t = at + 1; t < p_.kernels.size(); ++t) {
+    if (!live(t)) continue;
+    for (size_t v = 0; v < p_.storages.size(); ++v) {
+      if (aliases(v, base) && writes(p_.kernels[t], static_cast<int>(v))) return;
+    }
+    if (calls_communicator(p_.kernels[t])) {
+      rs.unfenced = true;
+      ++p_.stats.unfenced;
+      return;
+    }
+  }
 }
 
 }  // namespace

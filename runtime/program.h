@@ -37,6 +37,8 @@ struct CompileStats {
   int64_t donated_outputs = 0;  // roots written into a donated input buffer
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
   int64_t views = 0;            // concat operands and slices made views (alias_views)
+  int64_t gather_pieces = 0;    // slices of an all_gather's value it now writes (alias_views)
+  int64_t unfenced = 0;         // reduce_scatters run unfenced (alias_views)
 };
 
 struct Storage {
@@ -50,13 +52,24 @@ struct Storage {
 
 struct Kernel {
   enum class Kind { kLoop, kOp, kMatmul };  // kMatmul: GEMM, then `loop` as its epilogue
+  // Where a kAllGather writes when its value is never stored whole (alias_views): bytes
+  // [offset_bytes, offset_bytes + size_bytes) of the value go to all of `storage`.
+  struct Piece {
+    int storage;
+    size_t offset_bytes;
+    size_t size_bytes;
+  };
   Kind kind = Kind::kOp;
   Op op = Op::kConst;
   Attrs attrs;
   std::vector<int> in_storage;
   std::vector<ValueType> in_types;
-  int out_storage = -1;
+  int out_storage = -1;  // -1 when out_pieces is not empty
   ValueType out_type;
+  std::vector<Piece> out_pieces;
+  // kReduceScatter only (alias_views): its operand stays unchanged until the next collective
+  // kernel has returned, so it runs as Communicator::reduce_scatter_unfenced.
+  bool unfenced = false;
   detail::LoopKernel loop;
 };
 
@@ -89,8 +102,11 @@ std::shared_ptr<Program> compile_graph(const Graph& graph);
 // Removes copies the buffer plan made avoidable (the flatten / all-reduce / unflatten of
 // gradients is the case in point): a concat along axis 0 whose operands exist only for it
 // gets its producers writing straight into a fresh buffer at their offsets, and a contiguous
-// slice becomes a view while the sliced buffer stays unchanged. Results are unchanged; each
-// removed kernel counts in stats.views. Idempotent.
+// slice becomes a view while the sliced buffer stays unchanged; an all_gather whose value is
+// only sliced into non-arena storage (a sharded update's gathered parameters) writes those
+// slices itself. Results are unchanged; each removed kernel counts in stats.views (the
+// all_gather's slices also in stats.gather_pieces). A reduce_scatter whose operand nothing
+// writes before the next collective kernel runs unfenced (stats.unfenced). Idempotent.
 void alias_views(Program& program);
 
 }  // namespace xs

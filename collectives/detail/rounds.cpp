@@ -1,7 +1,10 @@
 #include "collectives/detail/rounds.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
+#include "base/check.h"
 #include "base/error.h"
 #include "shm/futex.h"
 
@@ -55,6 +58,12 @@ Rounds::Rounds(Segment segment, int64_t timeout_ms)
       sources_(static_cast<size_t>(segment_.world_size()), nullptr) {}
 
 void Rounds::begin_call(const char* operation, const CallHeader& header) {
+  // Before this call writes any mailbox or staging: a round post_only() left unawaited (its
+  // wait still names the call that posted it).
+  if (unawaited_ != 0) {
+    const uint64_t round = std::exchange(unawaited_, 0);
+    wait_all(round, static_cast<int>(round & 1));
+  }
   operation_ = operation;
   header_ = header;
   ++call_seq_;
@@ -62,6 +71,24 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
 }
 
 void Rounds::sync() {
+  XS_CHECK(unawaited_ == 0, "{}: sync() after post_only() in one call", operation_);
+  const int parity = post_next();
+  wait_all(round_, parity);
+  if (check_pending_) {
+    check_pending_ = false;
+    check_headers(parity);
+  }
+}
+
+void Rounds::post_only() {
+  XS_CHECK(unawaited_ == 0 && !check_pending_,
+           "{}: post_only() after an unawaited round {} or as a call's first round", operation_,
+           unawaited_);
+  post_next();
+  unawaited_ = round_;
+}
+
+int Rounds::post_next() {
   const uint64_t round = ++round_;
   const int parity = static_cast<int>(round & 1);
   shm::Mailbox& mine = segment_.slot(ordinal()).mailbox[parity];
@@ -73,11 +100,7 @@ void Rounds::sync() {
   mine.aux = header_.aux;
   mine.in_arena = header_.in_arena ? 1 : 0;
   post(mine, round);
-  wait_all(round, parity);
-  if (check_pending_) {
-    check_pending_ = false;
-    check_headers(parity);
-  }
+  return parity;
 }
 
 bool Rounds::all_in_arena(int parity) const {
