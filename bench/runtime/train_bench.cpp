@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -27,9 +28,9 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "bench/runtime/timing.h"
 #include "runtime/autograd.h"
 #include "runtime/loss.h"
-#include "bench/runtime/timing.h"
 #include "runtime/nn/activation.h"
 #include "runtime/nn/conv2d.h"
 #include "runtime/nn/linear.h"
@@ -64,13 +65,37 @@ struct Gemm {
   int64_t c_size() const { return (parts - 1) * c_step + m * ld_c(); }
 };
 
+// A float buffer at a set offset from a page boundary. The runtime's scratch buffers are
+// cache-line aligned and start at different offsets mod 4096 (runtime/detail/linalg.cpp);
+// floor operands that were misaligned, or whose A, B and C started at the same offset mod
+// 4096 (4K aliasing between the packing loads and the C stores), ran 5-20% slower than the
+// step's own GEMMs: a floor slower than the step's products would flatter the ratio.
+class AlignedFloats {
+ public:
+  AlignedFloats(int64_t n, float value, int64_t offset_bytes)
+      : base_(static_cast<float*>(std::aligned_alloc(
+            4096, (static_cast<size_t>(n) * sizeof(float) + offset_bytes + 4095) / 4096 * 4096))),
+        data_(base_.get() + offset_bytes / static_cast<int64_t>(sizeof(float))) {
+    if (base_ == nullptr) throw Error(fmt::format("floor buffer of {} floats: out of memory", n));
+    std::fill(data_, data_ + n, value);
+  }
+  float* data() const { return data_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> base_;
+  float* data_;
+};
+
 class Floor {
  public:
   explicit Floor(std::vector<Gemm> gemms) : gemms_(std::move(gemms)) {
     for (const Gemm& g : gemms_) {
-      a_.emplace_back(g.a_size(), 0.01f);
-      b_.emplace_back(g.b_size(), 0.02f);
-      c_.emplace_back(g.c_size(), 0.0f);
+      a_.emplace_back(g.a_size(), 0.01f, 45 * 64);
+      b_.emplace_back(g.b_size(), 0.02f, 0);
+      c_.emplace_back(g.c_size(), 0.0f, 9 * 64);
     }
   }
   void run() {
@@ -89,7 +114,7 @@ class Floor {
 
  private:
   std::vector<Gemm> gemms_;
-  std::vector<std::vector<float>> a_, b_, c_;
+  std::vector<AlignedFloats> a_, b_, c_;
 };
 
 struct Model {
@@ -180,7 +205,13 @@ Result bench_model(const Model& model, int reps, Only only) {
     throw Error(fmt::format("{}: loss did not fall ({} -> {})", model.name, first, loss.item()));
   Floor floor(model.floor);
   const auto [t_step, t_floor] = bench::interleaved(
-      reps, [&] { if (only != Only::kFloor) step(); }, [&] { if (only != Only::kStep) floor.run(); });
+      reps,
+      [&] {
+        if (only != Only::kFloor) step();
+      },
+      [&] {
+        if (only != Only::kStep) floor.run();
+      });
   const Metrics& m = runtime().metrics();
   return {t_step * 1e3, t_floor * 1e3, m.counter(kCounterUncachedCompile),
           m.counter(kCounterCachedCompile)};
@@ -199,12 +230,15 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
       filter = argv[++i];
-    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "step") == 0)
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc &&
+             std::strcmp(argv[i + 1], "step") == 0)
       only = Only::kStep, ++i;
-    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "floor") == 0)
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc &&
+             std::strcmp(argv[i + 1], "floor") == 0)
       only = Only::kFloor, ++i;
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn] [--only step|floor]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn] [--only step|floor]\n",
+                   argv[0]);
       return 2;
     }
   }

@@ -41,9 +41,11 @@ void gemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int6
   const auto to = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
   const auto bi = [](int64_t v) { return static_cast<blasint>(v); };
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, to(ta), to(tb), bi(m), bi(n), bi(k), 1.0f, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
+    cblas_sgemm(CblasRowMajor, to(ta), to(tb), bi(m), bi(n), bi(k), 1.0f, a, bi(lda), b, bi(ldb),
+                beta, c, bi(ldc));
   else
-    cblas_dgemm(CblasRowMajor, to(ta), to(tb), bi(m), bi(n), bi(k), 1.0, a, bi(lda), b, bi(ldb), beta, c, bi(ldc));
+    cblas_dgemm(CblasRowMajor, to(ta), to(tb), bi(m), bi(n), bi(k), 1.0, a, bi(lda), b, bi(ldb),
+                beta, c, bi(ldc));
 }
 
 // wr[i][o][ci*kw + j] = w[o][ci][i][j]: kernel row i's weights as one o x kr matrix.
@@ -78,16 +80,16 @@ void rows_matrix(const T* x, const RowGeom& g, T* X, T* pad) {
 template <typename T>
 void rows_forward(const T* wr, const T* X, const RowGeom& g, T* y) {
   for (int64_t i = 0; i < g.kh; ++i)
-    gemm_ld<T>(false, false, g.o, g.np(), g.kr(), wr + i * g.o * g.kr(), g.kr(), X + i * g.ow, g.ldx(),
-               i == 0 ? T(0) : T(1), y, g.np());
+    gemm_ld<T>(false, false, g.o, g.np(), g.kr(), wr + i * g.o * g.kr(), g.kr(), X + i * g.ow,
+               g.ldx(), i == 0 ? T(0) : T(1), y, g.np());
 }
 
 // dwr_i (+)= gy X_i^T for each kernel row i (beta 0 for the first sample).
 template <typename T>
 void rows_grad_weight(const T* gy, const T* X, const RowGeom& g, bool first, T* dwr) {
   for (int64_t i = 0; i < g.kh; ++i)
-    gemm_ld<T>(false, true, g.o, g.kr(), g.np(), gy, g.np(), X + i * g.ow, g.ldx(), first ? T(0) : T(1),
-               dwr + i * g.o * g.kr(), g.kr());
+    gemm_ld<T>(false, true, g.o, g.kr(), g.np(), gy, g.np(), X + i * g.ow, g.ldx(),
+               first ? T(0) : T(1), dwr + i * g.o * g.kr(), g.kr());
 }
 
 // The input gradient of one sample: Z = sum over i of (wr_i^T gy) placed from column i*ow (the
@@ -95,10 +97,11 @@ void rows_grad_weight(const T* gy, const T* X, const RowGeom& g, bool first, T* 
 // row y + ph, column x + pw - j (the adjoint of rows_matrix). Z is kr x ldx scratch.
 template <typename T>
 void rows_grad_input(const T* wr, const T* gy, const RowGeom& g, T* Z, T* dx) {
-  for (int64_t r = 0; r < g.kr(); ++r) std::fill(Z + r * g.ldx() + g.np(), Z + (r + 1) * g.ldx(), T(0));
+  for (int64_t r = 0; r < g.kr(); ++r)
+    std::fill(Z + r * g.ldx() + g.np(), Z + (r + 1) * g.ldx(), T(0));
   for (int64_t i = 0; i < g.kh; ++i)
-    gemm_ld<T>(true, false, g.kr(), g.np(), g.o, wr + i * g.o * g.kr(), g.kr(), gy, g.np(), i == 0 ? T(0) : T(1),
-               Z + i * g.ow, g.ldx());
+    gemm_ld<T>(true, false, g.kr(), g.np(), g.o, wr + i * g.o * g.kr(), g.kr(), gy, g.np(),
+               i == 0 ? T(0) : T(1), Z + i * g.ow, g.ldx());
   // col2im with a one-row kernel: Z's rows are ny * ow long, input row y reads padded row y + ph.
   col2im_unit_direct(Z + g.ph * g.ow, g.c, g.h, g.w, 1, g.kw, 0, g.pw, g.ny(), g.ow, dx);
 }
