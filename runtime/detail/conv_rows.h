@@ -48,32 +48,34 @@ void gemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int6
                 beta, c, bi(ldc));
 }
 
-// wr[i][o][ci*kw + j] = w[o][ci][i][j]: kernel row i's weights as one o x kr matrix.
+// wr[i][o][ci*kw + j] = w[o][ci][i][j]: kernel row i's weights as one o x kr matrix. Loops in
+// wr's order: kernel row outermost, so neither side jumps a whole o x kr block per element.
 template <typename T>
 void reorder_weights(const T* w, const RowGeom& g, T* wr) {
-  for (int64_t o = 0; o < g.o; ++o)
-    for (int64_t ci = 0; ci < g.c; ++ci)
-      for (int64_t i = 0; i < g.kh; ++i)
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t ci = 0; ci < g.c; ++ci)
         for (int64_t j = 0; j < g.kw; ++j)
           wr[(i * g.o + o) * g.kr() + ci * g.kw + j] = w[((o * g.c + ci) * g.kh + i) * g.kw + j];
 }
 
-// The adjoint: w[o][ci][i][j] = wr[i][o][ci*kw + j].
+// The inverse: w[o][ci][i][j] = wr[i][o][ci*kw + j].
 template <typename T>
 void unorder_weights(const T* wr, const RowGeom& g, T* w) {
-  for (int64_t o = 0; o < g.o; ++o)
-    for (int64_t ci = 0; ci < g.c; ++ci)
-      for (int64_t i = 0; i < g.kh; ++i)
+  for (int64_t i = 0; i < g.kh; ++i)
+    for (int64_t o = 0; o < g.o; ++o)
+      for (int64_t ci = 0; ci < g.c; ++ci)
         for (int64_t j = 0; j < g.kw; ++j)
           w[((o * g.c + ci) * g.kh + i) * g.kw + j] = wr[(i * g.o + o) * g.kr() + ci * g.kw + j];
 }
 
 // X[ci*kw + j][y*ow + ox] = x[ci][y - ph][ox + j - pw] (0 outside), y < ny: im2col with a
-// one-row kernel over ny output rows. `pad` as for im2col with these arguments.
+// one-row kernel over ny output rows. `pad` as for im2col with these arguments; `again`: X
+// holds the previous sample's matrix (same geometry), whose zero padding rows are kept.
 template <typename T>
-void rows_matrix(const T* x, const RowGeom& g, T* X, T* pad) {
+void rows_matrix(const T* x, const RowGeom& g, T* X, T* pad, bool again = false) {
   const int64_t p[4] = {1, 1, g.ph, g.pw};
-  im2col(x, g.c, g.h, g.w, 1, g.kw, p, g.ny(), g.ow, X, pad);
+  im2col(x, g.c, g.h, g.w, 1, g.kw, p, g.ny(), g.ow, X, pad, again);
 }
 
 // y[o][p] = sum over i of wr_i X_i (kernel row i's patch matrix is X from column i*ow).

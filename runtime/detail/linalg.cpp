@@ -209,9 +209,10 @@ struct ConvForward {
       reorder_weights(wt, g, wr);
     }
   }
-  void sample(const T* x, T* y) const {
+  // `again`: the previous call was this object's too (its row matrix's padding rows stand).
+  void sample(const T* x, T* y, bool again) const {
     if (rows) {
-      rows_matrix(x, g, cols, pad);
+      rows_matrix(x, g, cols, pad, again);
       return rows_forward(wr, cols, g, y);
     }
     im2col(x, g.c, g.h, g.w, g.kh, g.kw, p, g.oh, g.ow, cols, pad);
@@ -224,7 +225,7 @@ void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, co
                   const Shape& os) {
   const ConvForward<T> conv(p, xs, ws, os[2], os[3], wt);
   const int64_t in_sample = xs[1] * xs[2] * xs[3], out_sample = ws[0] * os[2] * os[3];
-  for (int64_t b = 0; b < xs[0]; ++b) conv.sample(x + b * in_sample, out + b * out_sample);
+  for (int64_t b = 0; b < xs[0]; ++b) conv.sample(x + b * in_sample, out + b * out_sample, b > 0);
 }
 
 // conv2d(x, w, bias), the layer conv-bias-relu-2x2-pool: per sample the convolution output
@@ -237,7 +238,7 @@ void conv_pool_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt,
   const ConvForward<T> conv(p, xs, ws, oh, ow, wt);
   T* y = scratch<T>(kConvOut, o * oh * ow);
   for (int64_t b = 0; b < n; ++b) {
-    conv.sample(x + b * xs[1] * xs[2] * xs[3], y);
+    conv.sample(x + b * xs[1] * xs[2] * xs[3], y, b > 0);
     max_pool2d_argmax_planes(y, bias, o, oh, ow, out + b * pooled, out + (n + b) * pooled);
   }
 }
@@ -362,7 +363,7 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
     T* dwr = scratch<T>(kPart, o * ckk);
     if (n == 0) std::fill(dwr, dwr + o * ckk, T(0));
     for (int64_t b = 0; b < n; ++b) {
-      rows_matrix(x + b * c * h * w, g, xr, pad);
+      rows_matrix(x + b * c * h * w, g, xr, pad, b > 0);
       rows_grad_weight(go.sample(b), xr, g, b == 0, dwr);
     }
     return unorder_weights(dwr, g, out);

@@ -5,7 +5,8 @@
 // Then the whole layer conv-bias-relu-pool as one conv2d kernel (fuse_conv_pool_forward), the
 // bias-relu pool kernel, and the unit-stride col2im of conv2d_grad_input against a direct sum;
 // the unit-stride im2col/col2im fast paths against the general (strided) ones bit for bit;
-// the convolution by kernel rows (detail/conv_rows.h, c*kw >= 64) against direct sums.
+// unit-stride convolutions, by im2col or by kernel rows (detail/conv_rows.h, c*kw >= 64),
+// against direct sums.
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -297,8 +298,9 @@ struct PatchCase {
 
 class UnitStridePatches : public ::testing::TestWithParam<PatchCase> {};
 
-// The f32 unit-stride im2col (masked loads straight from the planes) and col2im (masks per
-// chunk, sums in registers) give the bits of the general strided loops.
+// The unit-stride im2col and col2im give the bits of the general strided loops. (This file is
+// built without the runtime's -march flags, so this checks the portable paths; the AVX-512
+// ones inside the runtime are checked through the ops by UnitStrideConv below.)
 TEST_P(UnitStridePatches, Im2colAndCol2imMatchTheGeneralLoopsBitForBit) {
   const PatchCase c = GetParam();
   const int64_t p[4] = {1, 1, c.ph, c.pw};
@@ -336,7 +338,7 @@ struct RowsCase {
   DType dtype;
 };
 
-class KernelRowConv : public ::testing::TestWithParam<RowsCase> {};
+class UnitStrideConv : public ::testing::TestWithParam<RowsCase> {};
 
 Tensor grid_as(const Shape& shape, int salt, DType dtype) {
   const std::vector<float> f = grid_values(numel(shape), salt);
@@ -350,14 +352,12 @@ std::vector<double> values(const Tensor& t) {
   return {f.begin(), f.end()};
 }
 
-// conv2d, conv2d_grad_input and conv2d_grad_weight by kernel rows against direct sums over
+// conv2d, conv2d_grad_input and conv2d_grad_weight against direct sums over
 // the same x, w and output gradient g (y[o][oy][ox] = sum x[c][oy - ph + i][ox - pw + j] w).
-TEST_P(KernelRowConv, ForwardAndGradientsMatchDirectSums) {
+TEST_P(UnitStrideConv, ForwardAndGradientsMatchDirectSums) {
   ScopedRuntime rt;
   const RowsCase c = GetParam();
   const int64_t n = 2, oh = c.h + 2 * c.ph - c.kh + 1, ow = c.w + 2 * c.pw - c.kw + 1;
-  const int64_t p[4] = {1, 1, c.ph, c.pw};
-  ASSERT_TRUE(detail::use_rows(p, c.channels, c.kw));
   const Tensor x = grid_as({n, c.channels, c.h, c.w}, 1, c.dtype);
   const Tensor w = grid_as({c.out_channels, c.channels, c.kh, c.kw}, 2, c.dtype);
   const Tensor g = grid_as({n, c.out_channels, oh, ow}, 3, c.dtype);
@@ -394,8 +394,11 @@ TEST_P(KernelRowConv, ForwardAndGradientsMatchDirectSums) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Shapes, KernelRowConv,
-    ::testing::Values(RowsCase{32, 8, 14, 14, 5, 5, 2, 2, DType::kF32},  // the CNN's conv2
+    Shapes, UnitStrideConv,
+    ::testing::Values(RowsCase{1, 4, 28, 28, 5, 5, 2, 2, DType::kF32},   // conv1: im2col, w > 16
+                      RowsCase{3, 2, 9, 20, 3, 5, 1, 2, DType::kF32},    // im2col, kh != kw
+                      RowsCase{2, 3, 5, 6, 3, 3, 3, 3, DType::kF32},     // im2col, padding > kernel
+                      RowsCase{32, 8, 14, 14, 5, 5, 2, 2, DType::kF32},  // conv2: kernel rows
                       RowsCase{13, 3, 9, 20, 3, 5, 1, 2, DType::kF32},   // kh != kw, w > 16
                       RowsCase{22, 4, 7, 6, 3, 3, 0, 0, DType::kF32},    // no padding
                       RowsCase{16, 2, 5, 5, 4, 4, 3, 3, DType::kF32},    // padding beyond the kernel
