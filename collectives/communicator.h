@@ -92,14 +92,6 @@ class Communicator {
   // `in` holds world_size * n_elems elements; `out` gets this ordinal's reduced chunk.
   virtual void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                               ReduceOp op) = 0;
-  // reduce_scatter for a caller that leaves `in` unchanged until its next collective call on
-  // this communicator has returned: the shared-memory form then returns without waiting until
-  // every peer has read `in` (its next call waits for that first), so the replica computes
-  // meanwhile. Replicas may mix both forms. This default is reduce_scatter.
-  virtual void reduce_scatter_unfenced(const void* in, void* out, size_t n_elems, DType dtype,
-                                       ReduceOp op) {
-    reduce_scatter(in, out, n_elems, dtype, op);
-  }
   virtual void barrier() = 0;
   // Exchanges small payloads; every replica must pass the same tag. Returns every
   // ordinal's payload, indexed by ordinal.

@@ -13,10 +13,9 @@ namespace xs::detail {
 
 // Ordinal j reduces chunk j (n_elems at j * n_elems) of every input, in ordinal order
 // 0..N-1 (the order and arithmetic of all_reduce_direct, so the bits are the same), into
-// `out`; a final round keeps every input unchanged until all owners have read it (not
-// `fenced`: posted only, and waited for by the next call's first round).
+// `out`; a final sync keeps every input unchanged until all owners have read it.
 void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
-                           size_t n_elems, DType dtype, ReduceOp op, bool fenced) {
+                           size_t n_elems, DType dtype, ReduceOp op) {
   const int n = rounds.world_size();
   const size_t elem_bytes = dtype_size(dtype);
   const std::vector<std::byte*> inputs =
@@ -30,8 +29,7 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
     for (int j = 0; j < n; ++j) sources[j] = inputs[j] + base + at;
     reduce_sources(out + at, nullptr, sources.data(), n, count, dtype, op, n);
   }
-  if (fenced) return rounds.sync();
-  rounds.post_only();
+  rounds.sync();
 }
 
 // Every ordinal copies every input (n_bytes each, gathered at ordinal * n_bytes) into the

@@ -182,19 +182,6 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
 
 void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                      ReduceOp op) {
-  run_reduce_scatter(in, out, n_elems, dtype, op, true);
-}
-
-void ShmCommunicator::reduce_scatter_unfenced(const void* in, void* out, size_t n_elems,
-                                              DType dtype, ReduceOp op) {
-  run_reduce_scatter(in, out, n_elems, dtype, op, false);
-}
-
-// Only the direct form has a last round that guards `in` (the staging schedule copies it into
-// staging, which the rounds' parity protects), so only it differs when not `fenced`: it posts
-// that round without waiting for it (Rounds::post_only).
-void ShmCommunicator::run_reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
-                                         ReduceOp op, bool fenced) {
   check_reducible("reduce_scatter", dtype);
   if (world_size() == 1) {
     const void* sources[] = {in};
@@ -210,7 +197,7 @@ void ShmCommunicator::run_reduce_scatter(const void* in, void* out, size_t n_ele
   const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
                                              arena ? arena_->offset(in) : 0);
   if (rounds_->all_in_arena(parity)) {
-    return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op, fenced);
+    return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op);
   }
   detail::reduce_scatter(*rounds_, from, to, n_elems, dtype, op);
 }

@@ -49,8 +49,6 @@ class ShmCommunicator final : public Communicator {
   void all_gather_pieces(const void* in, std::span<const GatherPiece> pieces, size_t n_elems,
                          DType dtype) override;
   void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype, ReduceOp op) override;
-  void reduce_scatter_unfenced(const void* in, void* out, size_t n_elems, DType dtype,
-                               ReduceOp op) override;
   void barrier() override;
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                  std::span<const std::byte> payload) override;
@@ -70,8 +68,6 @@ class ShmCommunicator final : public Communicator {
  private:
   void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
                            AllReduceAlgorithm base, bool cma);
-  void run_reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype, ReduceOp op,
-                          bool fenced);
 
   std::unique_ptr<detail::Rounds> rounds_;
   std::unique_ptr<BufferArena> arena_;

@@ -112,7 +112,7 @@ int64_t checked_runtime_world(Op op, const Attrs& attrs, const Communicator* com
 }  // namespace
 
 void run_collective_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out,
-                           const ExecEnv& env, bool fenced) {
+                           const ExecEnv& env) {
   Communicator* comm = env.communicator;
   const int64_t world = checked_runtime_world(op, attrs, comm);
   const DType dtype = out.type->dtype;
@@ -130,9 +130,7 @@ void run_collective_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, 
   XS_CHECK(env.metrics != nullptr, "{} without metrics", op_name(op));
   ScopedTimer t(*env.metrics, kTimerAllReduceTime);  // all collectives count as all-reduce time
   if (op == Op::kReduceScatter) {
-    const auto reduce = static_cast<ReduceOp>(attrs.flag);
-    if (fenced) return comm->reduce_scatter(in, out.data, out_n, dtype, reduce);
-    comm->reduce_scatter_unfenced(in, out.data, out_n, dtype, reduce);
+    comm->reduce_scatter(in, out.data, out_n, dtype, static_cast<ReduceOp>(attrs.flag));
   } else {
     comm->all_gather(in, out.data, out_n / static_cast<size_t>(world), dtype);
   }

@@ -32,11 +32,9 @@ Tensor local_shard(const std::vector<Tensor>& parts, int64_t world_size);
 namespace xs::detail {
 
 // Runs kReduceScatter, kAllGather and kShard through env.communicator (none: world size 1).
-// Throws InvalidArgument when the op's world size is not the communicator's. Not `fenced`: a
-// reduce_scatter whose operand stays unchanged until the next collective kernel has returned
-// (alias_views proved it), run as Communicator::reduce_scatter_unfenced.
+// Throws InvalidArgument when the op's world size is not the communicator's.
 void run_collective_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out,
-                           const ExecEnv& env, bool fenced = true);
+                           const ExecEnv& env);
 // kAllGather of `in` whose gathered value goes to `pieces` (alias_views made it so: the value
 // was only ever sliced into other storage) instead of one output buffer.
 void run_all_gather_pieces(const Attrs& attrs, const Arg& in, std::span<const GatherPiece> pieces,

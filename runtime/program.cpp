@@ -59,9 +59,7 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
     if (k.kind != Kernel::Kind::kLoop) {
       args.clear();
       for (size_t i = 0; i < k.in_storage.size(); ++i) args.push_back({ptr[k.in_storage[i]], &k.in_types[i]});
-      const detail::Arg out{ptr[k.out_storage], &k.out_type};
-      if (k.unfenced) detail::run_collective_kernel(k.op, k.attrs, args, out, env, false);
-      else detail::run_op_kernel(k.op, k.attrs, args, out, env);
+      detail::run_op_kernel(k.op, k.attrs, args, {ptr[k.out_storage], &k.out_type}, env);
     }
     if (!k.loop.steps.empty()) detail::run_loop(k.loop, ptr.data());
   }
@@ -123,7 +121,6 @@ std::string Program::text() const {
     if (k.kind != Kernel::Kind::kLoop) {
       out += fmt::format("  k{}: s{} = {}(s{}) : {}", i, k.out_storage, op_name(k.op), fmt::join(k.in_storage, ", s"),
                          type_str(k.out_type));
-      if (k.unfenced) out += " unfenced";
       if (!k.loop.steps.empty()) out += " + epilogue ";
     } else {
       out += fmt::format("  k{}: ", i);
@@ -187,9 +184,6 @@ class ViewPass {
     for (size_t k = 0; k < p_.kernels.size(); ++k) {
       if (!removed_[k]) try_gather_pieces(k);
     }
-    for (size_t k = 0; k < p_.kernels.size(); ++k) {
-      if (!removed_[k]) try_unfence(k);
-    }
     std::vector<Kernel> kept;
     for (size_t k = 0; k < p_.kernels.size(); ++k) {
       if (!removed_[k]) kept.push_back(std::move(p_.kernels[k]));
@@ -248,7 +242,6 @@ class ViewPass {
   bool try_concat(size_t at);
   bool try_slice(size_t at);
   void try_gather_pieces(size_t at);
-  void try_unfence(size_t at);
   std::optional<Kernel::Piece> copied_piece(const Kernel& k, int g) const;
   // Bytes [offset, offset + size) of its operand that slice kernel `sl` copies, when they are
   // contiguous (only the leading axis is cut, with step 1, or a single row).
@@ -455,35 +448,6 @@ std::optional<Kernel::Piece> ViewPass::copied_piece(const Kernel& k, int g) cons
     return Kernel::Piece{o, in.offset_bytes, bytes_of(k.out_type)};
   }
   return std::nullopt;
-}
-
-bool calls_communicator(const Kernel& k) {
-  return k.kind == Kernel::Kind::kOp &&
-         (k.op == Op::kAllReduce || k.op == Op::kReduceScatter || k.op == Op::kAllGather);
-}
-
-// A reduce_scatter's last round only keeps its operand unchanged until every peer has read it.
-// Unfenced, the replica posts that round without waiting and its next collective call waits
-// for it first, so the operand must stay unchanged until the next collective kernel has
-// returned: no kernel up to and including that one may write its storage (its arena slot or
-// any view of that slot). Without a later collective kernel in the program the next write may
-// be the next run's, before any collective call: the fence stays.
-void ViewPass::try_unfence(size_t at) {
-  Kernel& rs = p_.kernels[at];
-  if (!calls_communicator(rs) || rs.op != Op::kReduceScatter || !no_loop(rs) || rs.unfenced) return;
-  int base = rs.in_storage[0];
-  if (p_.storages[base].kind == Storage::Kind::kView) base = p_.storages[base].index;
-  for (size_t t = at + 1; t < p_.kernels.size(); ++t) {
-    if (!live(t)) continue;
-    for (size_t v = 0; v < p_.storages.size(); ++v) {
-      if (aliases(v, base) && writes(p_.kernels[t], static_cast<int>(v))) return;
-    }
-    if (calls_communicator(p_.kernels[t])) {
-      rs.unfenced = true;
-      ++p_.stats.unfenced;
-      return;
-    }
-  }
 }
 
 }  // namespace

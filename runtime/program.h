@@ -38,7 +38,6 @@ struct CompileStats {
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
   int64_t views = 0;            // concat operands and slices made views (alias_views)
   int64_t gather_pieces = 0;    // slices of an all_gather's value it now writes (alias_views)
-  int64_t unfenced = 0;         // reduce_scatters run unfenced (alias_views)
 };
 
 struct Storage {
@@ -67,9 +66,6 @@ struct Kernel {
   int out_storage = -1;  // -1 when out_pieces is not empty
   ValueType out_type;
   std::vector<Piece> out_pieces;
-  // kReduceScatter only (alias_views): its operand stays unchanged until the next collective
-  // kernel has returned, so it runs as Communicator::reduce_scatter_unfenced.
-  bool unfenced = false;
   detail::LoopKernel loop;
 };
 
@@ -105,8 +101,7 @@ std::shared_ptr<Program> compile_graph(const Graph& graph);
 // slice becomes a view while the sliced buffer stays unchanged; an all_gather whose value is
 // only sliced into non-arena storage (a sharded update's gathered parameters) writes those
 // slices itself. Results are unchanged; each removed kernel counts in stats.views (the
-// all_gather's slices also in stats.gather_pieces). A reduce_scatter whose operand nothing
-// writes before the next collective kernel runs unfenced (stats.unfenced). Idempotent.
+// all_gather's slices also in stats.gather_pieces). Idempotent.
 void alias_views(Program& program);
 
 }  // namespace xs

@@ -1,10 +1,7 @@
 #include "collectives/detail/rounds.h"
 
-#include <utility>
-
 #include <fmt/format.h>
 
-#include "base/check.h"
 #include "base/error.h"
 #include "shm/futex.h"
 
@@ -58,12 +55,6 @@ Rounds::Rounds(Segment segment, int64_t timeout_ms)
       sources_(static_cast<size_t>(segment_.world_size()), nullptr) {}
 
 void Rounds::begin_call(const char* operation, const CallHeader& header) {
-  // Before this call writes any mailbox or staging: a round post_only() left unawaited (its
-  // wait still names the call that posted it).
-  if (unawaited_ != 0) {
-    const uint64_t round = std::exchange(unawaited_, 0);
-    wait_all(round, static_cast<int>(round & 1));
-  }
   operation_ = operation;
   header_ = header;
   ++call_seq_;
@@ -71,24 +62,6 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
 }
 
 void Rounds::sync() {
-  XS_CHECK(unawaited_ == 0, "{}: sync() after post_only() in one call", operation_);
-  const int parity = post_next();
-  wait_all(round_, parity);
-  if (check_pending_) {
-    check_pending_ = false;
-    check_headers(parity);
-  }
-}
-
-void Rounds::post_only() {
-  XS_CHECK(unawaited_ == 0 && !check_pending_,
-           "{}: post_only() after an unawaited round {} or as a call's first round", operation_,
-           unawaited_);
-  post_next();
-  unawaited_ = round_;
-}
-
-int Rounds::post_next() {
   const uint64_t round = ++round_;
   const int parity = static_cast<int>(round & 1);
   shm::Mailbox& mine = segment_.slot(ordinal()).mailbox[parity];
@@ -100,7 +73,11 @@ int Rounds::post_next() {
   mine.aux = header_.aux;
   mine.in_arena = header_.in_arena ? 1 : 0;
   post(mine, round);
-  return parity;
+  wait_all(round, parity);
+  if (check_pending_) {
+    check_pending_ = false;
+    check_headers(parity);
+  }
 }
 
 bool Rounds::all_in_arena(int parity) const {

@@ -81,12 +81,6 @@ class Rounds {
   void begin_call(const char* operation, const CallHeader& header);
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
-  // Posts the next round as a call's last; the next begin_call() waits for it before the
-  // next call writes anything. For a last round that only keeps an operand unchanged until
-  // every peer has read it, when the caller leaves the operand alone until its next call
-  // returns: the replica goes on without waiting, and round counts stay the same on every
-  // ordinal whether its peers posted their round with sync() or post_only().
-  void post_only();
   // After a sync() of this call: did every ordinal publish in_arena with round `parity`?
   bool all_in_arena(int parity) const;
   bool any_in_arena(int parity) const;
@@ -102,8 +96,6 @@ class Rounds {
   }
 
  private:
-  // Fills this ordinal's mailbox for the next round and posts it; returns the round's parity.
-  int post_next();
   void post(shm::Mailbox& mine, uint64_t round);
   void wait_all(uint64_t round, int parity);
   void check_headers(int parity) const;
@@ -112,7 +104,6 @@ class Rounds {
   Waiter waiter_;
   size_t half_bytes_;
   uint64_t round_ = 0;  // rounds posted so far
-  uint64_t unawaited_ = 0;  // the round post_only() posted, until begin_call() waits; 0: none
   uint64_t call_seq_ = 0;
   CallHeader header_;
   const char* operation_ = "collective";

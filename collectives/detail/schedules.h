@@ -53,10 +53,8 @@ void reduce_scatter(Rounds& rounds, const std::byte* in, std::byte* out, size_t 
                     DType dtype, ReduceOp op);
 // After publish_operand() of every input, all in arenas (Rounds::all_in_arena): the
 // zero-copy forms. Reduce-scatter's inputs hold N chunks of n_elems; all-gather's n_bytes.
-// Without `fenced`, reduce_scatter_direct posts its last round without waiting for it (see
-// Communicator::reduce_scatter_unfenced, Rounds::post_only).
 void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std::byte* out,
-                           size_t n_elems, DType dtype, ReduceOp op, bool fenced = true);
+                           size_t n_elems, DType dtype, ReduceOp op);
 void all_gather_direct(Rounds& rounds, int parity, const std::byte* in,
                        std::span<const GatherPiece> out, size_t n_bytes);
 std::vector<std::vector<std::byte>> rendezvous(Rounds& rounds, const std::string& tag,

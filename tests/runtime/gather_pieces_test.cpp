@@ -1,7 +1,6 @@
 // alias_views' gather pieces: the sharded update's all_gather writes the gathered parameters
-// straight into their (donated) buffers instead of a flat buffer that slices then copy out;
-// and its reduce_scatter runs unfenced. Every case compares against the same steps compiled
-// without views.
+// straight into their (donated) buffers instead of a flat buffer that slices then copy out.
+// Every case compares against the same steps compiled without views.
 #include <cstring>
 #include <tuple>
 #include <vector>
@@ -86,46 +85,10 @@ TEST_P(GatherPieces, ShardedUpdateGathersIntoTheParametersWithTheSameBits) {
   EXPECT_EQ(with.params, without.params);
   EXPECT_EQ(with.stats.gather_pieces, 3);  // fc1.weight, fc1.bias, fc2.weight
   EXPECT_EQ(without.stats.gather_pieces, 0);
-  // The update between the reduce_scatter and the all_gather writes other storage.
-  EXPECT_EQ(with.stats.unfenced, 1);
-  EXPECT_EQ(without.stats.unfenced, 0);
   EXPECT_EQ(with.gathers, without.gathers);  // one collective per step either way
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GatherPieces, ::testing::Values(1, 2));
-
-// Unfenced needs a later collective kernel and no write to the operand's storage before it.
-enum class After { kNothing, kCollectiveOfTheResult, kCollectiveOfOther };
-
-std::pair<int64_t, std::string> unfenced_count(After after) {
-  ScopedRuntime rt(RuntimeOptions{});
-  const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {4});
-  const Tensor y = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {6});
-  Tensor a, b, kept;
-  {
-    const Tensor flat = exp(x);
-    a = reduce_scatter(flat, ReduceOp::kSum, 1);
-    // a * 3.0 goes to the operand's arena slot, free after the reduce_scatter. A step output
-    // has storage of its own: exp(y) cannot go there.
-    if (after == After::kCollectiveOfTheResult) b = all_gather(a * 3.0, 1);
-    if (after == After::kCollectiveOfOther) {
-      kept = flat;
-      b = all_gather(exp(y), 1);
-    }
-  }
-  mark_step();
-  auto program = rt->cache().find(rt->last_graph_hash());
-  EXPECT_EQ(a.to_vector<float>(), exp(x).to_vector<float>());
-  return {program->stats.unfenced, program->text()};
-}
-
-TEST(GatherPieces, ReduceScatterRunsUnfencedOnlyBeforeACollectiveThatLeavesItsOperand) {
-  for (const auto& [after, want] : {std::pair{After::kNothing, 0}, {After::kCollectiveOfTheResult, 0},
-                                    {After::kCollectiveOfOther, 1}}) {
-    const auto [unfenced, text] = unfenced_count(after);
-    EXPECT_EQ(unfenced, want) << text;
-  }
-}
 
 TEST(GatherPieces, GatheredValueReadOtherwiseIsStoredWhole) {
   auto step = [](bool views) {
