@@ -91,6 +91,10 @@ struct FaultHook::Wrapper final : Communicator {
   void all_gather(const void* in, void* out, size_t n_elems, DType dtype) override {
     inner_.all_gather(in, out, n_elems, dtype);
   }
+  void all_gather_pieces(const void* in, std::span<const GatherPiece> pieces, size_t n_elems,
+                         DType dtype) override {
+    inner_.all_gather_pieces(in, pieces, n_elems, dtype);
+  }
   void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                       ReduceOp op) override {
     run_or_die(" (the sharded update's reduce_scatter)", n_elems,
