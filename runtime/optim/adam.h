@@ -24,6 +24,7 @@ class Adam : public Optimizer {
  protected:
   void begin_step() override;
   void update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state) override;
+  bool elementwise_update() const override { return true; }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
  private:

@@ -41,7 +41,8 @@ class Optimizer {
   // from then on named_state() and load_state() gather or split the full state in-graph
   // (collective: every replica must call them alike) and apply() throws.
   void apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size);
-  // Whether apply_sharded can take `grads`: all defined, one dtype (also the parameters').
+  // Whether apply_sharded can take `grads`: the update is elementwise_update(), the gradients
+  // all defined, of the parameters' shapes and of one dtype (also the parameters').
   bool can_shard(const std::vector<Tensor>& grads) const;
   // The world size of the sharded state; 0 while the state is whole.
   int64_t shard_world_size() const { return shard_world_size_; }
@@ -67,6 +68,9 @@ class Optimizer {
   // state, plus scalars): apply_sharded runs it on flat chunks that cut across parameters, so
   // an update with per-tensor reductions (LAMB's trust ratio) would need its own sharding.
   virtual void update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state) = 0;
+  // An optimizer whose update() is elementwise says so here; only then may apply_sharded run
+  // it on chunks. The default keeps the update whole, which is right for any update.
+  virtual bool elementwise_update() const { return false; }
   // Called once per apply() before the updates (host-side per-step scalars such as Adam's bias
   // corrections, set as data so they do not recompile).
   virtual void begin_step() {}

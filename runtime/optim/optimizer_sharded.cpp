@@ -15,7 +15,7 @@
 namespace xs {
 
 bool Optimizer::can_shard(const std::vector<Tensor>& grads) const {
-  if (grads.size() != params_.size() || params_.empty()) return false;
+  if (!elementwise_update() || grads.size() != params_.size() || params_.empty()) return false;
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() || grads[i].dtype() != params_[0].dtype() ||
         params_[i].dtype() != params_[0].dtype() || grads[i].shape() != params_[i].shape()) {
@@ -72,6 +72,11 @@ void Optimizer::shard_state(int64_t world_size) {
 }
 
 void Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size) {
+  if (!elementwise_update()) {
+    throw InvalidArgument(
+        "Optimizer::apply_sharded: this optimizer's update is not declared elementwise "
+        "(elementwise_update()), so it cannot run on chunks that cut across parameters");
+  }
   if (!can_shard(grads)) {
     throw InvalidArgument(fmt::format(
         "Optimizer::apply_sharded: {} gradients for {} parameters; all must be defined, of the "

@@ -22,6 +22,7 @@ class SGD : public Optimizer {
 
  protected:
   void update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state) override;
+  bool elementwise_update() const override { return true; }
   std::vector<std::string> state_names() const override;
 
  private:

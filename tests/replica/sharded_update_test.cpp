@@ -90,7 +90,40 @@ std::unique_ptr<Optimizer> make(const std::string& kind, const Net& net) {
   return std::make_unique<Adam>(net.params(), AdamOptions{.lr = 0.01, .weight_decay = 0.01});
 }
 
+// A per-tensor update (each gradient scaled to unit norm, as LAMB's trust ratio is per
+// tensor): run on chunks that cut across parameters it would take the norms of the chunks.
+class NormalizedSgd : public Optimizer {
+ public:
+  NormalizedSgd(std::vector<Tensor> params, double lr) : Optimizer(std::move(params), lr) {
+    init_state();
+  }
+
+ protected:
+  void update(Tensor& param, const Tensor& grad, std::vector<Tensor>&) override {
+    param.assign(param - grad * rsqrt(sum(square(grad)) + 1e-12) * lr_tensor());
+  }
+  std::vector<std::string> state_names() const override { return {}; }
+};
+
 class ShardedUpdate : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShardedUpdate, LeavesAnUpdateNotDeclaredElementwiseWholeWithTheSameBits) {
+  const int n = GetParam();
+  const auto job = run_replicas(n, [](int) {
+    std::vector<float> whole, asked_to_shard;
+    for (const char* sharded : {"0", "1"}) {
+      testing::ScopedEnv env(xm::kShardedUpdateEnv, sharded);
+      Net net;
+      NormalizedSgd opt(net.params(), 0.05);
+      train(net, opt, 0, 4);
+      expect(opt.shard_world_size() == 0, "a per-tensor update is never sharded");
+      (sharded[0] == '0' ? whole : asked_to_shard) = net.values();
+    }
+    expect(same_bits(whole, asked_to_shard),
+           "XLA_SPAWN_SHARDED_UPDATE=1 gives the all-reduce path's parameters");
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
 
 TEST_P(ShardedUpdate, GivesTheSameBitsAsTheAllReduceOnEveryReplica) {
   const int n = GetParam();
