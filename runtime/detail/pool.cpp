@@ -209,6 +209,11 @@ void max_pool_grad_2x2_avx512(const float* x, const float* g, const float* bias,
 // max_pool_grad_2x2<true> chooses it, so routing by the stored position is that gradient.
 template <typename T>
 void argmax_2x2(const T* y, const T* bias, int64_t channels, int64_t h, int64_t w, T* val, T* idx) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) {
+    if (argmax_2x2_paired(y, bias, channels, h, w, val, idx)) return;
+  }
+#endif
   const int64_t oh = h / 2, ow = w / 2;
   for (int64_t pl = 0; pl < channels; ++pl)
     for (int64_t oy = 0; oy < oh; ++oy) {
@@ -240,6 +245,11 @@ void argmax_2x2(const T* y, const T* bias, int64_t channels, int64_t h, int64_t 
 // The adjoint: out[channels][h][w] gets g at each window's stored position, 0 elsewhere.
 template <typename T>
 void route_2x2(const T* idx, const T* g, int64_t channels, int64_t h, int64_t w, T* out) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) {
+    if (route_2x2_flat(idx, g, channels, h, w, out)) return;
+  }
+#endif
   const int64_t oh = h / 2, ow = w / 2;
   for (int64_t pl = 0; pl < channels; ++pl)
     for (int64_t oy = 0; oy < oh; ++oy) {

@@ -87,6 +87,14 @@ struct Windows2x2x16 {
   __mmask16 valid;                    // the first n lanes
 };
 
+// The choices between cells a b / c d already split into lanes (after pooled_input).
+inline Windows2x2x16 choose_cells16(__m512 a, __m512 b, __m512 c, __m512 d, __mmask16 valid) {
+  Windows2x2x16 w{a, b, c, d, takes_over16(a, b), takes_over16(c, d), 0, valid};
+  w.down = takes_over16(_mm512_mask_mov_ps(w.a, w.top_right, w.b),
+                        _mm512_mask_mov_ps(w.c, w.bottom_right, w.d));
+  return w;
+}
+
 template <bool kBiasRelu>
 inline Windows2x2x16 choose_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias) {
   const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
@@ -94,23 +102,15 @@ inline Windows2x2x16 choose_2x2_x16(const float* x0, const float* x1, int64_t n,
   const __mmask16 m0 = first_bits(2 * n), m1 = first_bits(2 * n - 16);
   const __m512 t0 = _mm512_maskz_loadu_ps(m0, x0), t1 = _mm512_maskz_loadu_ps(m1, x0 + 16);
   const __m512 u0 = _mm512_maskz_loadu_ps(m0, x1), u1 = _mm512_maskz_loadu_ps(m1, x1 + 16);
-  Windows2x2x16 w;
-  w.a = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, even, t1), bias);
-  w.b = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, odd, t1), bias);
-  w.c = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, even, u1), bias);
-  w.d = pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, odd, u1), bias);
-  w.top_right = takes_over16(w.a, w.b);
-  w.bottom_right = takes_over16(w.c, w.d);
-  w.down = takes_over16(_mm512_mask_mov_ps(w.a, w.top_right, w.b),
-                        _mm512_mask_mov_ps(w.c, w.bottom_right, w.d));
-  w.valid = first_bits(n);
-  return w;
+  return choose_cells16(pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, even, t1), bias),
+                        pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(t0, odd, t1), bias),
+                        pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, even, u1), bias),
+                        pooled_input16<kBiasRelu>(_mm512_permutex2var_ps(u0, odd, u1), bias),
+                        first_bits(n));
 }
 
-// argmax_2x2 on n <= 16 windows of one row pair (rows x0, x1), bit for bit.
-inline void argmax_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias, float* val,
-                           float* idx) {
-  const Windows2x2x16 w = choose_2x2_x16<true>(x0, x1, n, bias);
+// Stores the valid lanes' window maxima and argmax positions (0..3, as floats).
+inline void store_argmax16(const Windows2x2x16& w, float* val, float* idx) {
   const __m512 top = _mm512_mask_mov_ps(w.a, w.top_right, w.b);
   const __m512 bottom = _mm512_mask_mov_ps(w.c, w.bottom_right, w.d);
   const __mmask16 right = (w.down & w.bottom_right) | (~w.down & w.top_right);
@@ -118,6 +118,12 @@ inline void argmax_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 b
   _mm512_mask_storeu_ps(idx, w.valid,
                         _mm512_add_ps(_mm512_maskz_mov_ps(w.down, _mm512_set1_ps(2.0f)),
                                       _mm512_maskz_mov_ps(right, _mm512_set1_ps(1.0f))));
+}
+
+// argmax_2x2 on n <= 16 windows of one row pair (rows x0, x1), bit for bit.
+inline void argmax_2x2_x16(const float* x0, const float* x1, int64_t n, __m512 bias, float* val,
+                           float* idx) {
+  store_argmax16(choose_2x2_x16<true>(x0, x1, n, bias), val, idx);
 }
 
 // route_2x2 on n <= 16 windows.
@@ -131,6 +137,16 @@ inline void route_2x2_x16(const float* idx, const float* g, int64_t n, float* o0
                   _mm512_maskz_mov_ps(~down & right, gv), _mm512_maskz_mov_ps(down & ~right, gv),
                   _mm512_maskz_mov_ps(down & right, gv));
 }
+
+// The same choices over a sample's planes as one flat run (pool_flat.cpp), for narrow planes
+// where one row pair fills few of the 16 lanes. Each returns false, having done nothing, for
+// a geometry it does not handle; the row-pair kernels above handle every geometry.
+// argmax_2x2 taking two row pairs per vector (w <= 16).
+bool argmax_2x2_paired(const float* y, const float* bias, int64_t channels, int64_t h, int64_t w,
+                       float* val, float* idx);
+// route_2x2 writing whole 16-lane vectors of the sample's gradient (w <= 32).
+bool route_2x2_flat(const float* idx, const float* g, int64_t channels, int64_t h, int64_t w,
+                    float* out);
 
 #endif
 
