@@ -85,16 +85,29 @@ bool route_2x2_flat(const float* idx, const float* g, int64_t channels, int64_t 
   if (t == nullptr) return false;
   const int64_t total = channels * h * w, pooled = total / 4;
   const int64_t vectors = static_cast<int64_t>(t->base.size());
+  // Local copies of the table's pointers: the stores below could alias them for all the
+  // compiler knows, which made it reload them on every vector.
+  const int64_t* base = t->base.data();
+  const Lanes<int32_t>* perm = t->perm.data();
+  const Lanes<float>* code = t->code.data();
   int64_t v = 0, period_start = 0;
   for (int64_t e = 0; e < total; e += 16) {
-    const int64_t q = period_start + t->base[v];
-    const __mmask16 in = first_bits(pooled - q);  // the last vectors' lanes past the sample
+    const int64_t q = period_start + base[v];
+    const __m512i lanes = _mm512_load_si512(perm[v].v);
+    __m512 gv, k;
+    if (q + 16 <= pooled) {
+      gv = _mm512_loadu_ps(g + q), k = _mm512_loadu_ps(idx + q);
+    } else {  // the last vectors' lanes past the sample: not read
+      const __mmask16 in = first_bits(pooled - q);
+      gv = _mm512_maskz_loadu_ps(in, g + q), k = _mm512_maskz_loadu_ps(in, idx + q);
+    }
     // maskz with all lanes: GCC 12 warns about the unmasked form's undefined source.
-    const __m512i perm = _mm512_load_si512(t->perm[v].v);
-    const __m512 gv = _mm512_maskz_permutexvar_ps(0xFFFF, perm, _mm512_maskz_loadu_ps(in, g + q));
-    const __m512 k = _mm512_maskz_permutexvar_ps(0xFFFF, perm, _mm512_maskz_loadu_ps(in, idx + q));
-    const __mmask16 hit = _mm512_cmp_ps_mask(k, _mm512_load_ps(t->code[v].v), _CMP_EQ_OQ);
-    _mm512_mask_storeu_ps(out + e, first_bits(total - e), _mm512_maskz_mov_ps(hit, gv));
+    gv = _mm512_maskz_permutexvar_ps(0xFFFF, lanes, gv);
+    k = _mm512_maskz_permutexvar_ps(0xFFFF, lanes, k);
+    const __m512 routed =
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(k, _mm512_load_ps(code[v].v), _CMP_EQ_OQ), gv);
+    if (e + 16 <= total) _mm512_storeu_ps(out + e, routed);
+    else _mm512_mask_storeu_ps(out + e, first_bits(total - e), routed);
     if (++v == vectors) v = 0, period_start += t->period_pooled;
   }
   return true;
