@@ -8,6 +8,7 @@
 //   reorder_weights(w, g, wr); rows_matrix(x, g, X, pad);   // per sample: X
 //   rows_forward(wr, X, g, y);                              // y[o][oy*ow + ox]
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -69,11 +70,52 @@ void unorder_weights(const T* wr, const RowGeom& g, T* w) {
           w[((o * g.c + ci) * g.kh + i) * g.kw + j] = wr[(i * g.o + o) * g.kr() + ci * g.kw + j];
 }
 
+#ifdef __AVX512F__
+// rows_matrix for f32 rows of at most 16 (input and output): each input row is loaded once and
+// its kw shifted copies (X rows ci*kw + j) are made from that register by permutes; im2col
+// loaded every row once per kernel column, and those loads were its time.
+inline void rows_matrix_narrow(const float* x, const RowGeom& g, float* X, bool again) {
+  __m512i shift[16];
+  __mmask16 keep[16];
+  for (int64_t j = 0; j < g.kw; ++j) {
+    alignas(64) int32_t lanes[16];
+    keep[j] = 0;
+    for (int64_t l = 0; l < 16; ++l) {
+      const int64_t col = l + j - g.pw;  // the input column lane l of X row j reads
+      lanes[l] = static_cast<int32_t>(std::clamp<int64_t>(col, 0, 15));
+      if (col >= 0 && col < g.w && l < g.ow) keep[j] |= static_cast<__mmask16>(1u << l);
+    }
+    shift[j] = _mm512_load_si512(lanes);
+  }
+  const int64_t ld = g.ldx();
+  const __mmask16 row = static_cast<__mmask16>((1u << g.w) - 1);
+  const __mmask16 out = static_cast<__mmask16>((1u << g.ow) - 1);
+  for (int64_t ci = 0; ci < g.c; ++ci)
+    for (int64_t y = 0; y < g.ny(); ++y) {
+      float* dst = X + ci * g.kw * ld + y * g.ow;
+      const int64_t iy = y - g.ph;
+      if (iy < 0 || iy >= g.h) {  // a padding row: its zeros stand from the previous sample
+        for (int64_t j = 0; j < g.kw && !again; ++j)
+          _mm512_mask_storeu_ps(dst + j * ld, out, _mm512_setzero_ps());
+        continue;
+      }
+      const __m512 r = _mm512_maskz_loadu_ps(row, x + (ci * g.h + iy) * g.w);
+      for (int64_t j = 0; j < g.kw; ++j)
+        _mm512_mask_storeu_ps(dst + j * ld, out, _mm512_maskz_permutexvar_ps(keep[j], shift[j], r));
+    }
+}
+#endif
+
 // X[ci*kw + j][y*ow + ox] = x[ci][y - ph][ox + j - pw] (0 outside), y < ny: im2col with a
 // one-row kernel over ny output rows. `pad` as for im2col with these arguments; `again`: X
 // holds the previous sample's matrix (same geometry), whose zero padding rows are kept.
 template <typename T>
 void rows_matrix(const T* x, const RowGeom& g, T* X, T* pad, bool again = false) {
+#ifdef __AVX512F__
+  if constexpr (std::is_same_v<T, float>) {
+    if (g.w <= 16 && g.ow <= 16 && g.kw <= 16) return rows_matrix_narrow(x, g, X, again);
+  }
+#endif
   const int64_t p[4] = {1, 1, g.ph, g.pw};
   im2col(x, g.c, g.h, g.w, 1, g.kw, p, g.ny(), g.ow, X, pad, again);
 }

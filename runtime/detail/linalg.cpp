@@ -42,7 +42,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
   // gemm with beta = 1, an extra write and read of the whole output.
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     const auto to = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
-    const blasint bm = static_cast<blasint>(m), bn = static_cast<blasint>(n), bk = static_cast<blasint>(k);
+    const blasint bm = static_cast<blasint>(m), bn = static_cast<blasint>(n),
+                  bk = static_cast<blasint>(k);
     const blasint lda = ta ? bm : bk, ldb = tb ? bk : bn;
     if constexpr (std::is_same_v<T, float>) {
       cblas_sgemm(CblasRowMajor, to(ta), to(tb), bm, bn, bk, 1.0f, a, lda, b, ldb, 0.0f, c, bn);
@@ -53,12 +54,15 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
   }
   Eigen::Map<const RowMat<T>> am(a, ta ? k : m, ta ? m : k);
   Eigen::Map<const RowMat<T>> bm(b, tb ? n : k, tb ? k : n);
-  if (!ta && !tb) cm.noalias() = am * bm;
-  else if (ta && !tb) cm.noalias() = am.transpose() * bm;
-  else if (!ta && tb) cm.noalias() = am * bm.transpose();
-  else cm.noalias() = am.transpose() * bm.transpose();
+  if (!ta && !tb)
+    cm.noalias() = am * bm;
+  else if (ta && !tb)
+    cm.noalias() = am.transpose() * bm;
+  else if (!ta && tb)
+    cm.noalias() = am * bm.transpose();
+  else
+    cm.noalias() = am.transpose() * bm.transpose();
 }
-
 
 template <typename T>
 void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const Shape& bs, T* c,
@@ -91,11 +95,13 @@ void init_blas_threads() {
   // choice is made when the library loads, so only the environment can fix it: say how, once.
   static const bool warned = [] {
     const std::string core = openblas_get_corename();
-    if (__builtin_cpu_supports("avx2") && (core == "Prescott" || core == "Core2" || core == "Nehalem")) {
-      spdlog::warn("OpenBLAS chose its {} kernels on a CPU with {}: set OPENBLAS_CORETYPE={} before "
-                   "starting for a several-fold faster GEMM",
-                   core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
-                   __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+    if (__builtin_cpu_supports("avx2") &&
+        (core == "Prescott" || core == "Core2" || core == "Nehalem")) {
+      spdlog::warn(
+          "OpenBLAS chose its {} kernels on a CPU with {}: set OPENBLAS_CORETYPE={} before "
+          "starting for a several-fold faster GEMM",
+          core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
+          __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
     }
     return true;
   }();
@@ -111,24 +117,25 @@ void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& ou
   const Shape &as = a.type->shape, &bs = b.type->shape, &cs = out.type->shape;
   switch (out.type->dtype) {
     case DType::kF32:
-      return batched(attrs, static_cast<const float*>(a.data), as, static_cast<const float*>(b.data), bs,
-                     static_cast<float*>(out.data), cs);
+      return batched(attrs, static_cast<const float*>(a.data), as,
+                     static_cast<const float*>(b.data), bs, static_cast<float*>(out.data), cs);
     case DType::kF64:
-      return batched(attrs, static_cast<const double*>(a.data), as, static_cast<const double*>(b.data),
-                     bs, static_cast<double*>(out.data), cs);
+      return batched(attrs, static_cast<const double*>(a.data), as,
+                     static_cast<const double*>(b.data), bs, static_cast<double*>(out.data), cs);
     case DType::kI32:
-      return batched(attrs, static_cast<const int32_t*>(a.data), as, static_cast<const int32_t*>(b.data),
-                     bs, static_cast<int32_t*>(out.data), cs);
+      return batched(attrs, static_cast<const int32_t*>(a.data), as,
+                     static_cast<const int32_t*>(b.data), bs, static_cast<int32_t*>(out.data), cs);
     case DType::kI64:
-      return batched(attrs, static_cast<const int64_t*>(a.data), as, static_cast<const int64_t*>(b.data),
-                     bs, static_cast<int64_t*>(out.data), cs);
+      return batched(attrs, static_cast<const int64_t*>(a.data), as,
+                     static_cast<const int64_t*>(b.data), bs, static_cast<int64_t*>(out.data), cs);
     case DType::kBF16: {
       const std::vector<float> af = to_float(a.data, numel(as)), bf = to_float(b.data, numel(bs));
       std::vector<float> cf(numel(cs));
       batched(attrs, af.data(), as, bf.data(), bs, cf.data(), cs);
       return from_float(cf, out.data);
     }
-    case DType::kBool: XS_CHECK(false, "matmul on bool is rejected by the shape rule");
+    case DType::kBool:
+      XS_CHECK(false, "matmul on bool is rejected by the shape rule");
   }
 }
 
@@ -145,16 +152,18 @@ void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, cons
   const blasint lda = ta ? m : k, ldb = tb ? k : n;
   if (out.type->dtype == DType::kF32) {
     const float beta = *static_cast<const float*>(ins[3].data);
-    cblas_sgemm(CblasRowMajor, to(ta), to(tb), m, n, k, 1.0f, static_cast<const float*>(ins[0].data), lda,
-                static_cast<const float*>(ins[1].data), ldb, beta, static_cast<float*>(out.data), n);
+    cblas_sgemm(CblasRowMajor, to(ta), to(tb), m, n, k, 1.0f,
+                static_cast<const float*>(ins[0].data), lda, static_cast<const float*>(ins[1].data),
+                ldb, beta, static_cast<float*>(out.data), n);
   } else {
-    XS_CHECK(out.type->dtype == DType::kF64, "accumulating matmul on {}", dtype_name(out.type->dtype));
+    XS_CHECK(out.type->dtype == DType::kF64, "accumulating matmul on {}",
+             dtype_name(out.type->dtype));
     const double beta = *static_cast<const double*>(ins[3].data);
-    cblas_dgemm(CblasRowMajor, to(ta), to(tb), m, n, k, 1.0, static_cast<const double*>(ins[0].data), lda,
-                static_cast<const double*>(ins[1].data), ldb, beta, static_cast<double*>(out.data), n);
+    cblas_dgemm(
+        CblasRowMajor, to(ta), to(tb), m, n, k, 1.0, static_cast<const double*>(ins[0].data), lda,
+        static_cast<const double*>(ins[1].data), ldb, beta, static_cast<double*>(out.data), n);
   }
 }
-
 
 namespace {
 
@@ -163,7 +172,15 @@ namespace {
 // on entry. Roles start kSkewBytes apart mod 4096, so buffers used together (im2col matrix,
 // conv output, routed gradient) never start on the same L1 set (no measurable effect here,
 // but nothing to lose).
-enum Role { kCols = 0, kConvOut = 1, kRouted = 2, kPadded = 3, kPart = 4, kWeights = 5, kRoles = 6 };
+enum Role {
+  kCols = 0,
+  kConvOut = 1,
+  kRouted = 2,
+  kPadded = 3,
+  kPart = 4,
+  kWeights = 5,
+  kRoles = 6
+};
 constexpr int64_t kSkewBytes = 9 * 64;
 
 template <typename T>
@@ -195,7 +212,8 @@ inline void prefetch_l2(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(c + i, _MM_HINT_T1);
 }
 
-inline RowGeom row_geom(const Shape& xs, const Shape& ws, const int64_t* p, int64_t oh, int64_t ow) {
+inline RowGeom row_geom(const Shape& xs, const Shape& ws, const int64_t* p, int64_t oh,
+                        int64_t ow) {
   return {xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], p[2], p[3], oh, ow};
 }
 
@@ -209,7 +227,8 @@ struct ConvForward {
   bool rows;
   T *wr = nullptr, *cols = nullptr, *pad = nullptr;
 
-  ConvForward(const int64_t* p_, const Shape& xs, const Shape& ws, int64_t oh, int64_t ow, const T* wt_)
+  ConvForward(const int64_t* p_, const Shape& xs, const Shape& ws, int64_t oh, int64_t ow,
+              const T* wt_)
       : p(p_), g(row_geom(xs, ws, p_, oh, ow)), wt(wt_), rows(use_rows(p_, g.c, g.kw)) {
     cols = scratch<T>(kCols, rows ? g.kr() * g.ldx() : g.c * g.kh * g.kw * g.np());
     pad = scratch<T>(kPadded, im2col_pad_size(g.c, g.h, g.w, p));
@@ -230,8 +249,8 @@ struct ConvForward {
 };
 
 template <typename T>
-void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws, T* out,
-                  const Shape& os) {
+void conv2d_typed(const int64_t* p, const T* x, const Shape& xs, const T* wt, const Shape& ws,
+                  T* out, const Shape& os) {
   const ConvForward<T> conv(p, xs, ws, os[2], os[3], wt);
   const int64_t in_sample = xs[1] * xs[2] * xs[3], out_sample = ws[0] * os[2] * os[3];
   for (int64_t b = 0; b < xs[0]; ++b) {
@@ -270,21 +289,22 @@ void conv2d_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out)
   }
   switch (out.type->dtype) {
     case DType::kF32:
-      return conv2d_typed(p, static_cast<const float*>(x.data), xs, static_cast<const float*>(w.data), ws,
-                          static_cast<float*>(out.data), os);
+      return conv2d_typed(p, static_cast<const float*>(x.data), xs,
+                          static_cast<const float*>(w.data), ws, static_cast<float*>(out.data), os);
     case DType::kF64:
-      return conv2d_typed(p, static_cast<const double*>(x.data), xs, static_cast<const double*>(w.data),
-                          ws, static_cast<double*>(out.data), os);
+      return conv2d_typed(p, static_cast<const double*>(x.data), xs,
+                          static_cast<const double*>(w.data), ws, static_cast<double*>(out.data),
+                          os);
     case DType::kBF16: {
       const std::vector<float> xf = to_float(x.data, numel(xs)), wf = to_float(w.data, numel(ws));
       std::vector<float> of(numel(os));
       conv2d_typed(p, xf.data(), xs, wf.data(), ws, of.data(), os);
       return from_float(of, out.data);
     }
-    default: XS_CHECK(false, "conv2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
+    default:
+      XS_CHECK(false, "conv2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
   }
 }
-
 
 }  // namespace xs::detail
 
@@ -302,7 +322,7 @@ struct GradOut {
   const T* bias = nullptr;        // its bias, if the pooled input was relu(y + bias)
   int64_t o = 0, oh = 0, ow = 0, gh = 0, gw = 0;
 
-  const T* argmax = nullptr;       // (fused forward) the conv2d's [2][n][o][gh][gw] result
+  const T* argmax = nullptr;  // (fused forward) the conv2d's [2][n][o][gh][gw] result
   int64_t n = 0;
 
   const T* sample(int64_t b) const {
@@ -324,17 +344,19 @@ struct GradOut {
       prefetch_l2(g + b * o * gh * gw, bytes);
       return prefetch_l2(argmax + (n + b) * o * gh * gw, bytes);
     }
-    if (pool != nullptr) prefetch_l2(y + b * o * oh * ow, o * oh * ow * static_cast<int64_t>(sizeof(T)));
+    if (pool != nullptr)
+      prefetch_l2(y + b * o * oh * ow, o * oh * ow * static_cast<int64_t>(sizeof(T)));
     prefetch_l2(g + b * o * gh * gw, bytes);
   }
 };
 
 // ins[gi] is grad_out, or h with ins[2] = y and ins[3] = bias (optional).
 template <typename T>
-GradOut<T> grad_out_of(const Attrs& attrs, std::span<const Arg> ins, const std::vector<const T*>& in,
-                       size_t gi) {
+GradOut<T> grad_out_of(const Attrs& attrs, std::span<const Arg> ins,
+                       const std::vector<const T*>& in, size_t gi) {
   const Shape& gs = ins[gi].type->shape;
-  if (ins.size() == 2) return {in[gi], nullptr, nullptr, nullptr, gs[1], gs[2], gs[3], gs[2], gs[3]};
+  if (ins.size() == 2)
+    return {in[gi], nullptr, nullptr, nullptr, gs[1], gs[2], gs[3], gs[2], gs[3]};
   if (ins[2].type->shape.size() == 5) {  // h with the fused conv2d's argmax positions
     GradOut<T> go{in[gi], nullptr, nullptr, nullptr, gs[1], 2 * gs[2], 2 * gs[3], gs[2], gs[3]};
     go.argmax = in[2];
@@ -342,13 +364,16 @@ GradOut<T> grad_out_of(const Attrs& attrs, std::span<const Arg> ins, const std::
     return go;
   }
   const Shape& ys = ins[2].type->shape;
-  return {in[gi], attrs.ints.data() + 6, in[2], ins.size() == 4 ? in[3] : nullptr,
-          ys[1], ys[2], ys[3], gs[2], gs[3]};
+  return {in[gi], attrs.ints.data() + 6,
+          in[2],  ins.size() == 4 ? in[3] : nullptr,
+          ys[1],  ys[2],
+          ys[3],  gs[2],
+          gs[3]};
 }
 
 template <typename T>
-void conv_grad_input_typed(const int64_t* p, int64_t n, const GradOut<T>& go, const T* wt, const Shape& ws,
-                           T* out, const Shape& os) {
+void conv_grad_input_typed(const int64_t* p, int64_t n, const GradOut<T>& go, const T* wt,
+                           const Shape& ws, T* out, const Shape& os) {
   const int64_t o = go.o, oh = go.oh, ow = go.ow, c = ws[1], kh = ws[2], kw = ws[3];
   const int64_t h = os[2], w = os[3], ckk = c * kh * kw;
   if (use_rows(p, c, kw)) {
@@ -380,8 +405,8 @@ void conv_grad_input_typed(const int64_t* p, int64_t n, const GradOut<T>& go, co
 }
 
 template <typename T>
-void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const GradOut<T>& go, T* out,
-                            const Shape& os) {
+void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const GradOut<T>& go,
+                            T* out, const Shape& os) {
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = go.o, oh = go.oh, ow = go.ow;
   const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
   T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
@@ -404,14 +429,16 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
   T* cols = scratch<T>(kCols, ckk * oh * ow);
   if constexpr (std::is_same_v<T, float>) {
     // Accumulate over the batch inside the GEMM (beta = 1): no per-sample partial to add.
-    const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk), k = static_cast<blasint>(oh * ow);
+    const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk),
+                  k = static_cast<blasint>(oh * ow);
     for (int64_t b = 0; b < n; ++b) {
       if (b + 1 < n) {
         prefetch_l2(x + (b + 1) * c * h * w, c * h * w * static_cast<int64_t>(sizeof(T)));
         go.prefetch(b + 1);
       }
       im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, go.sample(b), k, cols, k, b == 0 ? 0.0f : 1.0f, out, nn);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, go.sample(b), k, cols, k,
+                  b == 0 ? 0.0f : 1.0f, out, nn);
     }
     return;
   }
@@ -429,8 +456,8 @@ void conv2d_grad_input_kernel(const Attrs& attrs, std::span<const Arg> ins, cons
   with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
     using T = std::remove_cv_t<std::remove_pointer_t<std::decay_t<decltype(in[0])>>>;
     const GradOut<T> go = grad_out_of<T>(attrs, ins, in, 0);
-    conv_grad_input_typed(attrs.ints.data(), ins[0].type->shape[0], go, in[1], ins[1].type->shape, o,
-                          out.type->shape);
+    conv_grad_input_typed(attrs.ints.data(), ins[0].type->shape[0], go, in[1], ins[1].type->shape,
+                          o, out.type->shape);
   });
 }
 

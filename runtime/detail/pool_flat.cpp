@@ -106,8 +106,10 @@ bool route_2x2_flat(const float* idx, const float* g, int64_t channels, int64_t 
     k = _mm512_maskz_permutexvar_ps(0xFFFF, lanes, k);
     const __m512 routed =
         _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(k, _mm512_load_ps(code[v].v), _CMP_EQ_OQ), gv);
-    if (e + 16 <= total) _mm512_storeu_ps(out + e, routed);
-    else _mm512_mask_storeu_ps(out + e, first_bits(total - e), routed);
+    if (e + 16 <= total)
+      _mm512_storeu_ps(out + e, routed);
+    else
+      _mm512_mask_storeu_ps(out + e, first_bits(total - e), routed);
     if (++v == vectors) v = 0, period_start += t->period_pooled;
   }
   return true;
