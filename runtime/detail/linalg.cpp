@@ -338,7 +338,7 @@ struct GradOut {
     max_pool2d_grad_planes(pool, y + b * o * oh * ow, g + b * o * gh * gw, bias, o, oh, ow, routed);
     return routed;
   }
-  // What sample(b) will read, into L2 (see prefetch_next).
+  // What sample(b) will read, into cache ahead of it (see prefetch_next).
   void prefetch(int64_t b) const {
     const int64_t bytes = o * gh * gw * static_cast<int64_t>(sizeof(T));
     if (argmax != nullptr) {
@@ -411,16 +411,18 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
   const int64_t n = xs[0], c = xs[1], h = xs[2], w = xs[3], o = go.o, oh = go.oh, ow = go.ow;
   const int64_t kh = os[2], kw = os[3], ckk = c * kh * kw;
   T* pad = scratch<T>(kPadded, im2col_pad_size(c, h, w, p));
+  const auto prefetch_after = [&](int64_t b) {  // sample b + 1's input and gradient
+    if (b + 1 == n) return;
+    prefetch_next(x + (b + 1) * c * h * w, c * h * w * static_cast<int64_t>(sizeof(T)));
+    go.prefetch(b + 1);
+  };
   if (use_rows(p, c, kw)) {
     const RowGeom g{c, h, w, o, kh, kw, p[2], p[3], oh, ow};
     T* xr = scratch<T>(kCols, g.kr() * g.ldx());
     T* dwr = scratch<T>(kPart, o * ckk);
     if (n == 0) std::fill(dwr, dwr + o * ckk, T(0));
     for (int64_t b = 0; b < n; ++b) {
-      if (b + 1 < n) {
-        prefetch_next(x + (b + 1) * c * h * w, c * h * w * static_cast<int64_t>(sizeof(T)));
-        go.prefetch(b + 1);
-      }
+      prefetch_after(b);
       rows_matrix(x + b * c * h * w, g, xr, pad, b > 0);
       rows_grad_weight(go.sample(b), xr, g, b == 0, dwr);
     }
@@ -433,10 +435,7 @@ void conv_grad_weight_typed(const int64_t* p, const T* x, const Shape& xs, const
     const blasint m = static_cast<blasint>(o), nn = static_cast<blasint>(ckk),
                   k = static_cast<blasint>(oh * ow);
     for (int64_t b = 0; b < n; ++b) {
-      if (b + 1 < n) {
-        prefetch_next(x + (b + 1) * c * h * w, c * h * w * static_cast<int64_t>(sizeof(T)));
-        go.prefetch(b + 1);
-      }
+      prefetch_after(b);
       im2col(x + b * c * h * w, c, h, w, kh, kw, p, oh, ow, cols, pad);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nn, k, 1.0f, go.sample(b), k, cols, k,
                   b == 0 ? 0.0f : 1.0f, out, nn);

@@ -32,7 +32,6 @@ struct alignas(64) Lanes {
 struct RouteTable {
   int64_t h = 0, w = 0;
   bool usable = false;               // false: some vector's q(t) span more than 16 elements
-  int64_t period_pooled = 0;         // pooled elements one period advances
   std::vector<int64_t> base;         // per vector of the period: its first pooled element
   std::vector<Lanes<int32_t>> perm;  // lane -> q(t) - base
   std::vector<Lanes<float>> code;    // lane -> code(t), 0..3 as argmax_2x2 stores it
@@ -46,7 +45,6 @@ std::unique_ptr<RouteTable> build_route_table(int64_t h, int64_t w) {
   auto t = std::make_unique<RouteTable>();
   t->h = h, t->w = w;
   const int64_t plane = h * w, period = std::lcm(plane, int64_t{16}), pw = w / 2;
-  t->period_pooled = period / 4;
   for (int64_t v = 0; v < period / 16; ++v) {
     int32_t q[16];
     Lanes<int32_t> lanes;
@@ -110,7 +108,7 @@ bool route_2x2_flat(const float* idx, const float* g, int64_t channels, int64_t 
       _mm512_storeu_ps(out + e, routed);
     else
       _mm512_mask_storeu_ps(out + e, first_bits(total - e), routed);
-    if (++v == vectors) v = 0, period_start += t->period_pooled;
+    if (++v == vectors) v = 0, period_start += 4 * vectors;  // a period's pooled elements
   }
   return true;
 }
