@@ -124,12 +124,17 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
   return true;
 }
 
-bool process_alive(pid_t pid) {
-  if (::kill(pid, 0) != 0) return false;
+char process_state(pid_t pid) {
   const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;  // gone meanwhile
-  return stat[paren + 2] != 'Z' && stat[paren + 2] != 'X';
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return '\0';  // gone meanwhile
+  return stat[paren + 2];
+}
+
+bool process_alive(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  const char state = process_state(pid);
+  return state != '\0' && state != 'Z' && state != 'X';
 }
 
 std::string read_file(const std::string& path) {

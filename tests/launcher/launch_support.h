@@ -78,6 +78,8 @@ bool wait_until(const std::function<bool()>& condition, std::chrono::millisecond
 
 // Alive and not a zombie (an orphan's zombie may linger if PID 1 does not reap).
 bool process_alive(pid_t pid);
+// The state letter of /proc/PID/stat ('R', 'S', 'T' stopped, 'Z', ...), or '\0' when gone.
+char process_state(pid_t pid);
 
 std::string read_file(const std::string& path);
 
