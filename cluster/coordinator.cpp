@@ -1,0 +1,270 @@
+#include "cluster/coordinator.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "base/check.h"
+
+namespace xs::cluster {
+namespace {
+
+// Lower sorts first as the root cause (see the rules in the header).
+int priority(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kTimedOut:
+    case FailureKind::kInterrupted:
+      return 0;
+    case FailureKind::kLost:
+    case FailureKind::kSignalled:
+    case FailureKind::kLauncherError:
+      return 1;
+    case FailureKind::kExited:
+      return 2;
+  }
+  return 3;
+}
+
+// "0-2, 5" for {0, 1, 2, 5}.
+std::string format_nodes(const std::vector<int>& nodes) {
+  std::string text;
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j + 1 < nodes.size() && nodes[j + 1] == nodes[j] + 1) ++j;
+    if (!text.empty()) text += ", ";
+    text += j == i ? fmt::format("{}", nodes[i]) : fmt::format("{}-{}", nodes[i], nodes[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+}  // namespace
+
+JobCoordinator::JobCoordinator(CoordinatorConfig config, Clock::time_point now)
+    : config_(std::move(config)),
+      joining_deadline_(now + config_.rdzv_timeout),
+      attempt_started_(now),
+      nodes_(static_cast<size_t>(config_.nnodes)) {
+  XS_CHECK_ARG(config_.nnodes >= 1 && config_.nnodes <= static_cast<int>(kMaxNodes),
+               "nnodes {}: expected 1..{}", config_.nnodes, kMaxNodes);
+}
+
+std::variant<std::string, std::vector<Outgoing>> JobCoordinator::on_register(const Register& reg) {
+  if (reg.nnodes != static_cast<uint32_t>(config_.nnodes)) {
+    return fmt::format("node {} (host {}) was started with --nnodes {}, the master with --nnodes {}",
+                       reg.node, reg.hostname, reg.nnodes, config_.nnodes);
+  }
+  if (reg.node >= static_cast<uint32_t>(config_.nnodes)) {
+    return fmt::format("node rank {} (host {}) is outside 0..{} (--nnodes {})", reg.node,
+                       reg.hostname, config_.nnodes - 1, config_.nnodes);
+  }
+  if (reg.nprocs < 1 || reg.nprocs > kMaxNodeProcs) {
+    return fmt::format("node {} (host {}) asks for {} replicas: expected 1..{}", reg.node,
+                       reg.hostname, reg.nprocs, kMaxNodeProcs);
+  }
+  NodeState& n = nodes_[reg.node];
+  if (n.registered) {
+    return fmt::format("node rank {} is already taken by host {} ({}, pid {}); host {} ({}, pid {}) "
+                       "claimed it too: give every host its own --node-rank",
+                       reg.node, n.info.hostname, n.info.host_addr, n.info.pid, reg.hostname,
+                       reg.host_addr, reg.pid);
+  }
+  if (phase_ != Phase::kJoining) {
+    return fmt::format("node {} (host {}) registered after the job started: it runs without it",
+                       reg.node, reg.hostname);
+  }
+  n.registered = true;
+  n.info = reg;
+  if (!std::all_of(nodes_.begin(), nodes_.end(), [](const NodeState& s) { return s.registered; })) {
+    return std::vector<Outgoing>{};
+  }
+  int first = 0;
+  for (NodeState& s : nodes_) {
+    s.first_ordinal = first;
+    first += static_cast<int>(s.info.nprocs);
+  }
+  phase_ = Phase::kRunning;
+  return std::vector<Outgoing>{{Outgoing::kEveryNode, world()}};
+}
+
+World JobCoordinator::world() const {
+  World w;
+  w.job_id = config_.job_id;
+  w.torch_port = config_.torch_port;
+  for (const NodeState& s : nodes_) w.nodes.push_back({s.info.nprocs, s.info.hostname, s.info.host_addr});
+  return w;
+}
+
+bool JobCoordinator::registered(int node) const {
+  return nodes_.at(static_cast<size_t>(node)).registered;
+}
+
+std::vector<Outgoing> JobCoordinator::on_failed(int node, const Failed& failed,
+                                                Clock::time_point now) {
+  if (failed.attempt != static_cast<uint32_t>(attempt_)) return {};  // a stale report
+  return record(node, failed, now);
+}
+
+std::vector<Outgoing> JobCoordinator::record(int node, Failed failed, Clock::time_point now) {
+  if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return {};
+  candidates_.push_back({node, std::move(failed)});
+  std::vector<Outgoing> out;
+  if (phase_ == Phase::kRunning) {
+    phase_ = Phase::kStopping;
+    const Candidate& first = candidates_.back();
+    out.push_back({Outgoing::kEveryNode,
+                   Stop{static_cast<uint32_t>(attempt_),
+                        fmt::format("{} {}", who(first), first.failed.description)}});
+  }
+  std::vector<Outgoing> ended = maybe_end_attempt(now);
+  out.insert(out.end(), ended.begin(), ended.end());
+  return out;
+}
+
+std::vector<Outgoing> JobCoordinator::on_attempt_done(int node, const AttemptDone& done,
+                                                      Clock::time_point now) {
+  if (done.attempt != static_cast<uint32_t>(attempt_) ||
+      (phase_ != Phase::kRunning && phase_ != Phase::kStopping)) {
+    return {};
+  }
+  nodes_[static_cast<size_t>(node)].done = done.exit_code;
+  // After Stop a non-zero end is expected (its replicas were stopped). Before it, a node that
+  // ends non-zero without a report is a failure too, though the least likely root cause.
+  if (done.exit_code != 0 && phase_ == Phase::kRunning) {
+    Failed f;
+    f.attempt = done.attempt;
+    f.exit_code = done.exit_code;
+    f.wall_ns = INT64_MAX;
+    f.description = fmt::format("ended its attempt with exit code {} without a report", done.exit_code);
+    return record(node, f, now);
+  }
+  return maybe_end_attempt(now);
+}
+
+std::vector<Outgoing> JobCoordinator::on_lost(int node, const std::string& reason, int64_t wall_ns,
+                                              Clock::time_point now) {
+  NodeState& n = nodes_.at(static_cast<size_t>(node));
+  if (phase_ == Phase::kJoining) {
+    n.registered = false;  // its launcher may come back and register again
+    return {};
+  }
+  if (n.lost || phase_ == Phase::kEnded) return {};
+  n.lost = true;
+  Failed f;
+  f.attempt = static_cast<uint32_t>(attempt_);
+  f.kind = FailureKind::kLost;
+  f.exit_code = kJobFailedExitCode;
+  f.wall_ns = wall_ns;
+  f.description = fmt::format("lost: {}", reason);
+  if (n.done) {
+    // It had finished its part of the attempt: leaving is no failure of this attempt (a
+    // restart needs it, and restartable() refuses one without it).
+    return maybe_end_attempt(now);
+  }
+  return record(node, f, now);
+}
+
+std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
+  if (phase_ != Phase::kJoining || now < joining_deadline_) return {};
+  std::vector<int> missing;
+  std::string present;
+  for (int k = 0; k < config_.nnodes; ++k) {
+    const NodeState& n = nodes_[static_cast<size_t>(k)];
+    if (!n.registered) {
+      missing.push_back(k);
+    } else {
+      present += fmt::format("{}node {} (host {}, {})", present.empty() ? "" : "; ", k,
+                             n.info.hostname, n.info.host_addr);
+    }
+  }
+  return end(kJobFailedExitCode,
+             fmt::format("xla-spawn: rendezvous timed out after {:.3g} s: node(s) {} never registered "
+                         "({} of {} did{}{})\n",
+                         config_.rdzv_timeout.count() / 1000.0, format_nodes(missing),
+                         config_.nnodes - static_cast<int>(missing.size()), config_.nnodes,
+                         present.empty() ? "" : ": ", present));
+}
+
+Clock::time_point JobCoordinator::next_deadline() const {
+  return phase_ == Phase::kJoining ? joining_deadline_ : Clock::time_point::max();
+}
+
+std::vector<Outgoing> JobCoordinator::maybe_end_attempt(Clock::time_point now) {
+  if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return {};
+  for (const NodeState& n : nodes_) {
+    if (!n.lost && !n.done) return {};
+  }
+  if (candidates_.empty()) return end(0, "");
+  const Candidate& root = root_cause();
+  if (!restartable(root)) return end(root.failed.exit_code, describe(root, now));
+  ++attempt_;
+  candidates_.clear();
+  for (NodeState& n : nodes_) n.done.reset();
+  phase_ = Phase::kRunning;
+  attempt_started_ = now;
+  return {{Outgoing::kEveryNode, Next{static_cast<uint32_t>(attempt_)}}};
+}
+
+std::vector<Outgoing> JobCoordinator::end(int exit_code, std::string summary) {
+  phase_ = Phase::kEnded;
+  exit_code_ = exit_code;
+  summary_ = std::move(summary);
+  return {{Outgoing::kEveryNode, End{exit_code_, summary_}}};
+}
+
+const JobCoordinator::Candidate& JobCoordinator::root_cause() const {
+  XS_CHECK(!candidates_.empty(), "root_cause of an attempt without failures");
+  return *std::min_element(candidates_.begin(), candidates_.end(),
+                           [](const Candidate& a, const Candidate& b) {
+                             return std::tuple(priority(a.failed.kind), a.failed.wall_ns, a.node) <
+                                    std::tuple(priority(b.failed.kind), b.failed.wall_ns, b.node);
+                           });
+}
+
+bool JobCoordinator::restartable(const Candidate& root) const {
+  const bool replica_failed = root.failed.kind == FailureKind::kExited ||
+                              root.failed.kind == FailureKind::kSignalled ||
+                              root.failed.kind == FailureKind::kLauncherError;
+  const bool any_lost =
+      std::any_of(nodes_.begin(), nodes_.end(), [](const NodeState& n) { return n.lost; });
+  return replica_failed && !any_lost && attempt_ < config_.max_restarts;
+}
+
+// "ordinal 3 (node 1, host b)" when a replica is to blame, else "node 1 (host b, 198.18.0.2)".
+std::string JobCoordinator::who(const Candidate& c) const {
+  const NodeState& n = nodes_[static_cast<size_t>(c.node)];
+  if (c.failed.local_ordinal >= 0) {
+    return fmt::format("ordinal {} (node {}, host {}, local ordinal {})",
+                       n.first_ordinal + c.failed.local_ordinal, c.node, n.info.hostname,
+                       c.failed.local_ordinal);
+  }
+  return fmt::format("node {} (host {}, {})", c.node, n.info.hostname, n.info.host_addr);
+}
+
+std::string JobCoordinator::describe(const Candidate& root, Clock::time_point now) const {
+  const double elapsed_s = std::chrono::duration<double>(now - attempt_started_).count();
+  std::string text = fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {} {}\n",
+                                 config_.job_id, attempt_, elapsed_s, who(root),
+                                 root.failed.description);
+  if (root.failed.local_ordinal >= 0) {
+    const int ordinal = nodes_[static_cast<size_t>(root.node)].first_ordinal + root.failed.local_ordinal;
+    text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", root.failed.tail.size(), ordinal);
+    for (const std::string& line : root.failed.tail) text += fmt::format("  [{}] {}\n", ordinal, line);
+  }
+  // 8: enough to see a pattern (every node's echo of one loss) without flooding the console.
+  constexpr size_t kMaxOthers = 8;
+  size_t shown = 0;
+  for (const Candidate& c : candidates_) {
+    if (&c == &root || shown == kMaxOthers) continue;
+    text += fmt::format("xla-spawn: also: {} {}\n", who(c), c.failed.description);
+    ++shown;
+  }
+  if (candidates_.size() - 1 > shown) {
+    text += fmt::format("xla-spawn: also: {} more failure report(s)\n", candidates_.size() - 1 - shown);
+  }
+  return text;
+}
+
+}  // namespace xs::cluster

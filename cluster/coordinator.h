@@ -1,0 +1,113 @@
+#pragma once
+// The job as the master sees it: which nodes have registered, the world once all have, the
+// failures of each attempt, and the decision that ends an attempt (restart every node, or
+// end the job with the root cause's exit status). Pure logic without sockets: the
+// rendezvous server (cluster/rendezvous_server.h) feeds it events and sends what it returns,
+// so every rule here is tested without a network.
+//
+//   xs::cluster::JobCoordinator job({.nnodes = 2, .max_restarts = 1, .job_id = "xs-1-2"}, now);
+//   auto reply = job.on_register(reg, now);      // a refusal, or messages to send
+//   for (const Outgoing& o : job.on_failed(1, failed, now)) send(o.node, o.message);
+//
+// Rules. Registration is open until every node has registered or the rendezvous deadline
+// passes; a node index outside the job, a second claim on a taken index or a different
+// --nnodes is refused. The first failure of an attempt sends Stop to every node at once;
+// later reports are only collected. The attempt ends when every node that is still
+// connected has sent AttemptDone; then the root cause is chosen among everything collected:
+// first a node's timeout or interruption (a person or a deadline acted), then a lost node,
+// a replica killed by a signal, or a corrupted segment, then a replica's non-zero exit
+// (which may be a peer's echo: replicas whose peer vanished exit 1), each class by the
+// earliest wall-clock time. The job restarts (Next to every node) when restarts are left,
+// no node was lost and the root cause is a replica's failure; otherwise End carries the
+// exit status and the summary to every node.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "cluster/wire.h"
+
+namespace xs::cluster {
+
+using Clock = std::chrono::steady_clock;
+
+// What every node exits with when the root cause is a lost node or a failed rendezvous.
+inline constexpr int kJobFailedExitCode = 1;
+
+struct CoordinatorConfig {
+  int nnodes = 1;
+  int max_restarts = 0;
+  std::chrono::milliseconds rdzv_timeout{300'000};
+  uint32_t torch_port = 0;
+  std::string job_id;
+};
+
+// A message for one node, or for every connected node when node is kEveryNode.
+struct Outgoing {
+  static constexpr int kEveryNode = -1;
+  int node = kEveryNode;
+  Message message;
+};
+
+class JobCoordinator {
+ public:
+  enum class Phase { kJoining, kRunning, kStopping, kEnded };
+
+  JobCoordinator(CoordinatorConfig config, Clock::time_point now);
+
+  // The refusal (the server sends it as ErrorReply and closes), or the messages to send: World
+  // to everyone once the last node registers.
+  std::variant<std::string, std::vector<Outgoing>> on_register(const Register& reg);
+  std::vector<Outgoing> on_failed(int node, const Failed& failed, Clock::time_point now);
+  std::vector<Outgoing> on_attempt_done(int node, const AttemptDone& done, Clock::time_point now);
+  // The node's connection closed or fell silent (`reason` says which); `wall_ns` is now.
+  std::vector<Outgoing> on_lost(int node, const std::string& reason, int64_t wall_ns,
+                                Clock::time_point now);
+  // Deadlines: the rendezvous timeout while joining.
+  std::vector<Outgoing> on_tick(Clock::time_point now);
+  Clock::time_point next_deadline() const;
+
+  Phase phase() const { return phase_; }
+  int attempt() const { return attempt_; }
+  bool registered(int node) const;
+  // After kEnded: what every node was told.
+  int exit_code() const { return exit_code_; }
+  const std::string& summary() const { return summary_; }
+
+ private:
+  struct NodeState {
+    bool registered = false;
+    bool lost = false;
+    std::optional<int32_t> done;  // AttemptDone's exit code for the current attempt
+    Register info;
+    int first_ordinal = 0;
+  };
+  struct Candidate {
+    int node = 0;
+    Failed failed;
+  };
+
+  std::vector<Outgoing> record(int node, Failed failed, Clock::time_point now);
+  std::vector<Outgoing> maybe_end_attempt(Clock::time_point now);
+  std::vector<Outgoing> end(int exit_code, std::string summary);
+  const Candidate& root_cause() const;
+  bool restartable(const Candidate& root) const;
+  std::string who(const Candidate& c) const;
+  std::string describe(const Candidate& root, Clock::time_point now) const;
+  World world() const;
+
+  CoordinatorConfig config_;
+  Phase phase_ = Phase::kJoining;
+  Clock::time_point joining_deadline_;
+  Clock::time_point attempt_started_;
+  int attempt_ = 0;
+  std::vector<NodeState> nodes_;
+  std::vector<Candidate> candidates_;  // failures of the current attempt, in arrival order
+  int exit_code_ = 0;
+  std::string summary_;
+};
+
+}  // namespace xs::cluster

@@ -1,0 +1,132 @@
+#include "cluster/node_link.h"
+
+#include <poll.h>
+
+#include <fmt/format.h>
+
+#include "cluster/coordinator.h"
+#include "cluster/handshake.h"
+
+namespace xs::cluster {
+
+NodeLink::NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeLinkOptions options)
+    : master_addr_(std::move(master_addr)),
+      port_(port),
+      master_text_(fmt::format("{}:{}", master_addr_, port)),
+      token_(std::move(token)),
+      options_(std::move(options)) {}
+
+World NodeLink::join(Clock::time_point deadline) {
+  connection_ = connect_to(master_addr_, port_, deadline);
+  master_text_ = connection_->peer();
+  client_handshake(*connection_, token_, Role::kNode, deadline);
+  connection_->send_blocking(options_.node, deadline);
+  // The wait for the other nodes can be long: heartbeats flow meanwhile, so a master that
+  // dies during it is noticed at once rather than at the rendezvous deadline.
+  last_heard_ = Clock::now();
+  next_heartbeat_ = last_heard_ + options_.heartbeat_interval;
+  for (;;) {
+    std::optional<Message> m;
+    try {
+      m = connection_->receive_blocking(std::min(deadline, service_deadline()));
+    } catch (const Timeout&) {
+      // Only the deadlines below decide; a quiet moment is not an error.
+    }
+    const auto now = Clock::now();
+    if (m) {
+      last_heard_ = now;
+      if (auto* world = std::get_if<World>(&*m)) return std::move(*world);
+      if (auto* refusal = std::get_if<ErrorReply>(&*m)) throw_refusal(*connection_, *refusal);
+      if (auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
+    }
+    if (now >= deadline) {
+      throw Timeout(fmt::format("the master at {} did not form the job within the rendezvous "
+                                "timeout", master_text_));
+    }
+    if (now - last_heard_ >= options_.heartbeat_timeout) {
+      throw PeerFailure(lost("no heartbeat during the rendezvous").text);
+    }
+    if (now >= next_heartbeat_) send(Heartbeat{});
+  }
+}
+
+int NodeLink::fd() const {
+  return connection_ && !ended_ ? connection_->fd() : -1;
+}
+
+Clock::time_point NodeLink::service_deadline() const {
+  if (ended_) return Clock::time_point::max();
+  return std::min(next_heartbeat_, last_heard_ + options_.heartbeat_timeout);
+}
+
+std::vector<JobOrder> NodeLink::service() {
+  std::vector<JobOrder> orders;
+  if (ended_) return orders;
+  try {
+    const bool open = connection_->read_some();
+    while (std::optional<Message> m = connection_->next()) {
+      last_heard_ = Clock::now();
+      if (const auto* stop = std::get_if<Stop>(&*m)) {
+        orders.push_back({JobOrder::Kind::kStop, stop->attempt, 0, stop->reason});
+      } else if (const auto* next = std::get_if<Next>(&*m)) {
+        orders.push_back({JobOrder::Kind::kNext, next->attempt, 0, ""});
+      } else if (const auto* end = std::get_if<End>(&*m)) {
+        ended_ = true;
+        orders.push_back({JobOrder::Kind::kEnd, 0, end->exit_code, end->summary});
+        return orders;
+      } else if (!std::holds_alternative<Heartbeat>(*m)) {
+        throw ProtocolError(fmt::format("the master sent {}", message_name(*m)));
+      }
+    }
+    if (!open) return {lost("connection closed (its xla-spawn exited or was killed, or the host "
+                            "went down)")};
+    const auto now = Clock::now();
+    if (now - last_heard_ >= options_.heartbeat_timeout) {
+      return {lost(fmt::format("no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
+                               std::chrono::duration<double>(now - last_heard_).count()))};
+    }
+    if (now >= next_heartbeat_) send(Heartbeat{});
+    connection_->flush();
+  } catch (const Error& e) {
+    return {lost(e.what())};
+  }
+  return orders;
+}
+
+void NodeLink::report_failure(const Failed& failed) {
+  try {
+    send(failed);
+  } catch (const IoError&) {
+    // service() finds the broken connection and reports the master lost.
+  }
+}
+
+JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code) {
+  try {
+    send(AttemptDone{attempt, exit_code});
+  } catch (const IoError&) {
+  }
+  for (;;) {
+    for (const JobOrder& order : service()) {
+      if (order.kind != JobOrder::Kind::kStop) return order;
+    }
+    pollfd p{connection_->fd(), static_cast<short>(POLLIN | (connection_->wants_write() ? POLLOUT : 0)),
+             0};
+    ::poll(&p, 1, poll_timeout_ms(service_deadline()));
+  }
+}
+
+JobOrder NodeLink::lost(const std::string& why) {
+  ended_ = true;
+  return {JobOrder::Kind::kEnd, 0, kJobFailedExitCode,
+          fmt::format("xla-spawn: lost the master (node 0 at {}): {}\n", master_text_, why)};
+}
+
+// Every message tells the master this node is alive, so the next heartbeat is due a full
+// interval after any message.
+void NodeLink::send(const Message& m) {
+  next_heartbeat_ = Clock::now() + options_.heartbeat_interval;
+  connection_->send(m);
+}
+
+}  // namespace xs::cluster

@@ -1,0 +1,80 @@
+#pragma once
+// A node's link to its job's rendezvous server, held by that node's xla-spawn: it registers
+// the node, receives the world once every node has, exchanges heartbeats, reports this
+// node's failures and the end of each attempt, and hears the job's orders: Stop (a failure
+// elsewhere: stop the replicas), Next (restart as attempt k) and End (exit with this status).
+// A master that closes the connection or falls silent for the heartbeat timeout is reported
+// as an End with kJobFailedExitCode, so every caller treats "the master is gone" like an order.
+//
+//   xs::cluster::NodeLink link(addr, port, token, options);
+//   const xs::cluster::World world = link.join(deadline);   // throws if the job cannot form
+//   // in the supervisor's poll loop, when fd() is readable or service_deadline() has passed:
+//   for (const xs::cluster::JobOrder& order : link.service()) ...
+//   link.report_failure(failed);
+//   xs::cluster::JobOrder next = link.finish_attempt(attempt, exit_code);   // Next or End
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cluster/connection.h"
+#include "cluster/job_token.h"
+#include "cluster/wire.h"
+
+namespace xs::cluster {
+
+struct NodeLinkOptions {
+  Register node;  // this node's registration
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+};
+
+struct JobOrder {
+  enum class Kind { kStop, kNext, kEnd };
+  Kind kind = Kind::kStop;
+  uint32_t attempt = 0;   // kStop, kNext
+  int exit_code = 0;      // kEnd
+  std::string text;       // kStop: the reason; kEnd: the job's summary
+};
+
+class NodeLink {
+ public:
+  NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeLinkOptions options);
+
+  // Connects (retrying until `deadline`: the master may start later), authenticates,
+  // registers and waits for the world. Throws Timeout when the master cannot be reached in
+  // time, PeerFailure when it refuses (with its words) or ends the job during the
+  // rendezvous (e.g. another node never came).
+  World join(Clock::time_point deadline);
+
+  int fd() const;
+  // When service() must run again at the latest (a heartbeat is due, or the master's
+  // silence would reach the timeout).
+  Clock::time_point service_deadline() const;
+  // Reads what has arrived, answers with heartbeats when due, and returns the orders.
+  std::vector<JobOrder> service();
+  // Queued and written without blocking.
+  void report_failure(const Failed& failed);
+  // Sends AttemptDone and waits (heartbeats continue) for Next or End; a Stop meanwhile is
+  // ignored (the attempt is over here already).
+  JobOrder finish_attempt(uint32_t attempt, int exit_code);
+
+  const std::string& master() const { return master_text_; }
+
+ private:
+  JobOrder lost(const std::string& why);
+  void send(const Message& m);
+
+  std::string master_addr_;
+  uint16_t port_;
+  std::string master_text_;  // "198.18.0.1:29500"
+  JobToken token_;
+  NodeLinkOptions options_;
+  std::optional<Connection> connection_;
+  Clock::time_point last_heard_;
+  Clock::time_point next_heartbeat_;
+  bool ended_ = false;
+};
+
+}  // namespace xs::cluster

@@ -1,0 +1,54 @@
+#pragma once
+// The rendezvous server of a multi-node job, run by the master node's xla-spawn in a process
+// of its own: it accepts the launchers of every node and the replicas' store clients on the
+// one address and port given (--master-addr, --master-port), authenticates each connection
+// with the job token, runs the job's coordinator (cluster/coordinator.h) over the launchers'
+// connections, exchanges heartbeats with them, and serves the key-value store through which
+// gloo's contexts exchange addresses (cluster/store_client.h). One thread, non-blocking I/O
+// with epoll; every client is bounded in what it may make the server hold (frame size before
+// and after authentication, store bytes, connection count, time to authenticate).
+//
+//   xs::cluster::RendezvousServer server(xs::cluster::listen_on(addr, port), token, config);
+//   const int exit_code = server.run();   // returns once the job has ended on every node
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "cluster/connection.h"
+#include "cluster/coordinator.h"
+#include "cluster/job_token.h"
+
+namespace xs::cluster {
+
+struct ServerConfig {
+  CoordinatorConfig job;
+  std::chrono::milliseconds heartbeat_interval{1000};
+  // Silence after which a node counts as lost (frozen, stopped, or cut off).
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  // A connection that has not authenticated by then is closed.
+  std::chrono::milliseconds auth_timeout{10000};
+  // After End: how long to wait for the nodes to read it and close before exiting.
+  std::chrono::milliseconds linger{5000};
+  size_t max_connections = 16384;
+  size_t max_store_bytes = size_t{256} << 20;
+  FILE* log = stderr;  // refusals and lost nodes, one line each (rate-limited)
+};
+
+class RendezvousServer {
+ public:
+  RendezvousServer(Fd listener, JobToken token, ServerConfig config);
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  // Serves until the job has ended and every node has read End (or the linger time passed);
+  // returns the job's exit code.
+  int run();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xs::cluster

@@ -1,0 +1,184 @@
+// The job coordinator's rules without a network: registration, the world, Stop on the first
+// failure, the root cause among all reports, restarts, lost nodes and the rendezvous deadline.
+#include <gtest/gtest.h>
+
+#include "cluster/coordinator.h"
+
+namespace xs::cluster {
+namespace {
+
+using std::chrono::milliseconds;
+
+Register node(uint32_t k, uint32_t nprocs = 2, uint32_t nnodes = 2) {
+  return Register{k, nnodes, nprocs, static_cast<int32_t>(100 + k), "host" + std::to_string(k),
+                  "198.18.0." + std::to_string(k + 1)};
+}
+
+Failed failure(FailureKind kind, int local_ordinal, int64_t wall_ns, int exit_code,
+               uint32_t attempt = 0) {
+  Failed f;
+  f.attempt = attempt;
+  f.kind = kind;
+  f.local_ordinal = local_ordinal;
+  f.wall_ns = wall_ns;
+  f.exit_code = exit_code;
+  f.description = kind == FailureKind::kSignalled ? "killed by signal 9" : "exited with code 1";
+  f.tail = {"last words"};
+  return f;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  CoordinatorTest() : job_({.nnodes = 2, .max_restarts = 1, .rdzv_timeout = milliseconds(1000),
+                            .torch_port = 5, .job_id = "xs-1-2"}, now_) {}
+  std::vector<Outgoing> join_all() {
+    std::get<std::vector<Outgoing>>(job_.on_register(node(0, 2)));
+    return std::get<std::vector<Outgoing>>(job_.on_register(node(1, 3)));
+  }
+  Clock::time_point now_ = Clock::time_point() + std::chrono::hours(1);
+  JobCoordinator job_;
+};
+
+// The one message of `out` if it is a T (a copy: `out` is often a temporary).
+template <typename T>
+std::optional<T> only(const std::vector<Outgoing>& out) {
+  if (out.size() != 1 || !std::holds_alternative<T>(out.front().message)) return std::nullopt;
+  return std::get<T>(out.front().message);
+}
+
+TEST_F(CoordinatorTest, TheWorldFormsWhenTheLastNodeRegisters) {
+  EXPECT_TRUE(std::get<std::vector<Outgoing>>(job_.on_register(node(1, 3))).empty());
+  const auto out = std::get<std::vector<Outgoing>>(job_.on_register(node(0, 2)));
+  const std::optional<World> world = only<World>(out);
+  ASSERT_TRUE(world);
+  EXPECT_EQ(world->job_id, "xs-1-2");
+  ASSERT_EQ(world->nodes.size(), 2u);
+  EXPECT_EQ(world->nodes[0].nprocs, 2u);
+  EXPECT_EQ(world->nodes[1].nprocs, 3u);
+  EXPECT_EQ(world->nodes[1].host_addr, "198.18.0.2");
+  EXPECT_EQ(job_.phase(), JobCoordinator::Phase::kRunning);
+}
+
+TEST_F(CoordinatorTest, RefusesATakenRankAnOutOfRangeRankAndAnotherNnodes) {
+  job_.on_register(node(0));
+  auto taken = job_.on_register(Register{0, 2, 2, 999, "intruder", "198.18.0.9"});
+  ASSERT_TRUE(std::holds_alternative<std::string>(taken));
+  EXPECT_NE(std::get<std::string>(taken).find("already taken by host host0"), std::string::npos)
+      << std::get<std::string>(taken);
+  auto outside = job_.on_register(node(2, 1, 2));
+  ASSERT_TRUE(std::holds_alternative<std::string>(outside));
+  EXPECT_NE(std::get<std::string>(outside).find("outside 0..1"), std::string::npos);
+  auto nnodes = job_.on_register(node(1, 1, 3));
+  ASSERT_TRUE(std::holds_alternative<std::string>(nnodes));
+  EXPECT_NE(std::get<std::string>(nnodes).find("--nnodes 3"), std::string::npos);
+  EXPECT_TRUE(std::holds_alternative<std::string>(job_.on_register(node(1, 0))));
+}
+
+TEST_F(CoordinatorTest, TheRendezvousDeadlineNamesTheNodesThatNeverCame) {
+  job_.on_register(node(0));
+  EXPECT_TRUE(job_.on_tick(now_ + milliseconds(999)).empty());
+  const std::optional<End> end = only<End>(job_.on_tick(now_ + milliseconds(1000)));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, kJobFailedExitCode);
+  EXPECT_NE(end->summary.find("node(s) 1 never registered"), std::string::npos) << end->summary;
+  EXPECT_NE(end->summary.find("node 0 (host host0"), std::string::npos) << end->summary;
+}
+
+TEST_F(CoordinatorTest, ANodeThatLeavesBeforeTheWorldFormsMayRegisterAgain) {
+  job_.on_register(node(1));
+  job_.on_lost(1, "connection closed", 0, now_);
+  EXPECT_FALSE(job_.registered(1));
+  EXPECT_TRUE(std::holds_alternative<std::vector<Outgoing>>(job_.on_register(node(1))));
+}
+
+TEST_F(CoordinatorTest, TheFirstFailureStopsEveryNodeAndTheSignalIsTheRootCause) {
+  join_all();
+  // Node 0's replica exits 1 (the echo of its peer's death) before node 1 reports the SIGKILL.
+  const std::optional<Stop> stop = only<Stop>(job_.on_failed(0, failure(FailureKind::kExited, 1, 200, 1), now_));
+  ASSERT_TRUE(stop);
+  EXPECT_TRUE(job_.on_failed(1, failure(FailureKind::kSignalled, 2, 100, 137), now_).empty());
+  EXPECT_TRUE(job_.on_attempt_done(0, {0, 1}, now_).empty());
+  const auto out = job_.on_attempt_done(1, {0, 137}, now_);
+  // max_restarts 1: the attempt restarts.
+  const std::optional<Next> next = only<Next>(out);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->attempt, 1u);
+  // Attempt 1 fails the same way with no restarts left: End names ordinal 4 = node 1's third.
+  job_.on_failed(0, failure(FailureKind::kExited, 0, 300, 1, 1), now_);
+  job_.on_failed(1, failure(FailureKind::kSignalled, 2, 250, 137, 1), now_);
+  job_.on_attempt_done(0, {1, 1}, now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(1, {1, 137}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, 137);
+  EXPECT_NE(end->summary.find("ordinal 4 (node 1, host host1, local ordinal 2) killed by signal 9"),
+            std::string::npos)
+      << end->summary;
+  EXPECT_NE(end->summary.find("[4] last words"), std::string::npos) << end->summary;
+  EXPECT_NE(end->summary.find("also: ordinal 0 (node 0"), std::string::npos) << end->summary;
+}
+
+TEST_F(CoordinatorTest, AmongExitsTheEarliestIsTheRootCause) {
+  join_all();
+  job_.on_failed(0, failure(FailureKind::kExited, 0, 500, 1), now_);
+  job_.on_failed(1, failure(FailureKind::kExited, 1, 400, 3), now_);
+  job_.on_attempt_done(0, {0, 1}, now_);
+  job_.on_attempt_done(1, {0, 3}, now_);
+  // Restarted once; the second time it ends.
+  job_.on_failed(1, failure(FailureKind::kExited, 1, 400, 3, 1), now_);
+  job_.on_attempt_done(0, {1, 1}, now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(1, {1, 3}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, 3);
+}
+
+TEST_F(CoordinatorTest, ALostNodeEndsTheJobWithoutARestart) {
+  join_all();
+  const std::optional<Stop> stop = only<Stop>(job_.on_lost(1, "no heartbeat for 5.0 s", 10, now_));
+  ASSERT_TRUE(stop);
+  EXPECT_NE(stop->reason.find("node 1 (host host1, 198.18.0.2) lost: no heartbeat"),
+            std::string::npos)
+      << stop->reason;
+  job_.on_failed(0, failure(FailureKind::kExited, 0, 20, 1), now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(0, {0, 1}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, kJobFailedExitCode);
+  EXPECT_NE(end->summary.find("node 1 (host host1, 198.18.0.2) lost"), std::string::npos)
+      << end->summary;
+}
+
+TEST_F(CoordinatorTest, AnInterruptionOutranksEverythingAndIsNotRestarted) {
+  join_all();
+  Failed sigint = failure(FailureKind::kInterrupted, -1, 900, 130);
+  sigint.description = "was interrupted by SIGINT";
+  job_.on_failed(1, failure(FailureKind::kSignalled, 0, 100, 137), now_);
+  job_.on_failed(0, sigint, now_);
+  job_.on_attempt_done(0, {0, 130}, now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(1, {0, 137}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, 130);
+  EXPECT_NE(end->summary.find("node 0 (host host0, 198.18.0.1) was interrupted by SIGINT"),
+            std::string::npos)
+      << end->summary;
+}
+
+TEST_F(CoordinatorTest, SuccessEverywhereEndsWithZero) {
+  join_all();
+  EXPECT_TRUE(job_.on_attempt_done(1, {0, 0}, now_).empty());
+  const std::optional<End> end = only<End>(job_.on_attempt_done(0, {0, 0}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, 0);
+  EXPECT_TRUE(end->summary.empty());
+}
+
+TEST_F(CoordinatorTest, StaleReportsOfAnEarlierAttemptAreIgnored) {
+  join_all();
+  job_.on_failed(0, failure(FailureKind::kExited, 0, 1, 1), now_);
+  job_.on_attempt_done(0, {0, 1}, now_);
+  ASSERT_TRUE(only<Next>(job_.on_attempt_done(1, {0, 0}, now_)));
+  EXPECT_TRUE(job_.on_failed(1, failure(FailureKind::kExited, 0, 2, 1, 0), now_).empty());
+  EXPECT_TRUE(job_.on_attempt_done(1, {0, 1}, now_).empty());
+  EXPECT_EQ(job_.phase(), JobCoordinator::Phase::kRunning);
+}
+
+}  // namespace
+}  // namespace xs::cluster

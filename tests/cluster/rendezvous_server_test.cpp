@@ -1,0 +1,257 @@
+// The rendezvous server over real loopback sockets: a job forms and ends, strangers, wrong
+// tokens, garbage, oversized frames, other versions and a taken node rank are refused with a
+// clear error while the server keeps serving, the store answers and times out, and silent or
+// vanished peers are found within the heartbeat timeout.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cluster/handshake.h"
+#include "cluster/node_link.h"
+#include "cluster/rendezvous_server.h"
+#include "cluster/store_client.h"
+#include "tests/support/deadline_scale.h"
+
+namespace xs::cluster {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const JobToken kToken("0123456789abcdef-test-token", "test");
+
+NodeLinkOptions node_options(uint32_t node, uint32_t nnodes, milliseconds heartbeat_timeout) {
+  NodeLinkOptions o;
+  o.node = Register{node, nnodes, 2, ::getpid(), "host" + std::to_string(node), "127.0.0.1"};
+  o.heartbeat_interval = milliseconds(100);
+  o.heartbeat_timeout = heartbeat_timeout;
+  return o;
+}
+
+Clock::time_point deadline_in(milliseconds ms) {
+  return Clock::now() + testing::scaled(ms);
+}
+
+// A server on 127.0.0.1 at a free port, run in a thread until its job ends.
+class ServerTest : public ::testing::Test {
+ protected:
+  void start(int nnodes, int max_restarts = 0) {
+    Fd listener = listen_on("127.0.0.1", 0);
+    port_ = bound_port(listener.get());
+    config_.job = {nnodes, max_restarts, testing::scaled(seconds(20)), 0, "xs-test-1"};
+    config_.heartbeat_interval = milliseconds(100);
+    config_.linger = milliseconds(500);
+    config_.log = nullptr;
+    server_ = std::async(std::launch::async, [this, l = std::move(listener)]() mutable {
+      RendezvousServer server(std::move(l), kToken, config_);
+      return server.run();
+    });
+  }
+  void TearDown() override {
+    if (server_.valid()) {
+      ASSERT_EQ(server_.wait_for(testing::scaled(seconds(20))), std::future_status::ready)
+          << "the server did not end with its job";
+    }
+  }
+  Connection raw() { return connect_to("127.0.0.1", port_, deadline_in(seconds(5))); }
+  NodeLink link(uint32_t node, uint32_t nnodes, milliseconds timeout = milliseconds(3000)) {
+    return NodeLink("127.0.0.1", port_, kToken, node_options(node, nnodes, timeout));
+  }
+  // Ends a job of `nnodes` whose nodes we do not otherwise need: every node joins and succeeds.
+  void finish_job(std::vector<NodeLink>& links) {
+    std::vector<std::future<JobOrder>> done;
+    for (NodeLink& l : links) done.push_back(std::async(std::launch::async, [&l] { return l.finish_attempt(0, 0); }));
+    for (auto& d : done) EXPECT_EQ(d.get().kind, JobOrder::Kind::kEnd);
+  }
+  std::vector<NodeLink> join_all(int nnodes) {
+    std::vector<NodeLink> links;
+    for (int k = 0; k < nnodes; ++k) links.push_back(link(static_cast<uint32_t>(k), static_cast<uint32_t>(nnodes)));
+    std::vector<std::future<World>> worlds;
+    for (NodeLink& l : links) {
+      worlds.push_back(std::async(std::launch::async, [&l] { return l.join(deadline_in(seconds(10))); }));
+    }
+    for (auto& w : worlds) EXPECT_EQ(w.get().nodes.size(), static_cast<size_t>(nnodes));
+    return links;
+  }
+
+  uint16_t port_ = 0;
+  ServerConfig config_;
+  std::future<int> server_;
+};
+
+// The refusal text a raw client receives before the server closes.
+std::string refusal_after(Connection& c, const Message& m) {
+  c.send_blocking(m, deadline_in(seconds(5)));
+  const Message reply = c.receive_blocking(deadline_in(seconds(5)));
+  const auto* error = std::get_if<ErrorReply>(&reply);
+  return error != nullptr ? error->message : std::string("no refusal: ") + std::string(message_name(reply));
+}
+
+TEST_F(ServerTest, ANodeJobFormsAndEndsWithEveryNodesSuccess) {
+  start(2);
+  auto links = join_all(2);
+  finish_job(links);
+  EXPECT_EQ(server_.get(), 0);
+}
+
+TEST_F(ServerTest, AWrongTokenIsRefusedAndTheJobStillForms) {
+  start(1);
+  Connection c = raw();
+  try {
+    client_handshake(c, JobToken("another-token-entirely", "other"), Role::kNode, deadline_in(seconds(5)));
+    FAIL() << "authenticated with a wrong token";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong job token"), std::string::npos) << e.what();
+  }
+  auto links = join_all(1);
+  finish_job(links);
+}
+
+TEST_F(ServerTest, GarbageAnotherVersionAndOversizedFramesAreRefused) {
+  start(1);
+  {
+    Connection c = raw();
+    // An HTTP request: its first four bytes read as a length far above the pre-auth limit.
+    c.send_blocking(Heartbeat{}, deadline_in(seconds(5)));  // a valid frame, but not Hello
+    const Message reply = c.receive_blocking(deadline_in(seconds(5)));
+    ASSERT_TRUE(std::holds_alternative<ErrorReply>(reply));
+    EXPECT_NE(std::get<ErrorReply>(reply).message.find("expected Hello"), std::string::npos);
+  }
+  {
+    Connection c = raw();
+    const std::string http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::send(c.fd(), http.data(), http.size(), MSG_NOSIGNAL), static_cast<ssize_t>(http.size()));
+    const Message reply = c.receive_blocking(deadline_in(seconds(5)));
+    ASSERT_TRUE(std::holds_alternative<ErrorReply>(reply));
+    EXPECT_NE(std::get<ErrorReply>(reply).message.find("above the limit"), std::string::npos)
+        << std::get<ErrorReply>(reply).message;
+  }
+  {
+    Connection c = raw();
+    Hello hello;
+    hello.version = kProtocolVersion + 1;
+    const std::string why = refusal_after(c, hello);
+    EXPECT_NE(why.find(fmt::format("version {}, the master speaks version {}", kProtocolVersion + 1,
+                                   kProtocolVersion)),
+              std::string::npos)
+        << why;
+  }
+  {
+    Connection c = raw();
+    client_handshake(c, kToken, Role::kStore, deadline_in(seconds(5)));
+    // Authenticated: a 2 MiB frame is still above kMaxFrameBytes.
+    std::string header("\x00\x00\x20\x00", 4);
+    ASSERT_EQ(::send(c.fd(), header.data(), 4, MSG_NOSIGNAL), 4);
+    const Message reply = c.receive_blocking(deadline_in(seconds(5)));
+    ASSERT_TRUE(std::holds_alternative<ErrorReply>(reply));
+    EXPECT_NE(std::get<ErrorReply>(reply).message.find("above the limit"), std::string::npos);
+  }
+  auto links = join_all(1);
+  finish_job(links);
+}
+
+TEST_F(ServerTest, ASecondClaimOnANodeRankIsRefusedNamingTheHolder) {
+  start(2);
+  // The first claim, made by hand so that it has certainly landed before the second.
+  Connection first = raw();
+  client_handshake(first, kToken, Role::kNode, deadline_in(seconds(5)));
+  first.send_blocking(node_options(0, 2, seconds(3)).node, deadline_in(seconds(5)));
+  NodeLink second = link(0, 2);
+  try {
+    second.join(deadline_in(seconds(10)));
+    FAIL() << "a second claim on node rank 0 was accepted";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("node rank 0 is already taken by host host0"),
+              std::string::npos)
+        << e.what();
+  }
+  NodeLink other = link(1, 2);
+  EXPECT_EQ(other.join(deadline_in(seconds(10))).nodes.size(), 2u);
+  first.send_blocking(AttemptDone{0, 0}, deadline_in(seconds(5)));
+  EXPECT_EQ(other.finish_attempt(0, 0).kind, JobOrder::Kind::kEnd);
+  EXPECT_EQ(server_.get(), 0);
+}
+
+TEST_F(ServerTest, TheStoreAnswersWaitsAndTimesOut) {
+  start(1);
+  StoreClient a("127.0.0.1", port_, kToken, testing::scaled(seconds(5)));
+  StoreClient b("127.0.0.1", port_, kToken, milliseconds(300));
+  auto later = std::async(std::launch::async, [&a] { return a.get("late"); });
+  b.set("late", {'h', 'i'});
+  EXPECT_EQ(later.get(), (std::vector<char>{'h', 'i'}));
+  b.set("x", {});
+  a.wait({"x", "late"});
+  EXPECT_THROW(b.get("never"), Timeout);
+  EXPECT_THROW(b.wait({"x", "never"}, milliseconds(100)), Timeout);
+  auto links = join_all(1);
+  finish_job(links);
+}
+
+TEST_F(ServerTest, ASilentNodeIsLostAndTheOthersAreStopped) {
+  config_.heartbeat_timeout = milliseconds(400);
+  start(2);
+  auto links = join_all(2);
+  // Node 1 stops servicing its link (a frozen launcher); node 0 keeps its heartbeats going.
+  const auto deadline = deadline_in(seconds(10));
+  std::vector<JobOrder> orders;
+  while (orders.empty() && Clock::now() < deadline) {
+    orders = links[0].service();
+    std::this_thread::sleep_for(milliseconds(20));  // the pace of a supervisor's poll loop
+  }
+  ASSERT_FALSE(orders.empty());
+  EXPECT_EQ(orders.front().kind, JobOrder::Kind::kStop);
+  EXPECT_NE(orders.front().text.find("node 1 (host host1, 127.0.0.1) lost: no heartbeat"),
+            std::string::npos)
+      << orders.front().text;
+  const JobOrder end = links[0].finish_attempt(0, 143);
+  EXPECT_EQ(end.kind, JobOrder::Kind::kEnd);
+  EXPECT_EQ(end.exit_code, kJobFailedExitCode);
+  EXPECT_EQ(server_.get(), kJobFailedExitCode);
+}
+
+TEST_F(ServerTest, AConnectionThatNeverAuthenticatesIsClosed) {
+  config_.auth_timeout = milliseconds(200);
+  start(1);
+  Connection c = raw();
+  EXPECT_THROW(c.receive_blocking(deadline_in(seconds(5))), IoError);  // closed, no reply
+  auto links = join_all(1);
+  finish_job(links);
+}
+
+TEST(NodeLinkTest, AMasterThatDiesIsReportedAsTheEndOfTheJob) {
+  Fd listener = listen_on("127.0.0.1", 0);
+  const uint16_t port = bound_port(listener.get());
+  const pid_t server = ::fork();
+  ASSERT_GE(server, 0);
+  if (server == 0) {
+    ServerConfig config;
+    config.job = {1, 0, seconds(30), 0, "xs-test-2"};
+    config.log = nullptr;
+    RendezvousServer(std::move(listener), kToken, config).run();
+    ::_exit(0);
+  }
+  listener.reset();
+  NodeLink link("127.0.0.1", port, kToken, node_options(0, 1, milliseconds(3000)));
+  link.join(deadline_in(seconds(10)));
+  ::kill(server, SIGKILL);
+  ::waitpid(server, nullptr, 0);
+  const auto deadline = deadline_in(seconds(10));
+  std::vector<JobOrder> orders;
+  while (orders.empty() && Clock::now() < deadline) {
+    orders = link.service();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_EQ(orders.size(), 1u);
+  EXPECT_EQ(orders[0].kind, JobOrder::Kind::kEnd);
+  EXPECT_NE(orders[0].text.find("lost the master"), std::string::npos) << orders[0].text;
+}
+
+}  // namespace
+}  // namespace xs::cluster
