@@ -46,9 +46,9 @@ inline constexpr uint32_t kMaxNodes = 4096;
 inline constexpr uint32_t kMaxNodeProcs = 1024;
 
 // A frame that does not follow the protocol (the peer is broken, foreign or hostile).
-class ProtocolError : public InvalidArgument {
+class ProtocolError : public PeerFailure {
  public:
-  using InvalidArgument::InvalidArgument;
+  using PeerFailure::PeerFailure;
 };
 
 enum class Role : uint8_t { kNode = 1, kStore = 2 };

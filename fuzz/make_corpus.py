@@ -155,7 +155,9 @@ def spawn_options_corpus():
 # Order of fuzz/replica_env_target.h's kEnvVars.
 ENV_VARS = ["XLA_SPAWN_WORLD_SIZE", "XLA_SPAWN_ORDINAL", "XLA_SPAWN_LOCAL_WORLD_SIZE",
             "XLA_SPAWN_LOCAL_ORDINAL", "XLA_SPAWN_ATTEMPT", "XLA_SPAWN_JOB_ID", "XLA_SPAWN_SEGMENT",
-            "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK"]
+            "WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "XLA_SPAWN_NODE",
+            "XLA_SPAWN_NNODES", "XLA_SPAWN_NODE_SIZES", "XLA_SPAWN_MASTER_ADDR",
+            "XLA_SPAWN_MASTER_PORT", "XLA_SPAWN_HOST_ADDR"]
 
 
 def env(**values):
@@ -168,6 +170,11 @@ def replica_env_corpus():
                 XLA_SPAWN_LOCAL_ORDINAL="3", XLA_SPAWN_ATTEMPT="2", XLA_SPAWN_JOB_ID="xs-1-ab",
                 XLA_SPAWN_SEGMENT="/xs-1-ab", WORLD_SIZE="8", RANK="3", LOCAL_WORLD_SIZE="8",
                 LOCAL_RANK="3")
+    # Ordinal 3 = local ordinal 1 of node 1 in a job of 2 nodes x 2.
+    two_nodes = dict(XLA_SPAWN_WORLD_SIZE="4", XLA_SPAWN_ORDINAL="3", XLA_SPAWN_LOCAL_WORLD_SIZE="2",
+                     XLA_SPAWN_LOCAL_ORDINAL="1", XLA_SPAWN_NODE="1", XLA_SPAWN_NNODES="2",
+                     XLA_SPAWN_NODE_SIZES="2,2", XLA_SPAWN_MASTER_ADDR="198.18.0.1",
+                     XLA_SPAWN_MASTER_PORT="29500", XLA_SPAWN_HOST_ADDR="198.18.0.2")
     ok = {
         "ok-standalone": env(),
         "ok-launcher": env(**full),
@@ -175,6 +182,7 @@ def replica_env_corpus():
         "ok-max-world": env(XLA_SPAWN_WORLD_SIZE="1024", XLA_SPAWN_ORDINAL="1023"),
         "ok-attempt-bool-job": env(XLA_SPAWN_WORLD_SIZE="2", XLA_SPAWN_ORDINAL="1",
                                    XLA_SPAWN_JOB_ID="TRUE"),
+        "ok-second-node": env(**{**two_nodes}),
     }
     bad = {
         "bad-ordinal-only": env(XLA_SPAWN_ORDINAL="0"),
@@ -191,6 +199,13 @@ def replica_env_corpus():
                                            XLA_SPAWN_LOCAL_WORLD_SIZE="3"),
         "bad-attempt-negative": env(XLA_SPAWN_WORLD_SIZE="2", XLA_SPAWN_ORDINAL="1",
                                     XLA_SPAWN_ATTEMPT="-1"),
+        "bad-node-sizes-sum": env(**{**two_nodes, "XLA_SPAWN_NODE_SIZES": "2,3"}),
+        "bad-node-sizes-place": env(**{**two_nodes, "XLA_SPAWN_NODE_SIZES": "1,3",
+                                       "XLA_SPAWN_LOCAL_WORLD_SIZE": "3"}),
+        "bad-node-outside": env(**{**two_nodes, "XLA_SPAWN_NODE": "2"}),
+        "bad-node-sizes-text": env(**{**two_nodes, "XLA_SPAWN_NODE_SIZES": "2,,2"}),
+        "bad-no-master": env(**{**two_nodes, "XLA_SPAWN_MASTER_ADDR": ""}),
+        "bad-master-port": env(**{**two_nodes, "XLA_SPAWN_MASTER_PORT": "65536"}),
     }
     return {**ok, **bad}
 

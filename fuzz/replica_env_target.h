@@ -25,11 +25,14 @@
 
 namespace xs::fuzz {
 
-inline constexpr std::array<const char*, 11> kEnvVars = {
+// New variables go at the end, so older corpus files keep their meaning.
+inline constexpr std::array<const char*, 17> kEnvVars = {
     env_names::kWorldSize,       env_names::kOrdinal,    env_names::kLocalWorldSize,
     env_names::kLocalOrdinal,    env_names::kAttempt,    env_names::kJobId,
     env_names::kSegment,         env_names::kTorchWorldSize, env_names::kTorchRank,
-    env_names::kTorchLocalWorldSize, env_names::kTorchLocalRank};
+    env_names::kTorchLocalWorldSize, env_names::kTorchLocalRank, env_names::kNode,
+    env_names::kNnodes,          env_names::kNodeSizes,  env_names::kMasterAddr,
+    env_names::kMasterPort,      env_names::kHostAddr};
 
 // A decimal integer as the contract defines it: optional '-', then 1+ digits, nothing else;
 // nullopt when malformed or outside int64_t. Written without from_chars on purpose.
@@ -81,6 +84,23 @@ inline void check_context(const ReplicaContext& c, const std::vector<std::string
   require(c.local_ordinal >= 0 && c.local_ordinal < c.local_world_size,
           "context: local ordinal outside the local world");
   require(c.attempt >= 0, "context: negative attempt");
+  require(c.local_world_size <= kMaxLocalWorldSize, "context: local world size above the limit");
+  require(c.node >= 0 && c.node < c.nnodes, "context: node outside the job's nodes");
+  if (c.multi_node()) {
+    int first = 0;
+    int total = 0;
+    for (size_t k = 0; k < c.node_sizes.size(); ++k) {
+      if (static_cast<int>(k) < c.node) first += c.node_sizes[k];
+      total += c.node_sizes[k];
+    }
+    require(static_cast<int>(c.node_sizes.size()) == c.nnodes && total == c.world_size &&
+                first + c.local_ordinal == c.ordinal &&
+                c.node_sizes[static_cast<size_t>(c.node)] == c.local_world_size,
+            "context: node sizes inconsistent with the ordinals");
+    require(!c.master_addr.empty() && c.master_port >= 1 && c.master_port <= 65535 &&
+                !c.host_addr.empty(),
+            "context: a multi-node job without its master or host address");
+  }
   // World size as set by whichever variable is present (ours wins; they must agree).
   const std::string& world = values[0].empty() ? values[7] : values[0];
   require(world.empty() ? c.standalone() && c.world_size == 1

@@ -42,7 +42,7 @@ inline void require(bool ok, const char* what) {
 // What an accepted command line promises (launcher/options.h, launcher/supervisor.h).
 inline void check_accepted(const CommandLine& cl, const std::vector<std::string>& args) {
   if (cl.help) return;
-  require(cl.nprocs >= 1 && cl.nprocs <= kMaxWorldSize, "options: nprocs out of [1, 1024]");
+  require(cl.nprocs >= 1 && cl.nprocs <= kMaxLocalWorldSize, "options: nprocs out of [1, 1024]");
   require(!cl.command.empty(), "options: accepted without a command");
   require(cl.command.size() <= args.size(), "options: command longer than argv");
   for (size_t i = 0; i < cl.command.size(); ++i) {

@@ -8,12 +8,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "launcher/command_path.h"
+#include "launcher/node_session.h"
 #include "launcher/options.h"
 #include "launcher/output_mux.h"
 #include "launcher/reaper.h"
@@ -39,12 +41,26 @@ int run(int argc, const char* const* argv) {
     xs::write_all(2, fmt::format("xla-spawn: cannot execute {}: {}\n", path, std::strerror(errno)));
     ::_exit(xs::kExitCommandNotFound);
   };
+  // A multi-node job forms before anything is started here: a node that cannot join starts
+  // no replica.
+  std::unique_ptr<xs::NodeSession> session;
+  if (cl.nodes.multi_node()) {
+    session = xs::NodeSession::join(cl.nodes, cl.nprocs, cl.supervisor.max_restarts);
+  }
+  xs::SupervisorOptions options = cl.supervisor;
+  if (session) {
+    const xs::Placement& p = session->placement();
+    if (!cl.show_ordinals.empty()) {
+      options.output.shown =
+          xs::resolve_shown_ordinals(cl.show_ordinals, p.first_ordinal, cl.nprocs, p.world_size);
+    }
+    options.peers = session.get();
+  }
   xs::SegmentResources segment;
   // Forked before any replica, so it holds none of their pipes; removes the segment and kills
   // the replicas' groups if this process dies without doing so (SIGKILL, OOM kill).
   xs::SegmentMonitor monitor(&segment);
   xs::Reaper reaper(&monitor);
-  xs::SupervisorOptions options = cl.supervisor;
   options.resources = &reaper;
   options.observer = &reaper;
   options.monitor = &monitor;
@@ -72,6 +88,11 @@ int main(int argc, char** argv) {
   } catch (const xs::InvalidArgument& e) {
     fail(e.what());
     return xs::kExitUsage;
+  } catch (const xs::PeerFailure& e) {
+    // A multi-node job that could not form: the master's refusal or its summary, as is.
+    const std::string what = e.what();
+    xs::write_all(2, what.rfind("xla-spawn", 0) == 0 ? what : fmt::format("xla-spawn: {}\n", what));
+    return xs::kExitLauncherError;
   } catch (const std::exception& e) {
     fail(fmt::format("error: {}", e.what()));
     return xs::kExitLauncherError;

@@ -44,7 +44,18 @@ po::options_description describe_options() {
        "pin ordinal k to the (k mod CPUs)-th allowed CPU (default: when 2 <= N <= CPUs)")
       ("no-bind-cores", po::bool_switch(), "never pin replicas to CPUs")
       ("max-restarts", po::value<std::string>()->value_name("K"),
-       "after a failure, restart the whole group up to K times (default 0)");
+       "after a failure, restart the whole group up to K times (default 0)")
+      ("nnodes", po::value<std::string>()->value_name("N"),
+       "number of nodes (hosts) of the job, one xla-spawn on each (default 1, or from "
+       "Slurm's or Open MPI's environment)")
+      ("node-rank", po::value<std::string>()->value_name("K"), "this node's index, 0..N-1")
+      ("master-addr", po::value<std::string>()->value_name("ADDR"),
+       "address of node 0, which runs the job's rendezvous on it (default with Slurm: the "
+       "first host of the allocation)")
+      ("master-port", po::value<std::string>()->value_name("PORT"),
+       "port of the rendezvous on node 0 (default 29500)")
+      ("rdzv-timeout", po::value<std::string>()->value_name("SECONDS"),
+       "how long the nodes wait for each other (default 300)");
   // clang-format on
   return desc;
 }
@@ -52,7 +63,9 @@ po::options_description describe_options() {
 // Options that take a value, so the scan for the command can skip their values.
 bool takes_value(const std::string& name) {
   static const std::set<std::string> kValued = {
-      "n", "nprocs", "log-dir", "show-ordinals", "grace-period", "timeout", "max-restarts"};
+      "n",         "nprocs",       "log-dir",   "show-ordinals", "grace-period",
+      "timeout",   "max-restarts", "nnodes",    "node-rank",     "master-addr",
+      "master-port", "rdzv-timeout"};
   return kValued.count(name) > 0;
 }
 
@@ -129,7 +142,7 @@ int64_t parse_flag_int(const std::string& text, int64_t min, int64_t max, const 
 
 void apply_values(const po::variables_map& vm, CommandLine& cl) {
   cl.nprocs = vm.count("nprocs") ? static_cast<int>(parse_flag_int(vm["nprocs"].as<std::string>(),
-                                                                   1, kMaxWorldSize, "--nprocs"))
+                                                                   1, kMaxLocalWorldSize, "--nprocs"))
                                  : default_nprocs();
   SupervisorOptions& s = cl.supervisor;
   s.output.prefix = !vm["no-prefix"].as<bool>();
@@ -142,12 +155,15 @@ void apply_values(const po::variables_map& vm, CommandLine& cl) {
                                                   : CoreBinding::kAuto;
   if (vm.count("log-dir")) s.output.log_dir = vm["log-dir"].as<std::string>();
   if (vm.count("log-dir") && s.output.log_dir.empty()) throw UsageError("--log-dir: empty path");
+  const auto flag = [&vm](const char* name) -> std::optional<std::string> {
+    return vm.count(name) ? std::optional(vm[name].as<std::string>()) : std::nullopt;
+  };
+  cl.nodes = resolve_node_options({flag("nnodes"), flag("node-rank"), flag("master-addr"),
+                                   flag("master-port"), flag("rdzv-timeout")});
   if (vm.count("show-ordinals")) {
-    try {
-      s.output.shown = parse_ordinal_set(vm["show-ordinals"].as<std::string>(), cl.nprocs);
-    } catch (const InvalidArgument& e) {
-      throw UsageError(fmt::format("{} (world size {})", e.what(), cl.nprocs));
-    }
+    cl.show_ordinals = vm["show-ordinals"].as<std::string>();
+    // One node: checked now; several: once the world size is known (resolve_shown_ordinals).
+    if (!cl.nodes.multi_node()) s.output.shown = resolve_shown_ordinals(cl.show_ordinals, 0, cl.nprocs, cl.nprocs);
   }
   if (vm.count("grace-period")) {
     s.grace = parse_seconds(vm["grace-period"].as<std::string>(), "--grace-period");
@@ -161,9 +177,20 @@ void apply_values(const po::variables_map& vm, CommandLine& cl) {
 
 }  // namespace
 
+std::vector<bool> resolve_shown_ordinals(const std::string& spec, int first_ordinal, int nprocs,
+                                         int world_size) {
+  std::vector<bool> all;
+  try {
+    all = parse_ordinal_set(spec, world_size);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(fmt::format("{} (world size {})", e.what(), world_size));
+  }
+  return std::vector<bool>(all.begin() + first_ordinal, all.begin() + first_ordinal + nprocs);
+}
+
 int default_nprocs() {
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
-  return static_cast<int>(std::clamp<long>(cpus, 1, kMaxWorldSize));
+  return static_cast<int>(std::clamp<long>(cpus, 1, kMaxLocalWorldSize));
 }
 
 CommandLine parse_command_line(int argc, const char* const* argv) {

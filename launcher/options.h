@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "launcher/node_options.h"
 #include "launcher/supervisor.h"
 
 namespace xs {
@@ -28,7 +29,10 @@ class UsageError : public InvalidArgument {
 };
 
 struct CommandLine {
-  int nprocs = 1;
+  int nprocs = 1;  // on this node
+  NodeOptions nodes;
+  // --show-ordinals as given: in a multi-node job it is resolved once the world is known.
+  std::string show_ordinals;
   SupervisorOptions supervisor;
   std::vector<std::string> command;  // COMMAND [ARGS...]; non-empty unless help
   bool help = false;
@@ -37,6 +41,11 @@ struct CommandLine {
 // Parses and validates; argv[0] is the program name. Throws UsageError naming the flag, the
 // value and what was expected.
 CommandLine parse_command_line(int argc, const char* const* argv);
+
+// --show-ordinals LIST over a job of `world_size`, cut to this node's replicas (ordinals
+// first_ordinal .. first_ordinal + nprocs - 1). Throws UsageError.
+std::vector<bool> resolve_shown_ordinals(const std::string& spec, int first_ordinal, int nprocs,
+                                         int world_size);
 
 // The --help text.
 std::string usage_text();

@@ -71,7 +71,7 @@ OutputMux::OutputMux(const OutputOptions& options, int world_size)
   }
   for (int k = 0; k < world_size; ++k) {
     try {
-      log_files_.push_back(open_log(options_.log_dir, k));
+      log_files_.push_back(open_log(options_.log_dir, options_.first_ordinal + k));
     } catch (...) {
       for (FILE* file : log_files_) std::fclose(file);
       throw;
@@ -108,7 +108,8 @@ void OutputMux::on_eof(int ordinal, ReplicaStream stream) {
 void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::string>& lines) {
   const auto k = static_cast<size_t>(ordinal);
   const std::string stamp = options_.timestamp ? timestamp_now() : std::string();
-  const std::string prefix = options_.prefix ? fmt::format("[{}] {}", ordinal, stamp) : stamp;
+  const std::string prefix =
+      options_.prefix ? fmt::format("[{}] {}", options_.first_ordinal + ordinal, stamp) : stamp;
   const bool shown = options_.shown.empty() || options_.shown[k];
   std::string console;
   std::string file_text;

@@ -23,8 +23,11 @@ enum class ReplicaStream { kStdout, kStderr };
 
 struct OutputOptions {
   bool prefix = true;      // "[k] " before each console line
+  // The job ordinal of this node's first replica (multi-node jobs): lines and log files are
+  // named by job ordinal, first_ordinal + the local index the mux is given.
+  int first_ordinal = 0;
   bool timestamp = false;  // "HH:MM:SS.mmm " (local time) before each line
-  // Empty: every ordinal on the console; else shown[k] says whether ordinal k is.
+  // Empty: every ordinal on the console; else shown[k] says whether this node's k-th is.
   std::vector<bool> shown;
   std::string log_dir;     // non-empty: DIR/ordinal-<k>.log gets every line (created if missing)
   size_t tail_lines = 20;  // lines kept per ordinal for the failure summary

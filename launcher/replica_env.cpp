@@ -38,23 +38,35 @@ std::vector<EnvVar> compute_env_defaults() {
   return vars;
 }
 
-std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size, int attempt,
+std::vector<EnvVar> replica_env(const std::string& job_id, const ReplicaPlace& place, int attempt,
                                 const std::vector<EnvVar>& extra) {
   namespace n = env_names;
-  // One machine: local ordinal == ordinal, local world size == world size.
-  const std::string k = std::to_string(ordinal);
-  const std::string w = std::to_string(world_size);
+  const std::string k = std::to_string(place.ordinal);
+  const std::string local_k = std::to_string(place.local_ordinal);
+  const std::string w = std::to_string(place.world_size);
+  const std::string local_w = std::to_string(place.local_world_size);
+  const std::string a = std::to_string(attempt);
   std::vector<EnvVar> vars = {
       {n::kOrdinal, k},
-      {n::kLocalOrdinal, k},
+      {n::kLocalOrdinal, local_k},
       {n::kWorldSize, w},
-      {n::kLocalWorldSize, w},
+      {n::kLocalWorldSize, local_w},
       {n::kJobId, job_id},
-      {n::kAttempt, std::to_string(attempt)},
+      {n::kAttempt, a},
+      {n::kNode, "0"},
+      {n::kNnodes, "1"},
+      {n::kNodeSizes, std::nullopt},
+      {n::kMasterAddr, std::nullopt},
+      {n::kMasterPort, std::nullopt},
+      {n::kHostAddr, std::nullopt},
       {n::kTorchRank, k},
-      {n::kTorchLocalRank, k},
+      {n::kTorchLocalRank, local_k},
       {n::kTorchWorldSize, w},
-      {n::kTorchLocalWorldSize, w},
+      {n::kTorchLocalWorldSize, local_w},
+      {n::kTorchGroupRank, "0"},
+      {n::kTorchGroupWorldSize, "1"},
+      {n::kTorchRunId, job_id},
+      {n::kTorchRestartCount, a},
       {n::kSegment, std::nullopt},
   };
   const std::vector<EnvVar> defaults = compute_env_defaults();

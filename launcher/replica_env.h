@@ -3,7 +3,8 @@
 // torchrun's), the job id, the attempt number and whatever the job's resources add.
 //
 //   const std::string job = xs::make_job_id();                  // "xs-4242-9f3a1c07"
-//   for (const auto& v : xs::replica_env(job, 2, 8, 0, {})) ...  // XLA_SPAWN_ORDINAL=2, RANK=2...
+//   for (const auto& v : xs::replica_env(job, {.ordinal = 2, .local_ordinal = 2, .world_size = 8,
+//                                              .local_world_size = 8}, 0, {})) ...  // RANK=2...
 
 #include <optional>
 #include <string>
@@ -29,9 +30,19 @@ std::string make_job_id();
 // CPU and falls back to its SSE3 kernels, about 4x slower at GEMM (README: "Runtime benchmarks").
 std::vector<EnvVar> compute_env_defaults();
 
-// The variables for `ordinal` of `world_size`: the contract, then compute_env_defaults(),
-// then `extra` (from JobResources). XLA_SPAWN_SEGMENT is unset unless `extra` sets it.
-std::vector<EnvVar> replica_env(const std::string& job_id, int ordinal, int world_size, int attempt,
+// Where one replica sits: in the job, and on its node (the same numbers on a single node).
+struct ReplicaPlace {
+  int ordinal = 0;
+  int local_ordinal = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+};
+
+// The variables for one replica: the contract, then compute_env_defaults(), then `extra`
+// (from JobResources and, in a multi-node job, JobPeers). Everything that describes a job's
+// nodes is set for a single node too (node 0 of 1), and XLA_SPAWN_SEGMENT is unset unless
+// `extra` sets it, so a job started inside another job's replica inherits nothing of it.
+std::vector<EnvVar> replica_env(const std::string& job_id, const ReplicaPlace& place, int attempt,
                                 const std::vector<EnvVar>& extra);
 
 }  // namespace xs

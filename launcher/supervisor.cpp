@@ -29,8 +29,8 @@ class ReleaseGuard {
 };
 
 void validate(int nprocs, const SupervisorOptions& options) {
-  XS_CHECK_ARG(nprocs >= 1 && nprocs <= kMaxWorldSize, "nprocs {}: expected 1..{}", nprocs,
-               kMaxWorldSize);
+  XS_CHECK_ARG(nprocs >= 1 && nprocs <= kMaxLocalWorldSize, "nprocs {}: expected 1..{}", nprocs,
+               kMaxLocalWorldSize);
   XS_CHECK_ARG(options.grace.count() >= 0, "grace period {} ms must not be negative",
                options.grace.count());
   XS_CHECK_ARG(options.timeout.count() >= 0, "timeout {} ms must not be negative (0: none)",
@@ -53,12 +53,43 @@ void ensure_fd_limit(int nprocs) {
 detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
                                   JobResources* resources) {
   ReleaseGuard guard(resources);
-  const std::vector<EnvVar> extra = resources != nullptr
-                                        ? resources->prepare(job.job_id, job.nprocs, attempt)
-                                        : std::vector<EnvVar>();
+  const Placement& p = job.placement;
+  std::vector<EnvVar> extra =
+      resources != nullptr
+          ? resources->prepare(segment_key(job.job_id, p.node, p.nnodes), job.nprocs, attempt)
+          : std::vector<EnvVar>();
+  if (job.options->peers != nullptr) {
+    const std::vector<EnvVar> peers = job.options->peers->env();
+    extra.insert(extra.end(), peers.begin(), peers.end());
+  }
   job.mux->begin_attempt(attempt);
   detail::Attempt run(job, attempt);
   return run.run(extra);
+}
+
+// One node's end of a multi-node attempt: the job decides (restart, or end with the root
+// cause's status and summary, which every node prints); this node's own view of its replicas
+// follows the job's summary.
+bool settle_with_peers(const detail::AttemptResult& a, int attempt, JobPeers& peers,
+                       const OutputMux& mux, JobResult& result) {
+  PeerVerdict verdict;
+  if (a.job_over) {
+    verdict.exit_code = a.exit_code;
+    verdict.summary = a.summary;
+  } else {
+    verdict = peers.end_attempt(attempt, a.outcome == JobOutcome::kSucceeded ? 0 : std::max(1, a.exit_code));
+    if (!verdict.restart && verdict.exit_code != 0) verdict.summary += a.details;
+  }
+  if (verdict.restart) {
+    if (!a.summary.empty()) mux.report(a.summary);
+    result.attempts = verdict.attempt;
+    return false;
+  }
+  result.outcome = verdict.exit_code == 0 ? JobOutcome::kSucceeded : JobOutcome::kFailed;
+  result.exit_code = verdict.exit_code;
+  result.summary = verdict.summary;
+  if (!result.summary.empty()) mux.report(result.summary);
+  return true;
 }
 
 }  // namespace
@@ -66,11 +97,16 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
 JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions& options) {
   validate(nprocs, options);
   ensure_fd_limit(nprocs);
-  OutputMux mux(options.output, nprocs);
   SignalPipe signals;
   detail::JobContext job;
   job.nprocs = nprocs;
-  job.job_id = make_job_id();
+  job.placement = options.peers != nullptr
+                      ? options.peers->placement()
+                      : Placement{make_job_id(), 0, 1, 0, nprocs};
+  job.job_id = job.placement.job_id;
+  OutputOptions output = options.output;
+  output.first_ordinal = job.placement.first_ordinal;
+  OutputMux mux(output, nprocs);
   job.body = &body;
   job.options = &options;
   job.mux = &mux;
@@ -79,18 +115,27 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
 
   JobResult result;
   result.job_id = job.job_id;
-  for (int attempt = 0;; ++attempt) {
+  for (int attempt = 0;;) {
     const detail::AttemptResult a = run_attempt(job, attempt, options.resources);
     result.outcome = a.outcome;
     result.exit_code = a.exit_code;
     result.failed_ordinal = a.failed_ordinal;
     result.summary = a.summary;
     result.attempts = attempt + 1;
+    if (options.peers != nullptr) {
+      if (settle_with_peers(a, attempt, *options.peers, mux, result)) return result;
+      attempt = result.attempts;
+      mux.message(fmt::format("restarting all replicas of the job on every node: attempt {} of at "
+                              "most {}",
+                              attempt, options.max_restarts + 1));
+      continue;
+    }
     if (a.outcome == JobOutcome::kSucceeded) return result;
     mux.report(a.summary);
     if (a.outcome != JobOutcome::kFailed || attempt >= options.max_restarts) return result;
+    ++attempt;
     mux.message(fmt::format("restarting all {} replica(s): attempt {} of at most {}", nprocs,
-                            attempt + 1, options.max_restarts + 1));
+                            attempt, options.max_restarts + 1));
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "launcher/child_process.h"
 #include "launcher/exit_report.h"
+#include "launcher/job_peers.h"
 #include "launcher/job_resources.h"
 #include "launcher/output_mux.h"
 
@@ -60,6 +61,9 @@ struct SupervisorOptions {
   JobResources* resources = nullptr;            // not owned; see job_resources.h
   ReplicaObserver* observer = nullptr;          // not owned; may be null
   JobMonitor* monitor = nullptr;                // not owned; may be null
+  // The other nodes of a multi-node job (not owned; null on a single node): where this node's
+  // replicas sit, job-wide stops, restarts and the end of the job come from there.
+  JobPeers* peers = nullptr;
 };
 
 struct JobResult {

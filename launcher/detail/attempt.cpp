@@ -109,6 +109,7 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
     poll_once();
     check_deadlines();
     check_monitor();
+    check_peers();
   }
   // A job that failed another way may still have a scribbled segment behind it: say so.
   if (reason_ != StopReason::kNone && reason_ != StopReason::kCorrupt &&
@@ -163,7 +164,9 @@ void Attempt::start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
     }
   }
   if (!cpus.empty()) setup.cpu = cpus[static_cast<size_t>(replica.ordinal) % cpus.size()];
-  setup.env = replica_env(job_.job_id, replica.ordinal, job_.nprocs, attempt_, extra_env);
+  const ReplicaPlace place{global(replica.ordinal), replica.ordinal, job_.placement.world_size,
+                          job_.nprocs};
+  setup.env = replica_env(job_.job_id, place, attempt_, extra_env);
   try {
     replica.pid = fork_replica(setup, *job_.body);
   } catch (...) {
@@ -182,6 +185,11 @@ void Attempt::poll_once() {
   std::vector<std::pair<Replica*, int>> owners;  // stream 0/1, or 2 for the pidfd
   fds.push_back({job_.signals->read_fd(), POLLIN, 0});
   owners.emplace_back(nullptr, 0);
+  // The other nodes: check_peers() reads it after the poll (the entry is only a wake-up).
+  if (job_.options->peers != nullptr && job_.options->peers->fd() >= 0) {
+    fds.push_back({job_.options->peers->fd(), POLLIN, 0});
+    owners.emplace_back(nullptr, 3);
+  }
   for (Replica& r : replicas_) {
     for (int stream = 0; stream < 2; ++stream) {
       if (r.pipe_fds[stream] < 0) continue;
@@ -199,13 +207,19 @@ void Attempt::poll_once() {
   if (fds[0].revents != 0) handle_signals();
   // Output before exits: the root cause's last lines are then already in its tail.
   for (size_t i = 1; i < fds.size(); ++i) {
-    if (fds[i].revents != 0 && owners[i].second < 2) read_pipe(*owners[i].first, owners[i].second);
+    if (fds[i].revents != 0 && owners[i].first != nullptr && owners[i].second < 2) {
+      read_pipe(*owners[i].first, owners[i].second);
+    }
   }
   std::vector<Replica*> failed;  // reaped in this wake-up, in ordinal order
   for (size_t i = 1; i < fds.size(); ++i) {
+    if (owners[i].first == nullptr) continue;
     Replica& r = *owners[i].first;
     if (fds[i].revents != 0 && owners[i].second == 2 && reap(r) && is_failure(r.status)) {
       failed.push_back(&r);
+      // Every failure we did not cause, even after a stop: the job's root cause is chosen
+      // among all nodes' reports.
+      if (!r.signalled) tell_peers(r);
     }
   }
   if (!failed.empty() && reason_ == StopReason::kNone) on_failure(root_cause(failed));
@@ -230,6 +244,9 @@ int Attempt::timeout_ms_until_next_deadline() const {
       (!next || job_.deadline < *next)) {
     next = job_.deadline;
   }
+  if (job_.options->peers != nullptr && (!next || job_.options->peers->deadline() < *next)) {
+    next = job_.options->peers->deadline();
+  }
   if (reason_ == StopReason::kNone && job_.options->monitor != nullptr &&
       (!next || next_monitor_check_ < *next)) {
     next = next_monitor_check_;
@@ -244,6 +261,8 @@ void Attempt::handle_signals() {
     if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
       stop_signal_ = signo;
+      tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
+                 fmt::format("was interrupted by {}", signal_name(signo)));
       job_.mux->message(fmt::format(
           "received {}; forwarding it to {} replica(s), SIGKILL after {} ms (again: kill now)",
           signal_name(signo), running(), job_.options->grace.count()));
@@ -275,8 +294,44 @@ void Attempt::on_failure(const Replica& replica) {
   if (others > 0) {
     job_.mux->message(fmt::format(
         "ordinal {} {}; stopping the other {} replica(s) (SIGTERM, SIGKILL after {} ms)",
-        replica.ordinal, describe_status(replica.status), others, job_.options->grace.count()));
+        global(replica.ordinal), describe_status(replica.status), others,
+        job_.options->grace.count()));
   }
+  stop_all(SIGTERM);
+}
+
+void Attempt::tell_peers(const Replica& replica) {
+  if (job_.options->peers == nullptr) return;
+  LocalFailure f;
+  f.local_ordinal = replica.ordinal;
+  f.kind = WIFSIGNALED(replica.status) ? LocalFailureKind::kSignalled : LocalFailureKind::kExited;
+  f.exit_code = exit_code_for_status(replica.status);
+  f.description = describe_status(replica.status);
+  const auto& tail = job_.mux->tail(replica.ordinal);
+  f.tail.assign(tail.begin(), tail.end());
+  job_.options->peers->local_failure(f);
+}
+
+void Attempt::tell_peers(LocalFailureKind kind, int exit_code, const std::string& description) {
+  if (job_.options->peers == nullptr) return;
+  LocalFailure f;
+  f.kind = kind;
+  f.exit_code = exit_code;
+  f.description = description;
+  job_.options->peers->local_failure(f);
+}
+
+// Another node failed (or the job ended meanwhile): stop this node's replicas as after a
+// local failure, but none of them is to blame.
+void Attempt::check_peers() {
+  if (job_.options->peers == nullptr) return;
+  std::optional<PeerStop> stop = job_.options->peers->service();
+  if (!stop) return;
+  if (stop->job_over || !peer_stop_) peer_stop_ = *stop;
+  if (reason_ != StopReason::kNone) return;
+  reason_ = StopReason::kPeers;
+  job_.mux->message(fmt::format("{}; stopping {} replica(s) (SIGTERM, SIGKILL after {} ms)",
+                                stop->reason, running(), job_.options->grace.count()));
   stop_all(SIGTERM);
 }
 
@@ -297,6 +352,8 @@ void Attempt::check_deadlines() {
   const auto now = Clock::now();
   if (reason_ == StopReason::kNone && now >= job_.deadline) {
     reason_ = StopReason::kTimeout;
+    tell_peers(LocalFailureKind::kTimedOut, kExitTimeout,
+               fmt::format("timed out (--timeout {:.3g} s)", job_.options->timeout.count() / 1000.0));
     job_.mux->message(fmt::format("job timeout expired; stopping {} replica(s)", running()));
     stop_all(SIGTERM);
   }
@@ -314,6 +371,7 @@ void Attempt::check_monitor() {
   if (!bad) return;
   reason_ = StopReason::kCorrupt;
   corruption_ = std::move(*bad);
+  tell_peers(LocalFailureKind::kLauncherError, kExitLauncherError, corruption_);
   job_.mux->message(fmt::format("{}; stopping {} replica(s) (SIGTERM, SIGKILL after {} ms)",
                                 corruption_, running(), job_.options->grace.count()));
   stop_all(SIGTERM);
@@ -375,13 +433,28 @@ AttemptResult Attempt::result() const {
       result.outcome = JobOutcome::kInterrupted;
       result.exit_code = 128 + stop_signal_;
       break;
+    case StopReason::kPeers:
+      result.outcome = JobOutcome::kFailed;
+      result.exit_code = kExitLauncherError;  // the job's verdict replaces it
+      break;
   }
   result.summary = report();
+  result.details = details();
+  if (peer_stop_ && peer_stop_->job_over) {
+    result.job_over = true;
+    result.outcome = JobOutcome::kFailed;
+    result.exit_code = peer_stop_->exit_code;
+    result.summary = peer_stop_->summary + others_report();
+  }
   return result;
 }
 
 std::string Attempt::report() const {
-  std::string text = headline() + others_report();
+  return headline() + details();
+}
+
+std::string Attempt::details() const {
+  std::string text = others_report();
   if (reason_ != StopReason::kCorrupt && !corruption_.empty()) {
     text += fmt::format("xla-spawn: also found: {}\n", corruption_);
   }
@@ -399,17 +472,22 @@ std::string Attempt::headline() const {
     return fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {}\n", job_.job_id,
                        attempt_, elapsed_s, corruption_);
   }
+  if (reason_ == StopReason::kPeers) {
+    return fmt::format("xla-spawn: job {} attempt {} stopped on node {} after {:.2f} s: {}\n",
+                       job_.job_id, attempt_, job_.placement.node, elapsed_s, peer_stop_->reason);
+  }
   if (reason_ != StopReason::kFailure) {
     return fmt::format("xla-spawn: job {} interrupted by {} after {:.2f} s\n", job_.job_id,
                        signal_name(stop_signal_), elapsed_s);
   }
   const Replica& root = replicas_[static_cast<size_t>(*root_)];
+  const int ordinal = global(root.ordinal);
   std::string text =
       fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
-                  job_.job_id, attempt_, elapsed_s, root.ordinal, describe_status(root.status));
+                  job_.job_id, attempt_, elapsed_s, ordinal, describe_status(root.status));
   const auto& tail = job_.mux->tail(root.ordinal);
-  text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), root.ordinal);
-  for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", root.ordinal, line);
+  text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), ordinal);
+  for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", ordinal, line);
   return text;
 }
 
@@ -419,11 +497,12 @@ std::string Attempt::others_report() const {
   std::vector<int> stopped, killed, completed, also_failed;
   for (const Replica& r : replicas_) {
     if (root_ && r.ordinal == *root_) continue;
+    const int ordinal = global(r.ordinal);
     if (r.signalled) {
-      stopped.push_back(r.ordinal);
-      if (r.killed) killed.push_back(r.ordinal);
+      stopped.push_back(ordinal);
+      if (r.killed) killed.push_back(ordinal);
     } else {
-      (is_failure(r.status) ? also_failed : completed).push_back(r.ordinal);
+      (is_failure(r.status) ? also_failed : completed).push_back(ordinal);
     }
   }
   std::string text;

@@ -24,6 +24,7 @@ using Clock = std::chrono::steady_clock;
 struct JobContext {
   int nprocs = 0;
   std::string job_id;
+  Placement placement;  // one node: ordinals 0..nprocs-1 of nprocs
   const ReplicaBody* body = nullptr;
   const SupervisorOptions* options = nullptr;
   OutputMux* mux = nullptr;
@@ -36,6 +37,12 @@ struct AttemptResult {
   int exit_code = 0;
   std::optional<int> failed_ordinal;
   std::string summary;  // empty on success
+  // The summary without its headline: what became of this node's other replicas (a
+  // multi-node job prints it below the job's own summary).
+  std::string details;
+  // A multi-node job ended during the attempt (its master was lost): exit_code and summary
+  // are the job's, and there is nothing left to ask the other nodes.
+  bool job_over = false;
 };
 
 class Attempt {
@@ -49,7 +56,7 @@ class Attempt {
   AttemptResult run(const std::vector<EnvVar>& extra_env);
 
  private:
-  enum class StopReason { kNone, kFailure, kTimeout, kSignal, kCorrupt };
+  enum class StopReason { kNone, kFailure, kTimeout, kSignal, kCorrupt, kPeers };
   struct Replica {
     int ordinal = 0;
     pid_t pid = -1;
@@ -72,12 +79,17 @@ class Attempt {
   void read_pipe(Replica& replica, int stream);
   void check_deadlines();
   void check_monitor();
+  void check_peers();
+  void tell_peers(const Replica& replica);
+  void tell_peers(LocalFailureKind kind, int exit_code, const std::string& description);
+  int global(int local_ordinal) const { return job_.placement.first_ordinal + local_ordinal; }
   void stop_all(int signo);
   void kill_all();
   bool done() const;
   int running() const;
   AttemptResult result() const;
-  std::string report() const;
+  std::string report() const;  // headline() + details()
+  std::string details() const;
   std::string headline() const;
   std::string others_report() const;
   int timeout_ms_until_next_deadline() const;
@@ -93,6 +105,7 @@ class Attempt {
   Clock::time_point started_;
   Clock::time_point next_monitor_check_{};
   std::string corruption_;  // JobMonitor's message (kCorrupt)
+  std::optional<PeerStop> peer_stop_;  // what the other nodes said (kPeers)
 };
 
 // "0-3, 5, 7" for {0, 1, 2, 3, 5, 7}.

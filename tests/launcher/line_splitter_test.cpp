@@ -55,7 +55,7 @@ TEST(LineSplitterTest, OverlongLineIsCutAtTheCap) {
 
 TEST(ReplicaEnvTest, OursAndTorchrunsNamesAndExtrasLast) {
   const std::vector<EnvVar> env =
-      replica_env("xs-1-00000000", 2, 8, 1, {{"XLA_SPAWN_SEGMENT", "/xs-seg"}});
+      replica_env("xs-1-00000000", {2, 2, 8, 8}, 1, {{"XLA_SPAWN_SEGMENT", "/xs-seg"}});
   std::map<std::string, std::optional<std::string>> last;
   for (const EnvVar& v : env) last[v.name] = v.value;
   EXPECT_EQ(last["XLA_SPAWN_ORDINAL"], "2");
@@ -66,6 +66,22 @@ TEST(ReplicaEnvTest, OursAndTorchrunsNamesAndExtrasLast) {
   EXPECT_EQ(last["XLA_SPAWN_ATTEMPT"], "1");
   EXPECT_EQ(last["XLA_SPAWN_JOB_ID"], "xs-1-00000000");
   EXPECT_EQ(last["XLA_SPAWN_SEGMENT"], "/xs-seg");
+  EXPECT_EQ(last["XLA_SPAWN_NODE"], "0");
+  EXPECT_EQ(last["XLA_SPAWN_NNODES"], "1");
+  EXPECT_EQ(last["XLA_SPAWN_MASTER_ADDR"], std::nullopt);  // an outer job's never leaks in
+  EXPECT_EQ(last["TORCHELASTIC_RESTART_COUNT"], "1");
+}
+
+TEST(ReplicaEnvTest, ANodesReplicaHasItsJobOrdinalAndItsLocalOne) {
+  const std::vector<EnvVar> env = replica_env("xs-1-00000000", {5, 1, 8, 4}, 0, {});
+  std::map<std::string, std::optional<std::string>> last;
+  for (const EnvVar& v : env) last[v.name] = v.value;
+  EXPECT_EQ(last["XLA_SPAWN_ORDINAL"], "5");
+  EXPECT_EQ(last["RANK"], "5");
+  EXPECT_EQ(last["XLA_SPAWN_LOCAL_ORDINAL"], "1");
+  EXPECT_EQ(last["LOCAL_RANK"], "1");
+  EXPECT_EQ(last["WORLD_SIZE"], "8");
+  EXPECT_EQ(last["LOCAL_WORLD_SIZE"], "4");
 }
 
 TEST(ReplicaEnvTest, JobIdsCarryThePidAndDiffer) {

@@ -1,0 +1,124 @@
+#include "launcher/node_options.h"
+
+#include <fmt/format.h>
+
+#include "base/env.h"
+#include "launcher/options.h"
+#include "replica/context.h"
+
+namespace xs {
+namespace {
+
+int64_t flag_int(const std::string& text, int64_t min, int64_t max, const char* what) {
+  try {
+    return parse_int(text, min, max, what);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+// Slurm or Open MPI, when they started this process as one task per node.
+bool from_scheduler(NodeOptions& nodes) {
+  const auto slurm_nodes = env_string("SLURM_NNODES");
+  if (slurm_nodes && env_string("SLURM_PROCID")) {  // SLURM_PROCID: inside srun, not sbatch's script
+    nodes.source = "Slurm";
+    nodes.nnodes = static_cast<int>(flag_int(*slurm_nodes, 1, kMaxNodes, "SLURM_NNODES"));
+    const auto tasks = env_int("SLURM_NTASKS", 1, INT32_MAX);
+    if (tasks && *tasks != nodes.nnodes) {
+      throw UsageError(fmt::format("Slurm started {} tasks on {} nodes: run one xla-spawn per node "
+                                   "(srun --ntasks-per-node=1), it starts the replicas",
+                                   *tasks, nodes.nnodes));
+    }
+    const auto node_id = env_string("SLURM_NODEID");
+    if (!node_id) throw UsageError("SLURM_NNODES is set but SLURM_NODEID is not");
+    nodes.node = static_cast<int>(flag_int(*node_id, 0, kMaxNodes - 1, "SLURM_NODEID"));
+    if (auto list = env_string("SLURM_JOB_NODELIST")) {
+      try {
+        nodes.master_addr = first_slurm_host(*list);
+      } catch (const InvalidArgument& e) {
+        throw UsageError(fmt::format("SLURM_JOB_NODELIST: {}", e.what()));
+      }
+    }
+    return true;
+  }
+  const auto mpi_size = env_string("OMPI_COMM_WORLD_SIZE");
+  if (mpi_size) {
+    nodes.source = "Open MPI";
+    nodes.nnodes = static_cast<int>(flag_int(*mpi_size, 1, kMaxNodes, "OMPI_COMM_WORLD_SIZE"));
+    const auto local = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT32_MAX);
+    if (local && *local != 1) {
+      throw UsageError(fmt::format("mpirun started {} processes on this node: run one xla-spawn per "
+                                   "node (mpirun --npernode 1), it starts the replicas",
+                                   *local));
+    }
+    const auto rank = env_string("OMPI_COMM_WORLD_RANK");
+    if (!rank) throw UsageError("OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not");
+    nodes.node = static_cast<int>(flag_int(*rank, 0, kMaxNodes - 1, "OMPI_COMM_WORLD_RANK"));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+NodeOptions resolve_node_options(const NodeFlags& flags) {
+  NodeOptions nodes;
+  bool scheduled = false;
+  if (flags.nnodes) {
+    nodes.nnodes = static_cast<int>(flag_int(*flags.nnodes, 1, kMaxNodes, "--nnodes"));
+  } else {
+    scheduled = from_scheduler(nodes);
+  }
+  if (flags.node_rank) {
+    nodes.node = static_cast<int>(flag_int(*flags.node_rank, 0, kMaxNodes - 1, "--node-rank"));
+  }
+  if (flags.master_addr) nodes.master_addr = *flags.master_addr;
+  if (flags.master_port) {
+    nodes.master_port = static_cast<uint16_t>(flag_int(*flags.master_port, 1, 65535, "--master-port"));
+  }
+  if (flags.rdzv_timeout) {
+    const int64_t seconds = flag_int(*flags.rdzv_timeout, 1, 86400, "--rdzv-timeout");
+    nodes.rdzv_timeout = std::chrono::seconds(seconds);
+  }
+  // Harmless on one node, but most likely a forgotten --nnodes: say so rather than run alone.
+  if (!flags.nnodes && !scheduled && (flags.node_rank || flags.master_addr || flags.master_port)) {
+    throw UsageError("--node-rank, --master-addr and --master-port need --nnodes N");
+  }
+  if (nodes.node >= nodes.nnodes) {
+    throw UsageError(fmt::format("node rank {} (from {}) must be less than --nnodes {}", nodes.node,
+                                 nodes.source, nodes.nnodes));
+  }
+  if (nodes.multi_node() && nodes.master_addr.empty()) {
+    throw UsageError(fmt::format("a job of {} nodes (from {}) needs --master-addr: the address of "
+                                 "node 0, which runs the rendezvous",
+                                 nodes.nnodes, nodes.source));
+  }
+  return nodes;
+}
+
+std::string first_slurm_host(const std::string& nodelist) {
+  std::string host;
+  size_t i = 0;
+  while (i < nodelist.size() && nodelist[i] != ',') {
+    if (nodelist[i] != '[') {
+      host.push_back(nodelist[i++]);
+      continue;
+    }
+    const size_t close = nodelist.find(']', i);
+    if (close == std::string::npos) {
+      throw InvalidArgument(fmt::format("'{}': '[' without ']'", nodelist));
+    }
+    // The first value of the first range keeps its zero padding: "[03-05,9]" -> "03".
+    const std::string inside = nodelist.substr(i + 1, close - i - 1);
+    const std::string first = inside.substr(0, inside.find_first_of(",-"));
+    if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos) {
+      throw InvalidArgument(fmt::format("'{}': range '[{}]' does not start with a number", nodelist, inside));
+    }
+    host += first;
+    i = close + 1;
+  }
+  if (host.empty()) throw InvalidArgument(fmt::format("'{}': no host", nodelist));
+  return host;
+}
+
+}  // namespace xs

@@ -1,0 +1,175 @@
+#include "launcher/node_session.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "base/env.h"
+#include "cluster/handshake.h"
+#include "launcher/options.h"
+#include "launcher/output_mux.h"
+#include "replica/context.h"
+
+namespace xs {
+namespace {
+
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+// The node-0 listener, with the likely cause when it cannot bind.
+cluster::Fd listen_for_nodes(const NodeOptions& o) {
+  try {
+    return cluster::listen_on(o.master_addr, o.master_port);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("node 0 runs the job's rendezvous, but {}: is --master-addr {} an "
+                                 "address of this host, and is port {} free?",
+                                 e.what(), o.master_addr, o.master_port));
+  }
+}
+
+cluster::FailureKind wire_kind(LocalFailureKind kind) {
+  switch (kind) {
+    case LocalFailureKind::kExited: return cluster::FailureKind::kExited;
+    case LocalFailureKind::kSignalled: return cluster::FailureKind::kSignalled;
+    case LocalFailureKind::kTimedOut: return cluster::FailureKind::kTimedOut;
+    case LocalFailureKind::kInterrupted: return cluster::FailureKind::kInterrupted;
+    case LocalFailureKind::kLauncherError: return cluster::FailureKind::kLauncherError;
+  }
+  return cluster::FailureKind::kLauncherError;
+}
+
+std::string join_sizes(const cluster::World& world) {
+  std::string text;
+  for (const cluster::NodeInfo& n : world.nodes) text += fmt::format("{}{}", text.empty() ? "" : ",", n.nprocs);
+  return text;
+}
+
+// "lost the master ...: connection closed" from "xla-spawn: lost the master ...\n...".
+std::string first_line(const std::string& summary) {
+  std::string line = summary.substr(0, summary.find('\n'));
+  constexpr std::string_view kPrefix = "xla-spawn: ";
+  if (line.rfind(kPrefix, 0) == 0) line.erase(0, kPrefix.size());
+  return line.empty() ? "the job ended" : line;
+}
+
+}  // namespace
+
+std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs, int max_restarts) {
+  const cluster::JobToken token = cluster::JobToken::load();
+  const auto heartbeat_timeout = std::chrono::milliseconds(
+      env_int(kHeartbeatTimeoutEnv, 100, 3'600'000).value_or(kDefaultHeartbeatTimeoutMs));
+  // Four beats per timeout: one lost or late beat never counts as silence.
+  const auto heartbeat_interval = std::min(std::chrono::milliseconds(1000), heartbeat_timeout / 4);
+  std::unique_ptr<RendezvousProcess> server;
+  if (o.node == 0) {
+    cluster::Fd listener = listen_for_nodes(o);
+    cluster::ServerConfig config;
+    config.job = {o.nnodes, max_restarts, o.rdzv_timeout,
+                  cluster::pick_free_port(o.master_addr), make_job_id()};
+    config.heartbeat_interval = heartbeat_interval;
+    config.heartbeat_timeout = heartbeat_timeout;
+    server = std::make_unique<RendezvousProcess>(std::move(listener), token, config);
+  }
+  const std::string host_addr = env_string(env_names::kHostAddr)
+                                    .value_or(cluster::local_address_towards(o.master_addr, o.master_port));
+  cluster::NodeLinkOptions link_options;
+  link_options.node = {static_cast<uint32_t>(o.node), static_cast<uint32_t>(o.nnodes),
+                       static_cast<uint32_t>(nprocs), static_cast<int32_t>(::getpid()), host_name(),
+                       host_addr};
+  link_options.heartbeat_interval = heartbeat_interval;
+  link_options.heartbeat_timeout = heartbeat_timeout;
+  cluster::NodeLink link(o.master_addr, o.master_port, token, link_options);
+  write_all(2, fmt::format("xla-spawn: node {} of {} ({}, {}), {} replica(s): joining the job at "
+                           "{}:{} (nodes from {}; waiting up to {} s)\n",
+                           o.node, o.nnodes, link_options.node.hostname, host_addr, nprocs,
+                           o.master_addr, o.master_port, o.source, o.rdzv_timeout.count() / 1000));
+  cluster::World world = link.join(cluster::Clock::now() + o.rdzv_timeout);
+  std::unique_ptr<NodeSession> session(new NodeSession(o, std::move(link), std::move(server)));
+  session->world_ = std::move(world);
+  session->token_text_ = token.text();
+  session->host_addr_ = host_addr;
+  Placement& p = session->placement_;
+  p.job_id = session->world_.job_id;
+  p.node = o.node;
+  p.nnodes = o.nnodes;
+  for (int k = 0; k < o.nnodes; ++k) {
+    const int n = static_cast<int>(session->world_.nodes[static_cast<size_t>(k)].nprocs);
+    if (k < o.node) p.first_ordinal += n;
+    p.world_size += n;
+  }
+  write_all(2, fmt::format("xla-spawn: job {} formed: {} nodes, {} replicas (per node: {}); this "
+                           "node runs ordinals {}-{}\n",
+                           p.job_id, o.nnodes, p.world_size, join_sizes(session->world_),
+                           p.first_ordinal, p.first_ordinal + nprocs - 1));
+  return session;
+}
+
+NodeSession::NodeSession(const NodeOptions& options, cluster::NodeLink link,
+                         std::unique_ptr<RendezvousProcess> server)
+    : options_(options), server_(std::move(server)), link_(std::move(link)) {}
+
+std::vector<EnvVar> NodeSession::env() const {
+  namespace n = env_names;
+  std::vector<EnvVar> vars = {
+      {n::kNode, std::to_string(options_.node)},
+      {n::kNnodes, std::to_string(options_.nnodes)},
+      {n::kNodeSizes, join_sizes(world_)},
+      {n::kMasterAddr, options_.master_addr},
+      {n::kMasterPort, std::to_string(options_.master_port)},
+      {n::kHostAddr, host_addr_},
+      {cluster::kJobTokenEnv, token_text_},
+      {n::kTorchGroupRank, std::to_string(options_.node)},
+      {n::kTorchGroupWorldSize, std::to_string(options_.nnodes)},
+  };
+  // torch.distributed's env:// rendezvous: rank 0 hosts its store at MASTER_ADDR:MASTER_PORT,
+  // a port that was free on node 0 (unless the user chose them).
+  if (!env_string(n::kTorchMasterAddr)) vars.push_back({n::kTorchMasterAddr, options_.master_addr});
+  if (!env_string(n::kTorchMasterPort)) {
+    vars.push_back({n::kTorchMasterPort, std::to_string(world_.torch_port)});
+  }
+  return vars;
+}
+
+std::optional<PeerStop> NodeSession::service() {
+  std::optional<PeerStop> stop;
+  for (const cluster::JobOrder& order : link_.service()) {
+    switch (order.kind) {
+      case cluster::JobOrder::Kind::kStop:
+        if (order.attempt == static_cast<uint32_t>(attempt_) && !stop) {
+          stop = PeerStop{order.text, false, 0, ""};
+        }
+        break;
+      case cluster::JobOrder::Kind::kEnd:
+        return PeerStop{first_line(order.text), true, order.exit_code, order.text};
+      case cluster::JobOrder::Kind::kNext:
+        break;  // only after end_attempt; never during an attempt
+    }
+  }
+  return stop;
+}
+
+void NodeSession::local_failure(const LocalFailure& failure) {
+  cluster::Failed f;
+  f.attempt = static_cast<uint32_t>(attempt_);
+  f.local_ordinal = failure.local_ordinal;
+  f.kind = wire_kind(failure.kind);
+  f.exit_code = failure.exit_code;
+  f.wall_ns = cluster::wall_ns_now();
+  f.description = failure.description;
+  f.tail = failure.tail;
+  link_.report_failure(f);
+}
+
+PeerVerdict NodeSession::end_attempt(int attempt, int exit_code) {
+  const cluster::JobOrder order = link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code);
+  if (order.kind == cluster::JobOrder::Kind::kNext) {
+    attempt_ = static_cast<int>(order.attempt);
+    return {true, attempt_, 0, ""};
+  }
+  return {false, attempt, order.exit_code, order.text};
+}
+
+}  // namespace xs

@@ -1,0 +1,37 @@
+#pragma once
+// The master node's rendezvous server (cluster/rendezvous_server.h), run in a process of its
+// own that xla-spawn forks before anything else: the server answers the other nodes and the
+// replicas' stores however busy the supervisor is, dies with xla-spawn (PR_SET_PDEATHSIG, so
+// a killed master is seen by every node as a closed connection), and ignores the terminal's
+// Ctrl-C, which xla-spawn itself turns into a job-wide interruption.
+//
+//   xs::RendezvousProcess server(xs::cluster::listen_on(addr, port), token, config);
+//   ... the master's own NodeLink connects to addr:port like every other node ...
+//   // ~RendezvousProcess waits (bounded) for it to exit after the job has ended
+
+#include <sys/types.h>
+
+#include "cluster/connection.h"
+#include "cluster/job_token.h"
+#include "cluster/rendezvous_server.h"
+
+namespace xs {
+
+class RendezvousProcess {
+ public:
+  // Forks the server on `listener`; throws IoError when fork fails.
+  RendezvousProcess(cluster::Fd listener, const cluster::JobToken& token,
+                    const cluster::ServerConfig& config);
+  // Waits up to the server's linger time plus a margin for it to exit, then SIGKILLs it.
+  ~RendezvousProcess();
+  RendezvousProcess(const RendezvousProcess&) = delete;
+  RendezvousProcess& operator=(const RendezvousProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int wait_ms_ = 0;
+};
+
+}  // namespace xs

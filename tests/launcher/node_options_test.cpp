@@ -1,0 +1,123 @@
+// How xla-spawn learns its node of a multi-node job: flags, Slurm's and Open MPI's
+// environment, and the errors for combinations that cannot form a job.
+
+#include "launcher/node_options.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "launcher/options.h"
+#include "tests/support/scoped_env.h"
+
+namespace xs {
+namespace {
+
+// No scheduler in the environment unless a test sets one.
+class NodeOptionsTest : public ::testing::Test {
+ protected:
+  testing::ScopedEnv slurm_nodes_{"SLURM_NNODES", std::nullopt};
+  testing::ScopedEnv slurm_procid_{"SLURM_PROCID", std::nullopt};
+  testing::ScopedEnv slurm_tasks_{"SLURM_NTASKS", std::nullopt};
+  testing::ScopedEnv slurm_node_{"SLURM_NODEID", std::nullopt};
+  testing::ScopedEnv slurm_list_{"SLURM_JOB_NODELIST", std::nullopt};
+  testing::ScopedEnv mpi_size_{"OMPI_COMM_WORLD_SIZE", std::nullopt};
+  testing::ScopedEnv mpi_rank_{"OMPI_COMM_WORLD_RANK", std::nullopt};
+  testing::ScopedEnv mpi_local_{"OMPI_COMM_WORLD_LOCAL_SIZE", std::nullopt};
+};
+
+std::string usage_error(const NodeFlags& flags) {
+  try {
+    resolve_node_options(flags);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST_F(NodeOptionsTest, FlagsGiveTheNode) {
+  const NodeOptions o = resolve_node_options(
+      {"2", "1", "198.18.0.1", "29600", "30"});
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.node, 1);
+  EXPECT_EQ(o.master_addr, "198.18.0.1");
+  EXPECT_EQ(o.master_port, 29600);
+  EXPECT_EQ(o.rdzv_timeout, std::chrono::seconds(30));
+  EXPECT_TRUE(o.multi_node());
+}
+
+TEST_F(NodeOptionsTest, WithoutFlagsOrSchedulerItIsOneNode) {
+  const NodeOptions o = resolve_node_options({});
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_FALSE(o.multi_node());
+  EXPECT_EQ(o.master_port, kDefaultMasterPort);
+}
+
+TEST_F(NodeOptionsTest, BadCombinationsSayWhatIsMissing) {
+  EXPECT_NE(usage_error({"2", "2", "a", {}, {}}).find("node rank 2"), std::string::npos);
+  EXPECT_NE(usage_error({"2", "0", {}, {}, {}}).find("needs --master-addr"), std::string::npos);
+  EXPECT_NE(usage_error({{}, "1", "a", {}, {}}).find("need --nnodes"), std::string::npos);
+  EXPECT_NE(usage_error({"0", {}, {}, {}, {}}).find("--nnodes"), std::string::npos);
+  EXPECT_NE(usage_error({"2", "0", "a", "70000", {}}).find("--master-port"), std::string::npos);
+  EXPECT_NE(usage_error({"2", "0", "a", {}, "0"}).find("--rdzv-timeout"), std::string::npos);
+}
+
+TEST_F(NodeOptionsTest, SlurmGivesNodesRankAndTheFirstHostAsMaster) {
+  testing::ScopedEnv nodes("SLURM_NNODES", "3");
+  testing::ScopedEnv procid("SLURM_PROCID", "2");
+  testing::ScopedEnv tasks("SLURM_NTASKS", "3");
+  testing::ScopedEnv node("SLURM_NODEID", "2");
+  testing::ScopedEnv list("SLURM_JOB_NODELIST", "gpu[07-09]");
+  const NodeOptions o = resolve_node_options({});
+  EXPECT_EQ(o.source, "Slurm");
+  EXPECT_EQ(o.nnodes, 3);
+  EXPECT_EQ(o.node, 2);
+  EXPECT_EQ(o.master_addr, "gpu07");
+  // Flags win over the environment.
+  EXPECT_EQ(resolve_node_options({{}, {}, "10.0.0.1", {}, {}}).master_addr, "10.0.0.1");
+}
+
+TEST_F(NodeOptionsTest, SlurmWithSeveralTasksPerNodeIsRefused) {
+  testing::ScopedEnv nodes("SLURM_NNODES", "2");
+  testing::ScopedEnv procid("SLURM_PROCID", "0");
+  testing::ScopedEnv tasks("SLURM_NTASKS", "8");
+  testing::ScopedEnv node("SLURM_NODEID", "0");
+  testing::ScopedEnv list("SLURM_JOB_NODELIST", "a,b");
+  EXPECT_NE(usage_error({}).find("--ntasks-per-node=1"), std::string::npos);
+}
+
+TEST_F(NodeOptionsTest, ABatchScriptOutsideSrunIsOneNode) {
+  testing::ScopedEnv nodes("SLURM_NNODES", "4");  // set for the whole allocation...
+  testing::ScopedEnv node("SLURM_NODEID", "0");   // ...but no SLURM_PROCID: not inside srun
+  EXPECT_EQ(resolve_node_options({}).nnodes, 1);
+}
+
+TEST_F(NodeOptionsTest, OpenMpiGivesNodesAndRankButNotTheMaster) {
+  testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "2");
+  testing::ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1");
+  testing::ScopedEnv local("OMPI_COMM_WORLD_LOCAL_SIZE", "1");
+  EXPECT_NE(usage_error({}).find("needs --master-addr"), std::string::npos);
+  const NodeOptions o = resolve_node_options({{}, {}, "198.18.0.1", {}, {}});
+  EXPECT_EQ(o.source, "Open MPI");
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.node, 1);
+}
+
+TEST(FirstSlurmHost, ExpandsTheFirstRangeKeepingItsPadding) {
+  EXPECT_EQ(first_slurm_host("node[03-05,9],gpu1"), "node03");
+  EXPECT_EQ(first_slurm_host("rack[1-2]-n[7-8]"), "rack1-n7");
+  EXPECT_EQ(first_slurm_host("solo"), "solo");
+  EXPECT_EQ(first_slurm_host("a,b[1-2]"), "a");
+  EXPECT_THROW(first_slurm_host(""), InvalidArgument);
+  EXPECT_THROW(first_slurm_host("node[1-2"), InvalidArgument);
+  EXPECT_THROW(first_slurm_host("node[x-2]"), InvalidArgument);
+}
+
+TEST(ShownOrdinals, AreCutToThisNodesReplicas) {
+  EXPECT_EQ(resolve_shown_ordinals("0,3-4", 2, 3, 6), (std::vector<bool>{false, true, true}));
+  EXPECT_THROW(resolve_shown_ordinals("9", 0, 2, 6), UsageError);
+}
+
+}  // namespace
+}  // namespace xs
