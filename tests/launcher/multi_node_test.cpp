@@ -1,0 +1,201 @@
+// Multi-node jobs on one machine: one real xla-spawn per node, all on 127.0.0.1 (the
+// namespace-cluster tests in tests/cluster/ run the same jobs between hosts with links that
+// can be cut). The job forms, its replicas know where they sit, a failure on any node stops
+// every node with the root cause's status and name, a vanished or frozen node is found within
+// the heartbeat timeout, and restarts run on every node.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <map>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include "cluster/connection.h"
+#include "tests/launcher/launch_support.h"
+#include "tests/support/deadline_scale.h"
+#include "tests/support/scoped_env.h"
+
+namespace xs::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class MultiNodeTest : public ::testing::Test {
+ protected:
+  // A launcher of node `node` of `nnodes` with `nprocs` replicas of the helper.
+  std::unique_ptr<Launch> start_node(int node, int nnodes, int nprocs,
+                                     const std::vector<std::string>& helper_args,
+                                     const std::vector<std::string>& extra_flags = {}) {
+    std::vector<std::string> args = {"--nnodes",      std::to_string(nnodes), "--node-rank",
+                                     std::to_string(node), "--master-addr", "127.0.0.1",
+                                     "--master-port", std::to_string(port_),  "-n",
+                                     std::to_string(nprocs)};
+    args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+    args.push_back("--");
+    args.push_back(helper_path());
+    args.insert(args.end(), helper_args.begin(), helper_args.end());
+    return std::make_unique<Launch>(args);
+  }
+
+  const uint16_t port_ = cluster::pick_free_port("127.0.0.1");
+  ScopedEnv token_{"XLA_SPAWN_JOB_TOKEN", "multi-node-test-token-0123"};
+  // Lost nodes are found within a second, so these tests stay short.
+  ScopedEnv heartbeat_{"XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000"};
+  TempDir pids_;
+};
+
+std::map<std::string, std::string> env_of(const std::string& out, int ordinal) {
+  std::map<std::string, std::string> vars;
+  for (const std::string& line : lines_with(out, "[" + std::to_string(ordinal) + "] ENV ")) {
+    const std::string kv = line.substr(line.find("ENV ") + 4);
+    vars[kv.substr(0, kv.find('='))] = kv.substr(kv.find('=') + 1);
+  }
+  return vars;
+}
+
+TEST_F(MultiNodeTest, ReplicasKnowTheirJobOrdinalTheirNodeAndTheMaster) {
+  auto node0 = start_node(0, 2, 2, {"--do", "print-env"});
+  auto node1 = start_node(1, 2, 3, {"--do", "print-env"});
+  ASSERT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  ASSERT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  const auto zero = env_of(node0->out(), 1);
+  EXPECT_EQ(zero.at("RANK"), "1");
+  EXPECT_EQ(zero.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(zero.at("WORLD_SIZE"), "5");
+  EXPECT_EQ(zero.at("LOCAL_WORLD_SIZE"), "2");
+  const auto four = env_of(node1->out(), 4);
+  EXPECT_EQ(four.at("XLA_SPAWN_ORDINAL"), "4");
+  EXPECT_EQ(four.at("XLA_SPAWN_LOCAL_ORDINAL"), "2");
+  EXPECT_EQ(four.at("XLA_SPAWN_LOCAL_WORLD_SIZE"), "3");
+  EXPECT_EQ(four.at("XLA_SPAWN_NODE"), "1");
+  EXPECT_EQ(four.at("GROUP_RANK"), "1");
+  EXPECT_EQ(four.at("XLA_SPAWN_NNODES"), "2");
+  EXPECT_EQ(four.at("GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(four.at("XLA_SPAWN_NODE_SIZES"), "2,3");
+  EXPECT_EQ(four.at("XLA_SPAWN_MASTER_ADDR"), "127.0.0.1");
+  EXPECT_EQ(four.at("XLA_SPAWN_MASTER_PORT"), std::to_string(port_));
+  EXPECT_EQ(four.at("MASTER_ADDR"), "127.0.0.1");
+  EXPECT_NE(four.at("MASTER_PORT"), std::to_string(port_));  // torch's own store, elsewhere
+  EXPECT_EQ(four.at("XLA_SPAWN_JOB_ID"), zero.at("XLA_SPAWN_JOB_ID"));
+  EXPECT_NE(four.at("XLA_SPAWN_SEGMENT"), zero.at("XLA_SPAWN_SEGMENT"));
+}
+
+TEST_F(MultiNodeTest, AFailureOnOneNodeStopsEveryNodeWithTheRootCausesStatus) {
+  auto node0 = start_node(0, 2, 2, {"--pid-dir", pids_.path(), "--do", "sleep:30"});
+  auto node1 = start_node(1, 2, 2,
+                          {"--pid-dir", pids_.path(), "--wait-peers", "--do", "sleep:30",
+                           "--for", "3=exit:3"});
+  const int status1 = node1->wait_or_fail(scaled(seconds(30)));
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  EXPECT_EQ(WEXITSTATUS(status1), 3) << node1->err();
+  EXPECT_EQ(WEXITSTATUS(status0), 3) << node0->err();
+  const std::string cause = "ordinal 3 (node 1, host ";
+  EXPECT_NE(node0->err().find(cause), std::string::npos) << node0->err();
+  EXPECT_NE(node0->err().find("local ordinal 1) exited with code 3"), std::string::npos) << node0->err();
+  EXPECT_NE(node1->err().find(cause), std::string::npos) << node1->err();
+  EXPECT_NE(node0->err().find("stopped by xla-spawn (not failures): ordinal(s) 0-1"),
+            std::string::npos)
+      << node0->err();
+  for (pid_t pid : wait_for_pids(pids_.path(), 4, seconds(1))) EXPECT_FALSE(process_alive(pid));
+}
+
+TEST_F(MultiNodeTest, AKilledNodeIsLostAndEveryOtherNodeStopsWithinSeconds) {
+  auto node0 = start_node(0, 2, 2, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  auto node1 = start_node(1, 2, 2, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  const std::vector<pid_t> replicas = wait_for_pids(pids_.path(), 4, scaled(seconds(30)));
+  ASSERT_EQ(replicas.size(), 4u);
+  const auto killed = Clock::now();
+  ::kill(node1->pid(), SIGKILL);
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  EXPECT_LT(node0->exit_time() - killed, scaled(seconds(10)));
+  EXPECT_EQ(WEXITSTATUS(status0), 1) << node0->err();
+  EXPECT_NE(node0->err().find("node 1 (host "), std::string::npos) << node0->err();
+  EXPECT_NE(node0->err().find("127.0.0.1) lost: connection closed"), std::string::npos)
+      << node0->err();
+  // Node 1's replicas died with their launcher (parent-death signal).
+  EXPECT_TRUE(wait_until([&] { return !process_alive(replicas[2]) && !process_alive(replicas[3]); },
+                         scaled(seconds(10))));
+}
+
+TEST_F(MultiNodeTest, AFrozenNodeIsLostWithinTheHeartbeatTimeout) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  const std::vector<pid_t> replicas = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
+  ASSERT_EQ(replicas.size(), 2u);
+  const auto stopped = Clock::now();
+  ::kill(node1->pid(), SIGSTOP);
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  EXPECT_LT(node0->exit_time() - stopped, scaled(seconds(10)));
+  EXPECT_EQ(WEXITSTATUS(status0), 1) << node0->err();
+  EXPECT_NE(node0->err().find("lost: no heartbeat for"), std::string::npos) << node0->err();
+  // Resumed, node 1 finds its master gone, stops its replica and fails too.
+  ::kill(node1->pid(), SIGCONT);
+  const int status1 = node1->wait_or_fail(scaled(seconds(30)));
+  EXPECT_NE(WEXITSTATUS(status1), 0) << node1->err();
+  EXPECT_NE(node1->err().find("lost the master"), std::string::npos) << node1->err();
+  EXPECT_FALSE(process_alive(replicas[1]));
+}
+
+TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
+  auto node0 = start_node(0, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "1"});
+  auto node2 = start_node(2, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "30"});
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  const int status2 = node2->wait_or_fail(scaled(seconds(30)));
+  EXPECT_EQ(WEXITSTATUS(status0), 1) << node0->err();
+  EXPECT_EQ(WEXITSTATUS(status2), 1) << node2->err();
+  EXPECT_NE(node0->err().find("node(s) 1 never registered (2 of 3 did"), std::string::npos)
+      << node0->err();
+  EXPECT_NE(node2->err().find("node(s) 1 never registered"), std::string::npos) << node2->err();
+}
+
+TEST_F(MultiNodeTest, AWrongTokenAndATakenNodeRankAreRefusedWithAClearError) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
+  const std::vector<std::string> second_node1 = {
+      "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+      std::to_string(port_), "-n", "1", "--", helper_path(), "--do", "exit:0"};
+  {
+    ScopedEnv other("XLA_SPAWN_JOB_TOKEN", "some-other-jobs-token-4567");
+    const RunResult wrong = run_xla_spawn(second_node1);
+    EXPECT_EQ(wrong.exit_code, 1) << wrong.err;
+    EXPECT_NE(wrong.err.find("wrong job token"), std::string::npos) << wrong.err;
+  }
+  const RunResult taken = run_xla_spawn(second_node1);
+  EXPECT_EQ(taken.exit_code, 1) << taken.err;
+  EXPECT_NE(taken.err.find("node rank 1 is already taken by host"), std::string::npos) << taken.err;
+  // The job itself was not disturbed.
+  EXPECT_FALSE(node0->wait_for(milliseconds(0)));
+  ::kill(node0->pid(), SIGINT);
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 130) << node0->err();
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 130) << node1->err();
+}
+
+TEST_F(MultiNodeTest, ARestartRunsEveryNodesReplicasAgain) {
+  auto node0 = start_node(0, 2, 2, {"--do", "print-env"}, {"--max-restarts", "1"});
+  auto node1 = start_node(1, 2, 2, {"--do", "print-env", "--for", "3=fail-attempts:1:3"},
+                          {"--max-restarts", "1"});
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  for (const Launch* node : {node0.get(), node1.get()}) {
+    EXPECT_NE(node->err().find("restarting all replicas of the job on every node: attempt 1"),
+              std::string::npos)
+        << node->err();
+  }
+  EXPECT_NE(node0->out().find("[0] ENV XLA_SPAWN_ATTEMPT=1"), std::string::npos) << node0->out();
+}
+
+TEST_F(MultiNodeTest, ACtrlCOnOneNodeInterruptsTheWholeJob) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
+  ::kill(node1->pid(), SIGINT);
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 130) << node1->err();
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 130) << node0->err();
+  EXPECT_NE(node0->err().find("was interrupted by SIGINT"), std::string::npos) << node0->err();
+}
+
+}  // namespace
+}  // namespace xs::testing
