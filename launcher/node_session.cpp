@@ -86,7 +86,11 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
                            "{}:{} (nodes from {}; waiting up to {} s)\n",
                            o.node, o.nnodes, link_options.node.hostname, host_addr, nprocs,
                            o.master_addr, o.master_port, o.source, o.rdzv_timeout.count() / 1000));
-  cluster::World world = link.join(cluster::Clock::now() + o.rdzv_timeout);
+  // The master judges the rendezvous timeout and tells every node which nodes never came; a
+  // node waits a little longer than the timeout so that it hears the verdict rather than
+  // giving up at the same moment without it.
+  constexpr auto kVerdictMargin = std::chrono::seconds(5);
+  cluster::World world = link.join(cluster::Clock::now() + o.rdzv_timeout + kVerdictMargin);
   std::unique_ptr<NodeSession> session(new NodeSession(o, std::move(link), std::move(server)));
   session->world_ = std::move(world);
   session->token_text_ = token.text();
