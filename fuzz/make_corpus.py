@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the fixed seed corpus for the fuzz targets:
-fuzz/corpus/{idx,checkpoint,spawn_options,replica_env}/.
+fuzz/corpus/{idx,checkpoint,spawn_options,replica_env,rendezvous}/.
 
 Files named ok-* must be accepted, bad-* rejected with a clear error (the CTest replay in
 tests/replica/fuzz_corpus_test.cpp and tests/fuzz/cli_corpus_test.cpp check both). The checkpoint writer here is a second,
@@ -210,10 +210,85 @@ def replica_env_corpus():
     return {**ok, **bad}
 
 
+# The rendezvous wire format (cluster/wire.h), written a second time: the type byte is the
+# message's position in cluster::Message plus one; integers little-endian; strings and
+# byte arrays as u32 length + bytes; lists as u32 count + items.
+RDZV_TYPES = ["Hello", "Challenge", "Auth", "Welcome", "ErrorReply", "Register", "World",
+              "Heartbeat", "Failed", "Stop", "AttemptDone", "Next", "End", "StoreSet",
+              "StoreGet", "StoreWait", "StoreValue", "StoreOk"]
+
+
+def u32(x):
+    return struct.pack("<I", x)
+
+
+def text(s):
+    raw = s.encode() if isinstance(s, str) else s
+    return u32(len(raw)) + raw
+
+
+def frame(kind, body=b""):
+    payload = bytes([RDZV_TYPES.index(kind) + 1]) + body
+    return u32(len(payload)) + payload
+
+
+def register(node, nnodes=3, nprocs=2):
+    return frame("Register", u32(node) + u32(nnodes) + u32(nprocs) + struct.pack("<i", 100 + node) +
+                 text(f"host{node}") + text(f"198.18.0.{node + 1}"))
+
+
+def failed(attempt, local, kind, code, wall, description, tail):
+    return frame("Failed", u32(attempt) + struct.pack("<i", local) + bytes([kind]) +
+                 struct.pack("<iq", code, wall) + text(description) + u32(len(tail)) +
+                 b"".join(text(line) for line in tail))
+
+
+def done(attempt, code):
+    return frame("AttemptDone", u32(attempt) + struct.pack("<i", code))
+
+
+def rendezvous_corpus():
+    join = register(0) + register(1) + register(2)
+    ok = {
+        "ok-join": join,
+        "ok-success": join + done(0, 0) + done(0, 0) + done(0, 0),
+        "ok-restart-then-end": join + failed(0, 1, 2, 137, 5, "killed by signal 9", ["x"]) +
+        done(0, 137) + done(0, 143) + done(0, 143) + failed(1, 0, 1, 3, 9, "exited with code 3", []) +
+        done(1, 3) + done(1, 143) + done(1, 143),
+        "ok-lost": join + frame("StoreOk") + done(0, 143) + done(0, 143),
+        "ok-duplicate-rank": register(0) + register(0) + register(5) + register(1, nnodes=4),
+        "ok-rendezvous-timeout": register(0) + frame("Heartbeat") * 8,
+        "ok-store": frame("StoreSet", text("rank_0") + text(b"\x00\x01")) +
+        frame("StoreGet", text("rank_0") + u32(1000)) +
+        frame("StoreWait", u32(2) + text("a") + text("") + u32(5)),
+        "ok-handshake": frame("Hello", u32(0x5A525358) + u32(1) + bytes([1]) + bytes(16)) +
+        frame("Challenge", u32(1) + bytes(16)) + frame("Auth", bytes(16)) +
+        frame("Welcome", bytes(16)) + frame("ErrorReply", text("wrong job token")),
+        "ok-orders": frame("World", text("xs-1-2") + u32(5) + u32(1) + u32(2) + text("a") +
+                           text("b")) + frame("Stop", u32(0) + text("why")) +
+        frame("Next", u32(1)) + frame("End", struct.pack("<i", 0) + text("")) +
+        frame("StoreValue", text(b"v")),
+    }
+    bad = {
+        "bad-empty-frame": u32(0),
+        "bad-truncated": register(0)[:-3],
+        "bad-unknown-type": u32(1) + bytes([99]),
+        "bad-trailing-bytes": u32(2) + bytes([RDZV_TYPES.index("Heartbeat") + 1, 0]),
+        "bad-role": frame("Hello", u32(0x5A525358) + u32(1) + bytes([7]) + bytes(16)),
+        "bad-failure-kind-lost": failed(0, 0, 6, 1, 0, "", []),
+        "bad-huge-string": frame("ErrorReply", u32(0xFFFFFFFF)),
+        "bad-huge-list": frame("World", text("j") + u32(0) + u32(1 << 20)),
+        "bad-oversized-frame": u32((1 << 21)) + b"x",
+        "bad-http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    }
+    return {**ok, **bad}
+
+
 def main():
     for sub, files in (("idx", idx_corpus()), ("checkpoint", checkpoint_corpus()),
                        ("spawn_options", spawn_options_corpus()),
-                       ("replica_env", replica_env_corpus())):
+                       ("replica_env", replica_env_corpus()),
+                       ("rendezvous", rendezvous_corpus())):
         d = os.path.join(ROOT, sub)
         os.makedirs(d, exist_ok=True)
         for name in os.listdir(d):
