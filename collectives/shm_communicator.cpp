@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/splitmix64.h"
 #include "collectives/buffer_arena.h"
 #include "collectives/detail/rounds.h"
 #include "collectives/detail/schedules.h"
@@ -20,6 +21,30 @@ using detail::CallKind;
 // Largest tag + payload a rendezvous carries: it must fit one staging half with its lengths.
 size_t rendezvous_capacity(const detail::Rounds& rounds) {
   return rounds.half_bytes() - 2 * sizeof(uint64_t);
+}
+
+// Throws InvalidArgument unless `bounds` are world_size + 1 non-decreasing element offsets
+// from 0 to n_elems. Returns their digest, which the call header carries: ordinals that pass
+// different bounds then fail the header check (a PeerFailure naming both) rather than
+// skipping or overwriting each other's ranges.
+int32_t bounds_digest(const char* operation, const void* data, size_t n_elems,
+                      std::span<const size_t> bounds, int world_size) {
+  XS_CHECK_ARG(data != nullptr || n_elems == 0, "{}: null buffer for {} elements", operation,
+               n_elems);
+  XS_CHECK_ARG(bounds.size() == static_cast<size_t>(world_size) + 1,
+               "{}: {} bounds for world size {}, expected {}", operation, bounds.size(), world_size,
+               world_size + 1);
+  XS_CHECK_ARG(bounds.front() == 0 && bounds.back() == n_elems,
+               "{}: bounds run from {} to {}, expected 0 to the element count {}", operation,
+               bounds.front(), bounds.back(), n_elems);
+  uint64_t digest = 0;
+  for (size_t k = 0; k < bounds.size(); ++k) {
+    XS_CHECK_ARG(k == 0 || bounds[k - 1] <= bounds[k],
+                 "{}: bounds[{}] = {} is below bounds[{}] = {}", operation, k, bounds[k], k - 1,
+                 bounds[k - 1]);
+    digest = splitmix64_finalize(digest + kSplitMix64Increment + bounds[k]);
+  }
+  return static_cast<int32_t>(digest & 0x7fffffff);
 }
 
 }  // namespace
@@ -200,6 +225,47 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
     return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op);
   }
   detail::reduce_scatter(*rounds_, from, to, n_elems, dtype, op);
+}
+
+// The range phases publish their operand in round 1, like all-gather and reduce-scatter:
+// the direct forms when every operand is in its owner's arena, else reduce_ranges reduces the
+// whole buffer with the staging all-reduce of its size (same order, same bits) and
+// gather_ranges runs its staging schedule.
+void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, ReduceOp op,
+                                    std::span<const size_t> bounds) {
+  check_reducible("reduce_ranges", dtype);
+  const int32_t digest = bounds_digest("reduce_ranges", data, n_elems, bounds, world_size());
+  if (world_size() == 1) return;  // the reduction of one replica: its input
+  auto* bytes = static_cast<std::byte*>(data);
+  const size_t n_bytes = n_elems * dtype_size(dtype);
+  const bool arena = n_bytes != 0 && in_arena(data, n_bytes);
+  rounds_->begin_call("reduce_ranges",
+                      CallHeader{CallKind::kReduceRanges, dtype, op, n_elems, digest, arena});
+  const int parity = detail::publish_operand(*rounds_, bytes, arena ? arena_->offset(data) : 0);
+  if (rounds_->all_in_arena(parity)) {
+    return detail::reduce_ranges_direct(*rounds_, parity, bytes, dtype, op, bounds);
+  }
+  if (n_bytes <= one_shot_max_bytes(world_size())) {
+    detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op);
+    return;
+  }
+  detail::all_reduce_two_shot(*rounds_, bytes, n_elems, dtype, op);
+}
+
+void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
+                                    std::span<const size_t> bounds) {
+  const int32_t digest = bounds_digest("gather_ranges", data, n_elems, bounds, world_size());
+  if (world_size() == 1) return;
+  auto* bytes = static_cast<std::byte*>(data);
+  const size_t n_bytes = n_elems * dtype_size(dtype);
+  const bool arena = n_bytes != 0 && in_arena(data, n_bytes);
+  rounds_->begin_call("gather_ranges", CallHeader{CallKind::kGatherRanges, dtype, ReduceOp::kSum,
+                                                  n_elems, digest, arena});
+  const int parity = detail::publish_operand(*rounds_, bytes, arena ? arena_->offset(data) : 0);
+  if (rounds_->all_in_arena(parity)) {
+    return detail::gather_ranges_direct(*rounds_, parity, bytes, dtype_size(dtype), bounds);
+  }
+  detail::gather_ranges(*rounds_, bytes, dtype_size(dtype), bounds);
 }
 
 void ShmCommunicator::barrier() {

@@ -53,6 +53,21 @@ class ShmCommunicator final : public Communicator {
   std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                  std::span<const std::byte> payload) override;
 
+  // The host-local phases of the hierarchical collectives (multi_host_communicator.h);
+  // collective like the others: every ordinal passes the same n_elems, dtype and bounds (a
+  // difference is an xs::PeerFailure naming both ordinals). `bounds` holds world_size + 1
+  // element offsets, 0 .. n_elems; ordinal k's range is [bounds[k], bounds[k + 1]), and may be
+  // empty. Zero-copy when every ordinal's `data` is in its buffer arena, else through staging.
+  //
+  // After reduce_ranges, ordinal k's range of its own `data` holds the reduction over every
+  // ordinal's data in that range (order 0..N-1: the bits all_reduce gives); the rest of
+  // `data` is unspecified.
+  void reduce_ranges(void* data, size_t n_elems, DType dtype, ReduceOp op,
+                     std::span<const size_t> bounds);
+  // After gather_ranges, every ordinal's `data` holds in each range k ordinal k's bytes of
+  // that range.
+  void gather_ranges(void* data, size_t n_elems, DType dtype, std::span<const size_t> bounds);
+
   // From this ordinal's buffer arena; the heap when the arena is full (or absent).
   void* alloc_buffer(size_t bytes) override;
   void free_buffer(void* data) override;

@@ -16,10 +16,14 @@ std::string describe(const shm::Mailbox& m) {
   const auto kind = static_cast<CallKind>(m.kind);
   std::string text = fmt::format("{} #{} with {} elements of {}", call_kind_name(kind), m.call_seq,
                                  m.n_elems, dtype_name(static_cast<DType>(m.dtype)));
-  if (kind == CallKind::kAllReduce || kind == CallKind::kReduceScatter) {
+  if (kind == CallKind::kAllReduce || kind == CallKind::kReduceScatter ||
+      kind == CallKind::kReduceRanges) {
     text += fmt::format(", op {}", reduce_op_name(static_cast<ReduceOp>(m.op)));
   }
   if (kind == CallKind::kBroadcast) text += fmt::format(", root {}", m.aux);
+  if (kind == CallKind::kReduceRanges || kind == CallKind::kGatherRanges) {
+    text += fmt::format(", bounds digest {:#x}", static_cast<uint32_t>(m.aux));
+  }
   return text;
 }
 
@@ -44,6 +48,10 @@ const char* call_kind_name(CallKind kind) {
       return "barrier";
     case CallKind::kRendezvous:
       return "rendezvous";
+    case CallKind::kReduceRanges:
+      return "reduce_ranges";
+    case CallKind::kGatherRanges:
+      return "gather_ranges";
   }
   return "unknown collective";
 }

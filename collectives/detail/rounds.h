@@ -37,6 +37,8 @@ enum class CallKind : uint8_t {
   kReduceScatter,
   kBarrier,
   kRendezvous,
+  kReduceRanges,
+  kGatherRanges,
 };
 const char* call_kind_name(CallKind kind);
 
@@ -46,7 +48,7 @@ struct CallHeader {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   uint64_t n_elems = 0;
-  int32_t aux = 0;  // broadcast: root
+  int32_t aux = 0;  // broadcast: root; reduce_ranges, gather_ranges: digest of the bounds
   // all_reduce: this ordinal's operand is in its buffer arena. Published with every round
   // but not part of the mismatch check: replicas that differ fall back to a staging schedule.
   bool in_arena = false;

@@ -57,6 +57,16 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
                            size_t n_elems, DType dtype, ReduceOp op);
 void all_gather_direct(Rounds& rounds, int parity, const std::byte* in,
                        std::span<const GatherPiece> out, size_t n_bytes);
+// Range phases (ShmCommunicator::reduce_ranges, gather_ranges): `bounds` holds world_size + 1
+// element offsets, ordinal k's range is [bounds[k], bounds[k + 1]). After publish_operand()
+// with every operand in its owner's arena, the zero-copy forms; gather_ranges is the staging
+// schedule for operands anywhere.
+void reduce_ranges_direct(Rounds& rounds, int parity, std::byte* data, DType dtype, ReduceOp op,
+                          std::span<const size_t> bounds);
+void gather_ranges_direct(Rounds& rounds, int parity, std::byte* data, size_t elem_bytes,
+                          std::span<const size_t> bounds);
+void gather_ranges(Rounds& rounds, std::byte* data, size_t elem_bytes,
+                   std::span<const size_t> bounds);
 std::vector<std::vector<std::byte>> rendezvous(Rounds& rounds, const std::string& tag,
                                                std::span<const std::byte> payload);
 

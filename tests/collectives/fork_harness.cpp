@@ -92,9 +92,8 @@ std::string JobResult::describe() const {
 }
 
 ForkJob::ForkJob(int world_size, size_t staging_bytes, size_t arena_bytes)
-    : world_size_(world_size),
-      job_id_(unique_job_id()),
-      segment_(job_id_, world_size, staging_bytes, arena_bytes) {
+    : world_size_(world_size), job_id_(unique_job_id()) {
+  if (staging_bytes != 0) segment_.emplace(job_id_, world_size, staging_bytes, arena_bytes);
   void* scratch =
       ::mmap(nullptr, kScratchBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (scratch == MAP_FAILED) throw std::runtime_error("ForkJob: mmap scratch failed");
@@ -114,6 +113,11 @@ ForkJob::~ForkJob() {
   ::munmap(scratch_, kScratchBytes);
 }
 
+const std::string& ForkJob::segment_name() const {
+  static const std::string kNone;
+  return segment_ ? segment_->name() : kNone;
+}
+
 void ForkJob::start(const std::function<std::string(Child&)>& fn) {
   for (int ordinal = 0; ordinal < world_size_; ++ordinal) {
     int fds[2];
@@ -122,7 +126,7 @@ void ForkJob::start(const std::function<std::string(Child&)>& fn) {
     if (pid < 0) throw std::runtime_error(fmt::format("ForkJob: fork failed: {}", errno));
     if (pid == 0) {
       ::close(fds[0]);
-      Child child{ordinal, world_size_, segment_.name(), job_id_, scratch_};
+      Child child{ordinal, world_size_, segment_name(), job_id_, scratch_};
       child_main(fn, child, fds[1]);
     }
     ::close(fds[1]);

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,13 +62,15 @@ struct JobResult {
 // Exit codes of a child: 0 returned "", 1 returned a message, 2 threw, 3 threw non-std.
 class ForkJob {
  public:
+  // staging_bytes 0: no job-wide segment (segment_name() is empty); the children bring their
+  // own, e.g. one per node (multi_host_harness.h).
   explicit ForkJob(int world_size, size_t staging_bytes = kDefaultStagingBytes,
                    size_t arena_bytes = kDefaultArenaBytes);
   ~ForkJob();  // kills and reaps children still running; removes the segment
   ForkJob(const ForkJob&) = delete;
   ForkJob& operator=(const ForkJob&) = delete;
 
-  const std::string& segment_name() const { return segment_.name(); }
+  const std::string& segment_name() const;
   const std::string& job_id() const { return job_id_; }
   std::byte* scratch() const { return scratch_; }
   // Every child's pid, by ordinal (still valid after wait()).
@@ -79,7 +82,7 @@ class ForkJob {
  private:
   int world_size_;
   std::string job_id_;
-  OwnedSegment segment_;
+  std::optional<OwnedSegment> segment_;
   std::byte* scratch_;
   std::vector<pid_t> pids_;
   std::vector<bool> reaped_;

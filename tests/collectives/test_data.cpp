@@ -106,6 +106,20 @@ size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp o
   return wrong;
 }
 
+std::vector<std::byte> expected_result(DType dtype, ReduceOp op, int world_size, size_t n_elems) {
+  const size_t elem_bytes = dtype_size(dtype);
+  const int divisor = op == ReduceOp::kMean ? world_size : 1;
+  std::byte period[kPeriod * 8];
+  for (size_t i = 0; i < kPeriod; ++i) {
+    store(period, i, dtype, expected_value(op, world_size, i), divisor);
+  }
+  std::vector<std::byte> out(n_elems * elem_bytes);
+  for (size_t i = 0; i < n_elems; ++i) {
+    std::memcpy(out.data() + i * elem_bytes, period + (i % kPeriod) * elem_bytes, elem_bytes);
+  }
+  return out;
+}
+
 uint64_t fingerprint(const void* data, size_t n_bytes) {
   uint64_t hash = 1469598103934665603ull;
   const auto* p = static_cast<const unsigned char*>(data);

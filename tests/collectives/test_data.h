@@ -27,6 +27,10 @@ std::vector<std::byte> make_input(DType dtype, int ordinal, size_t n_elems);
 size_t count_wrong(const std::vector<std::byte>& result, DType dtype, ReduceOp op, int world_size,
                    std::string* first_error);
 
+// The closed form count_wrong checks against: n_elems elements of reducing every ordinal's
+// make_input with `op`.
+std::vector<std::byte> expected_result(DType dtype, ReduceOp op, int world_size, size_t n_elems);
+
 // FNV-1a of the bytes: compared across ordinals for bit-identity.
 uint64_t fingerprint(const void* data, size_t n_bytes);
 

@@ -1,0 +1,114 @@
+#pragma once
+// The network side of the hierarchical collectives (multi_host_communicator.h): one gloo TCP
+// device per process, one gloo context per group this replica belongs to, created on first
+// use, and gloo's collectives over a group, whose exceptions come out as xs::PeerFailure or
+// xs::Timeout naming the call and the group. A group is a piece's holders, one replica per
+// node (node_pieces.h); in gloo the member on node h is rank h.
+//
+//   detail::NodeGroups groups(topology, store, "10.0.0.2", "job42", 60'000);
+//   groups.set_call({"all_reduce", DType::kF32, n_elems});
+//   groups.all_reduce(piece.holders, data + piece.offset * 4, piece.count, DType::kF32, op);
+//
+// Lazy creation cannot deadlock. Creating a group's context (gloo's connectFullMesh through
+// the store) is itself a collective among exactly the group's members, like the gloo call
+// that follows it on the same piece. Every replica takes its steps in one global order: calls
+// in program order; within a call, its phases in a fixed order and its pieces by increasing
+// offset; and each step (a local phase, or a piece with its context creation) waits only for
+// that step's members. So the earliest unfinished step in that order has all its members at
+// it or on their way (their earlier steps are finished) and completes; by induction so do all.
+//
+// Every wait is bounded by the collective timeout: the context's (gloo's connects, sends and
+// receives) and the store's (get() waits at most that long for a key, see DeadlineStore).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "collectives/node_topology.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+namespace rendezvous {
+class Store;
+}
+}  // namespace gloo
+
+namespace xs::detail {
+
+// The communicator call a network operation belongs to, for error messages.
+struct CallInfo {
+  const char* name = "collective";
+  std::optional<DType> dtype;  // none for barrier and rendezvous
+  size_t n_elems = 0;
+  std::string describe() const;  // "all_reduce (f32, 669706 elements)", "barrier"
+};
+
+// Hex of a 64-bit hash of a group's holders: the store key prefix of its context (a group
+// has one holder per node, so up to kMaxNodes of them).
+std::string group_key(std::span<const int> holders);
+
+class NodeGroups {
+ public:
+  // Throws xs::IoError when gloo cannot open a device on `address` (this node's address as
+  // the other nodes reach it).
+  NodeGroups(NodeTopology topology, std::shared_ptr<gloo::rendezvous::Store> store,
+             const std::string& address, std::string prefix, int64_t timeout_ms);
+  ~NodeGroups();
+  NodeGroups(const NodeGroups&) = delete;
+  NodeGroups& operator=(const NodeGroups&) = delete;
+
+  void set_call(const CallInfo& call) { call_ = call; }
+  const CallInfo& call() const { return call_; }
+  // "all_reduce (f32, 8 elements) across nodes 0-2 (ordinals 1, 3, 4)": where errors happened.
+  std::string where(std::span<const int> holders) const;
+
+  // Each runs over the group `holders` (this replica is its member on this node) and is a no-op
+  // in a job of one node. In place on `count` elements: afterwards every member holds the
+  // reduction (gloo's ring reduces each segment once, so all get the same bits).
+  void all_reduce(std::span<const int> holders, std::byte* data, size_t count, DType dtype,
+                  ReduceOp op);
+  void broadcast(std::span<const int> holders, std::byte* data, size_t n_bytes, int root_node);
+  // The reduction lands in root_node's member's `data`; the others' `data` is clobbered.
+  void reduce(std::span<const int> holders, std::byte* data, size_t count, DType dtype, ReduceOp op,
+              int root_node);
+  void barrier(std::span<const int> holders);
+  // Every member's bytes, by node (sizes are exchanged first).
+  std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const int> holders,
+                                                       std::span<const std::byte> mine);
+
+  // Hard-closes every context's connections, so members on other nodes fail at once instead
+  // of waiting out their timeout. No context is usable afterwards.
+  void close_all() noexcept;
+
+  size_t context_count() const { return contexts_.size(); }
+  // Wall time spent creating contexts (connectFullMesh), in seconds.
+  double connect_seconds() const { return connect_seconds_; }
+
+ private:
+  using Op = std::function<void(const std::shared_ptr<gloo::Context>&)>;
+  const std::shared_ptr<gloo::Context>& context(std::span<const int> holders);
+  // Runs `op` on the group's context; gloo's exceptions leave as xs::PeerFailure / Timeout.
+  void run(std::span<const int> holders, const Op& op);
+
+  NodeTopology topology_;
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+  std::map<std::vector<int>, std::shared_ptr<gloo::Context>> contexts_;
+  CallInfo call_;
+  double connect_seconds_ = 0;
+};
+
+}  // namespace xs::detail
