@@ -1,15 +1,20 @@
 #include "replica/xm.h"
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "cluster/job_token.h"
+#include "cluster/store_client.h"
 #include "collectives/local_communicator.h"
+#include "collectives/multi_host_communicator.h"
 #include "collectives/shm_communicator.h"
 #include "runtime/runtime.h"
 #include "shm/segment.h"
+#include "shm/wait.h"
 
 namespace xs::xm {
 namespace {
@@ -26,15 +31,45 @@ std::unique_ptr<State>& state() {
   return s;
 }
 
-std::unique_ptr<Communicator> make_communicator(const ReplicaContext& ctx) {
-  if (ctx.standalone() || ctx.world_size == 1) return std::make_unique<LocalCommunicator>();
+// This node's communicator over its segment (replicas of this node only).
+std::unique_ptr<ShmCommunicator> node_communicator(const ReplicaContext& ctx) {
   if (ctx.segment_name.empty()) {
     throw InvalidArgument(fmt::format(
-        "xm::init: job '{}' has world size {} but {} is unset: start replicas with xla-spawn",
-        ctx.job_id, ctx.world_size, env_names::kSegment));
+        "xm::init: job '{}' has {} replicas on this node but {} is unset: start replicas with "
+        "xla-spawn",
+        ctx.job_id, ctx.local_world_size, env_names::kSegment));
   }
-  Segment segment = Segment::attach(ctx.segment_name, ctx.ordinal, ctx.world_size, ctx.job_id);
+  Segment segment = Segment::attach(ctx.segment_name, ctx.local_ordinal, ctx.local_world_size,
+                                    ctx.segment_key());
   return std::make_unique<ShmCommunicator>(std::move(segment));
+}
+
+// Shared memory inside the node, gloo between nodes; gloo's contexts meet through the
+// rendezvous server's store, under a prefix of this job and attempt.
+std::unique_ptr<Communicator> multi_node_communicator(const ReplicaContext& ctx) {
+  const auto token_text = env_string(cluster::kJobTokenEnv);
+  if (!token_text) {
+    throw InvalidArgument(fmt::format("xm::init: node {} of a {}-node job without {}: start "
+                                      "replicas with xla-spawn",
+                                      ctx.node, ctx.nnodes, cluster::kJobTokenEnv));
+  }
+  const std::chrono::milliseconds timeout(collective_timeout_ms_from_env());
+  auto store = std::make_shared<cluster::StoreClient>(
+      ctx.master_addr, static_cast<uint16_t>(ctx.master_port),
+      cluster::JobToken(*token_text, cluster::kJobTokenEnv), timeout);
+  std::unique_ptr<ShmCommunicator> local;
+  if (ctx.local_world_size > 1) local = node_communicator(ctx);
+  MultiHostCommunicatorOptions options;
+  options.prefix = fmt::format("{}/attempt-{}", ctx.job_id, ctx.attempt);
+  return std::make_unique<MultiHostCommunicator>(
+      NodeTopology(ctx.node_sizes, ctx.node, ctx.local_ordinal), std::move(local), std::move(store),
+      ctx.host_addr, options);
+}
+
+std::unique_ptr<Communicator> make_communicator(const ReplicaContext& ctx) {
+  if (ctx.standalone() || ctx.world_size == 1) return std::make_unique<LocalCommunicator>();
+  if (ctx.multi_node()) return multi_node_communicator(ctx);
+  return node_communicator(ctx);
 }
 
 }  // namespace
