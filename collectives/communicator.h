@@ -98,6 +98,11 @@ class Communicator {
   virtual std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
                                                          std::span<const std::byte> payload) = 0;
 
+  // Seconds this replica has spent so far in the transport between nodes (a multi-node job's
+  // network phases, waiting for peers included); 0 on a single node. A step's share of its
+  // collectives that crossed the network is the difference across the step.
+  virtual double network_seconds() const { return 0; }
+
   // Memory for collective operands, aligned to kBufferAlignBytes, never nullptr (falls back
   // to the heap when the fast kind runs out). Not collective; free with free_buffer of the
   // same communicator. This default is the heap.

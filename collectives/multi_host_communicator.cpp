@@ -67,6 +67,10 @@ MultiHostCommunicator::~MultiHostCommunicator() {
   if (scratch_ != nullptr) free_buffer(scratch_);
 }
 
+double MultiHostCommunicator::network_seconds() const {
+  return groups_->network_seconds();
+}
+
 size_t MultiHostCommunicator::group_contexts() const {
   return groups_->context_count();
 }

@@ -107,6 +107,8 @@ class MultiHostCommunicator final : public Communicator {
   void* alloc_buffer(size_t bytes) override;
   void free_buffer(void* data) override;
 
+  double network_seconds() const override;
+
   const NodeTopology& topology() const { return topology_; }
   // Group contexts created so far, and the wall time their creation (gloo's connectFullMesh)
   // took in all, in seconds.

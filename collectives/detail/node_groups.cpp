@@ -163,6 +163,14 @@ const std::shared_ptr<gloo::Context>& NodeGroups::context(std::span<const int> h
 }
 
 void NodeGroups::run(std::span<const int> holders, const Op& op) {
+  const auto start = std::chrono::steady_clock::now();
+  struct AddElapsed {  // on every exit path, exceptions included
+    double& total;
+    std::chrono::steady_clock::time_point start;
+    ~AddElapsed() {
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  } add{network_seconds_, start};
   std::string gloo_text;
   try {
     return op(context(holders));

@@ -94,6 +94,8 @@ class NodeGroups {
   size_t context_count() const { return contexts_.size(); }
   // Wall time spent creating contexts (connectFullMesh), in seconds.
   double connect_seconds() const { return connect_seconds_; }
+  // Wall time spent in gloo's operations and context creation, in seconds.
+  double network_seconds() const { return network_seconds_; }
 
  private:
   using Op = std::function<void(const std::shared_ptr<gloo::Context>&)>;
@@ -109,6 +111,7 @@ class NodeGroups {
   std::map<std::vector<int>, std::shared_ptr<gloo::Context>> contexts_;
   CallInfo call_;
   double connect_seconds_ = 0;
+  double network_seconds_ = 0;
 };
 
 }  // namespace xs::detail

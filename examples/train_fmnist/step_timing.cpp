@@ -24,6 +24,7 @@ void StepTimer::begin() {
   rendezvous_ns_ = total_ns(kTimerGraphHashCheckTime);
   execute_ns_ = total_ns(kTimerExecuteTime);
   allreduce_ns_ = total_ns(kTimerAllReduceTime);
+  network_s_ = xm::communicator().network_seconds();
 }
 
 void StepTimer::data_ready() {
@@ -42,9 +43,10 @@ void StepTimer::end(int64_t epoch, int64_t step) {
   const double allreduce_ms = (total_ns(kTimerAllReduceTime) - allreduce_ns_) / 1e6;
   const double rendezvous_ms = (total_ns(kTimerGraphHashCheckTime) - rendezvous_ns_) / 1e6;
   const double trace_ms = step_ms - wait_ms - compile_ms - execute_ms - rendezvous_ms;
+  const double internode_ms = (xm::communicator().network_seconds() - network_s_) * 1e3;
   for (double v : {static_cast<double>(epoch), static_cast<double>(step), step_ms, wait_ms,
                    trace_ms, compile_ms, execute_ms - allreduce_ms, allreduce_ms, rendezvous_ms,
-                   Ms(now.time_since_epoch()).count()}) {
+                   Ms(now.time_since_epoch()).count(), internode_ms}) {
     rows_.push_back(v);
   }
 }
@@ -55,14 +57,14 @@ void StepTimer::write_csv(const std::string& path) const {
   std::ofstream out(path);
   if (!out) throw IoError(errno_message("step timing CSV " + path, errno));
   out << "ordinal,epoch,step,step_ms,wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms,"
-         "rendezvous_ms,end_ms\n";
+         "rendezvous_ms,end_ms,internode_ms\n";
   const size_t per_ordinal = rows_.size();
   for (size_t k = 0; k < static_cast<size_t>(xm::world_size()); ++k) {
     for (size_t r = 0; r < per_ordinal; r += kColumns) {
       const double* v = &all[k * per_ordinal + r];
       out << fmt::format(
-          "{},{:.0f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f}\n", k, v[0],
-          v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9]);
+          "{},{:.0f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.4f}\n", k,
+          v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
     }
   }
   if (!out.flush()) throw IoError(errno_message("writing step timing CSV " + path, errno));
