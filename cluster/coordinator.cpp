@@ -109,6 +109,9 @@ std::vector<Outgoing> JobCoordinator::on_failed(int node, const Failed& failed,
 
 std::vector<Outgoing> JobCoordinator::record(int node, Failed failed, Clock::time_point now) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return {};
+  // A failure never ends the job with status 0, whatever a broken node claims (found by
+  // fuzz/rendezvous: a Failed with exit code 0 made the job "succeed" with a failure summary).
+  if (failed.exit_code == 0) failed.exit_code = kJobFailedExitCode;
   candidates_.push_back({node, std::move(failed)});
   std::vector<Outgoing> out;
   if (phase_ == Phase::kRunning) {

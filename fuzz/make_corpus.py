@@ -258,6 +258,10 @@ def rendezvous_corpus():
         "ok-lost": join + frame("StoreOk") + done(0, 143) + done(0, 143),
         "ok-duplicate-rank": register(0) + register(0) + register(5) + register(1, nnodes=4),
         "ok-rendezvous-timeout": register(0) + frame("Heartbeat") * 8,
+        # fuzz/run found it: a node's Failed with exit code 0 (a timeout: the root cause class
+        # that outranks the rest) ended the job with status 0 and a failure summary.
+        "ok-failure-claiming-exit-0": join + done(0, 137) + done(0, 143) + done(0, 143) +
+        failed(1, 1, 3, 0, 9, "timed out", []) + done(1, 3) + done(1, 143) + done(1, 143),
         "ok-store": frame("StoreSet", text("rank_0") + text(b"\x00\x01")) +
         frame("StoreGet", text("rank_0") + u32(1000)) +
         frame("StoreWait", u32(2) + text("a") + text("") + u32(5)),

@@ -161,6 +161,16 @@ TEST_F(CoordinatorTest, AnInterruptionOutranksEverythingAndIsNotRestarted) {
       << end->summary;
 }
 
+TEST_F(CoordinatorTest, AFailureThatClaimsExitZeroStillFailsTheJob) {
+  join_all();
+  Failed odd = failure(FailureKind::kTimedOut, -1, 1, 0);
+  job_.on_failed(1, odd, now_);
+  job_.on_attempt_done(0, {0, 143}, now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(1, {0, 124}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->exit_code, kJobFailedExitCode);
+}
+
 TEST_F(CoordinatorTest, SuccessEverywhereEndsWithZero) {
   join_all();
   EXPECT_TRUE(job_.on_attempt_done(1, {0, 0}, now_).empty());
