@@ -22,7 +22,7 @@ namespace xs {
 
 // Heartbeats: a node (or the master) silent for this long is lost. 5 s stays under the
 // 10 s within which every node must stop after a host vanishes, and far above the launcher's
-// worst stall on a loaded machine. Also read by the replicas' collective deadline checks.
+// worst stall on a loaded machine.
 inline constexpr const char* kHeartbeatTimeoutEnv = "XLA_SPAWN_HEARTBEAT_TIMEOUT_MS";
 inline constexpr int64_t kDefaultHeartbeatTimeoutMs = 5000;
 

@@ -5,8 +5,9 @@
 // training: every replica takes the master's initial parameters.
 // With N > 1 replicas the update is sharded (ZeRO stage 1, Optimizer::apply_sharded): the
 // gradients are reduce-scattered, each replica updates 1/N of the parameters and holds 1/N of
-// the optimizer state, and the parameters are all-gathered, still in one graph. The results are
-// the same bits as the all-reduce path; XLA_SPAWN_SHARDED_UPDATE=0 turns it off.
+// the optimizer state, and the parameters are all-gathered, still in one graph. On one node the
+// results are the same bits as the all-reduce path (across nodes every replica agrees, but the
+// network's sums may round in another order); XLA_SPAWN_SHARDED_UPDATE=0 turns it off.
 //
 //   xs::xm::broadcast_parameters(model.named_state());
 //   backward(loss); xs::xm::optimizer_step(opt);      // all-reduce, update, mark_step

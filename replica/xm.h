@@ -22,8 +22,10 @@ namespace xs::xm {
 inline constexpr const char* kDebugReplicasEnv = "XLA_SPAWN_DEBUG_REPLICAS";
 
 // Reads the environment (ReplicaContext::from_env), builds the communicator (a
-// ShmCommunicator on the job's segment, a LocalCommunicator when standalone or at world
-// size 1), sets it on the current runtime and tags log lines with the ordinal. Idempotent.
+// ShmCommunicator on the job's segment; in a multi-node job a MultiHostCommunicator over this
+// node's segment and gloo, whose contexts meet through the rendezvous server's store; a
+// LocalCommunicator when standalone or at world size 1), sets it on the current runtime and
+// tags log lines with the ordinal. Idempotent.
 void init();
 // Detaches the communicator from the runtime and forgets the state (tests, clean exit).
 void shutdown();
