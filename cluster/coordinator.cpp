@@ -93,6 +93,7 @@ World JobCoordinator::world() const {
   World w;
   w.job_id = config_.job_id;
   w.torch_port = config_.torch_port;
+  w.max_restarts = static_cast<uint32_t>(config_.max_restarts);
   for (const NodeState& s : nodes_) w.nodes.push_back({s.info.nprocs, s.info.hostname, s.info.host_addr});
   return w;
 }

@@ -163,6 +163,7 @@ template <typename A>
 void fields(A& a, World& m) {
   text(a, m.job_id, 255, "World.job_id");
   a.integer(m.torch_port, "World.torch_port");
+  a.integer(m.max_restarts, "World.max_restarts");
   a.list(m.nodes, kMaxNodes, "World.nodes", [](A& a2, NodeInfo& n) { node_info(a2, n); });
 }
 template <typename A>

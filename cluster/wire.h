@@ -88,7 +88,8 @@ struct NodeInfo {
 };
 struct World {
   std::string job_id;
-  uint32_t torch_port = 0;  // MASTER_PORT for torch.distributed-style programs
+  uint32_t torch_port = 0;    // MASTER_PORT for torch.distributed-style programs
+  uint32_t max_restarts = 0;  // the master's --max-restarts: it decides every restart
   std::vector<NodeInfo> nodes;
 };
 struct Heartbeat {};

@@ -268,7 +268,7 @@ def rendezvous_corpus():
         "ok-handshake": frame("Hello", u32(0x5A525358) + u32(1) + bytes([1]) + bytes(16)) +
         frame("Challenge", u32(1) + bytes(16)) + frame("Auth", bytes(16)) +
         frame("Welcome", bytes(16)) + frame("ErrorReply", text("wrong job token")),
-        "ok-orders": frame("World", text("xs-1-2") + u32(5) + u32(1) + u32(2) + text("a") +
+        "ok-orders": frame("World", text("xs-1-2") + u32(5) + u32(0) + u32(1) + u32(2) + text("a") +
                            text("b")) + frame("Stop", u32(0) + text("why")) +
         frame("Next", u32(1)) + frame("End", struct.pack("<i", 0) + text("")) +
         frame("StoreValue", text(b"v")),
@@ -281,7 +281,7 @@ def rendezvous_corpus():
         "bad-role": frame("Hello", u32(0x5A525358) + u32(1) + bytes([7]) + bytes(16)),
         "bad-failure-kind-lost": failed(0, 0, 6, 1, 0, "", []),
         "bad-huge-string": frame("ErrorReply", u32(0xFFFFFFFF)),
-        "bad-huge-list": frame("World", text("j") + u32(0) + u32(1 << 20)),
+        "bad-huge-list": frame("World", text("j") + u32(0) + u32(0) + u32(1 << 20)),
         "bad-oversized-frame": u32((1 << 21)) + b"x",
         "bad-http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     }

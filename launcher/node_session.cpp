@@ -108,6 +108,11 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
                            "node runs ordinals {}-{}\n",
                            p.job_id, o.nnodes, p.world_size, join_sizes(session->world_),
                            p.first_ordinal, p.first_ordinal + nprocs - 1));
+  if (session->world_.max_restarts != static_cast<uint32_t>(max_restarts)) {
+    write_all(2, fmt::format("xla-spawn: node 0 decides restarts: its --max-restarts is {}, "
+                             "this node's {} does not count\n",
+                             session->world_.max_restarts, max_restarts));
+  }
   return session;
 }
 

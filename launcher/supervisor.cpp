@@ -125,9 +125,9 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
     if (options.peers != nullptr) {
       if (settle_with_peers(a, attempt, *options.peers, mux, result)) return result;
       attempt = result.attempts;
-      mux.message(fmt::format("restarting all replicas of the job on every node: attempt {} of at "
-                              "most {}",
-                              attempt, options.max_restarts + 1));
+      // Node 0's --max-restarts decides (NodeSession warns when this node's differs).
+      mux.message(fmt::format("restarting all replicas of the job on every node: attempt {}",
+                              attempt));
       continue;
     }
     if (a.outcome == JobOutcome::kSucceeded) return result;

@@ -55,8 +55,9 @@ TEST(Wire, EveryMessageSurvivesARoundTrip) {
   EXPECT_EQ(back.wall_ns, -5);
   EXPECT_EQ(back.tail, failed.tail);
 
-  World world{"xs-1-2", 4242, {{2, "a", "198.18.0.1"}, {1, "b", "198.18.0.2"}}};
+  World world{"xs-1-2", 4242, 3, {{2, "a", "198.18.0.1"}, {1, "b", "198.18.0.2"}}};
   const World w = std::get<World>(round_trip(world));
+  EXPECT_EQ(w.max_restarts, 3u);
   ASSERT_EQ(w.nodes.size(), 2u);
   EXPECT_EQ(w.nodes[1].hostname, "b");
   EXPECT_EQ(w.torch_port, 4242u);
@@ -104,7 +105,7 @@ TEST(Wire, ALengthAboveItsLimitIsRefusedBeforeAnythingIsAllocated) {
   }
   // A list count that the frame cannot hold.
   std::string world(1, static_cast<char>(7));  // World
-  world += std::string(4, '\0') + std::string(4, '\0') + std::string("\x00\x10\x00\x00", 4);
+  world += std::string(4, '\0') + std::string(8, '\0') + std::string("\x00\x10\x00\x00", 4);
   EXPECT_THROW(decode(world), ProtocolError);
 }
 
