@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/int_ranges.h"
 
 namespace xs::cluster {
 namespace {
@@ -25,19 +26,6 @@ int priority(FailureKind kind) {
       return 2;
   }
   return 3;
-}
-
-// "0-2, 5" for {0, 1, 2, 5}.
-std::string format_nodes(const std::vector<int>& nodes) {
-  std::string text;
-  for (size_t i = 0; i < nodes.size();) {
-    size_t j = i;
-    while (j + 1 < nodes.size() && nodes[j + 1] == nodes[j] + 1) ++j;
-    if (!text.empty()) text += ", ";
-    text += j == i ? fmt::format("{}", nodes[i]) : fmt::format("{}-{}", nodes[i], nodes[j]);
-    i = j + 1;
-  }
-  return text;
 }
 
 }  // namespace
@@ -186,7 +174,7 @@ std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
   return end(kJobFailedExitCode,
              fmt::format("xla-spawn: rendezvous timed out after {:.3g} s: node(s) {} never registered "
                          "({} of {} did{}{})\n",
-                         config_.rdzv_timeout.count() / 1000.0, format_nodes(missing),
+                         config_.rdzv_timeout.count() / 1000.0, format_int_ranges(missing),
                          config_.nnodes - static_cast<int>(missing.size()), config_.nnodes,
                          present.empty() ? "" : ": ", present));
 }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "launcher/helper_process.h"
 #include "launcher/output_mux.h"
 #include "replica/context.h"
 #include "shm/segment.h"
@@ -42,25 +43,10 @@ struct Tracked {
   }
 };
 
-// Only fd 2 (for its one report line) and the pipe stay open: the reaper must hold none of
-// the launcher's other files (a console pipe it kept open would delay the reader's EOF).
-int isolate(int read_fd) {
-  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(signo, SIG_IGN);
-  ::prctl(PR_SET_NAME, "xla-spawn-reap");
-  if (::dup2(read_fd, 3) < 0) ::_exit(1);
-  ::syscall(SYS_close_range, 4u, ~0u, 0u);
-  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd >= 0) {
-    ::dup2(null_fd, 0);
-    ::dup2(null_fd, 1);
-    if (null_fd > 3) ::close(null_fd);
-  }
-  return 3;
-}
-
 // The reaper's whole life: record until EOF, then clean what is still recorded.
 [[noreturn]] void reaper_main(int read_fd, pid_t launcher) {
-  const int fd = isolate(read_fd);
+  // Only fd 2 (for its one report line) and the pipe stay open.
+  const int fd = isolate_helper_process("xla-spawn-reap", read_fd);
   Tracked tracked;
   std::string pending;
   char buffer[4096];

@@ -1,6 +1,5 @@
 #include "launcher/rendezvous_process.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -13,27 +12,9 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "launcher/helper_process.h"
 
 namespace xs {
-namespace {
-
-// Keeps stderr (its refusals and lost nodes are the master's console lines) and the
-// listener; everything else of the launcher's is closed, stdin/stdout become /dev/null.
-int isolate(int listener_fd) {
-  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(signo, SIG_IGN);
-  ::prctl(PR_SET_NAME, "xla-spawn-rdzv");
-  if (::dup2(listener_fd, 3) < 0) ::_exit(1);
-  ::syscall(SYS_close_range, 4u, ~0u, 0u);
-  const int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd >= 0) {
-    ::dup2(null_fd, 0);
-    ::dup2(null_fd, 1);
-    if (null_fd > 3) ::close(null_fd);
-  }
-  return 3;
-}
-
-}  // namespace
 
 RendezvousProcess::RendezvousProcess(cluster::Fd listener, const cluster::JobToken& token,
                                      const cluster::ServerConfig& config)
@@ -44,7 +25,8 @@ RendezvousProcess::RendezvousProcess(cluster::Fd listener, const cluster::JobTok
   if (pid_ > 0) return;  // the listener closes here with `listener`; the child has its copy
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the launcher died before prctl took effect
-  const int fd = isolate(listener.release());
+  // stderr stays: the server's refusals and lost nodes are the master's console lines.
+  const int fd = isolate_helper_process("xla-spawn-rdzv", listener.release());
   int code = 1;
   try {
     code = cluster::RendezvousServer(cluster::Fd(fd), token, config).run();

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/int_ranges.h"
 
 namespace xs::detail {
 namespace {
@@ -68,19 +69,6 @@ void signal_replica(pid_t pid, int signo) {
 }
 
 }  // namespace
-
-std::string format_ordinals(const std::vector<int>& ordinals) {
-  std::string text;
-  for (size_t i = 0; i < ordinals.size();) {
-    size_t j = i;
-    while (j + 1 < ordinals.size() && ordinals[j + 1] == ordinals[j] + 1) ++j;
-    if (!text.empty()) text += ", ";
-    text +=
-        j == i ? fmt::format("{}", ordinals[i]) : fmt::format("{}-{}", ordinals[i], ordinals[j]);
-    i = j + 1;
-  }
-  return text;
-}
 
 Attempt::Attempt(const JobContext& job, int attempt)
     : job_(job), attempt_(attempt), replicas_(static_cast<size_t>(job.nprocs)) {
@@ -509,15 +497,15 @@ std::string Attempt::others_report() const {
   if (!stopped.empty()) {
     text += fmt::format(
         "xla-spawn: stopped by xla-spawn (not failures): ordinal(s) {}{}\n",
-        format_ordinals(stopped),
-        killed.empty() ? "" : fmt::format("; SIGKILL needed for {}", format_ordinals(killed)));
+        format_int_ranges(stopped),
+        killed.empty() ? "" : fmt::format("; SIGKILL needed for {}", format_int_ranges(killed)));
   }
   if (!also_failed.empty()) {
     text += fmt::format("xla-spawn: also failed on their own: ordinal(s) {}\n",
-                        format_ordinals(also_failed));
+                        format_int_ranges(also_failed));
   }
   if (!completed.empty()) {
-    text += fmt::format("xla-spawn: completed: ordinal(s) {}\n", format_ordinals(completed));
+    text += fmt::format("xla-spawn: completed: ordinal(s) {}\n", format_int_ranges(completed));
   }
   return text;
 }

@@ -108,7 +108,4 @@ class Attempt {
   std::optional<PeerStop> peer_stop_;  // what the other nodes said (kPeers)
 };
 
-// "0-3, 5, 7" for {0, 1, 2, 3, 5, 7}.
-std::string format_ordinals(const std::vector<int>& ordinals);
-
 }  // namespace xs::detail

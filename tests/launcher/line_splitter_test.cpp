@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "base/int_ranges.h"
+
 #include "launcher/detail/attempt.h"
 #include "launcher/replica_env.h"
 
@@ -90,10 +92,10 @@ TEST(ReplicaEnvTest, JobIdsCarryThePidAndDiffer) {
   EXPECT_NE(a, make_job_id());
 }
 
-TEST(FormatOrdinalsTest, CompressesRuns) {
-  EXPECT_EQ(detail::format_ordinals({0, 1, 2, 3, 5, 7, 8}), "0-3, 5, 7-8");
-  EXPECT_EQ(detail::format_ordinals({4}), "4");
-  EXPECT_EQ(detail::format_ordinals({}), "");
+TEST(FormatIntRangesTest, CompressesRuns) {
+  EXPECT_EQ(format_int_ranges({0, 1, 2, 3, 5, 7, 8}), "0-3, 5, 7-8");
+  EXPECT_EQ(format_int_ranges({4}), "4");
+  EXPECT_EQ(format_int_ranges({}), "");
 }
 
 }  // namespace
