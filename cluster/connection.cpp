@@ -161,6 +161,7 @@ bool Connection::read_some() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      if (errno == ECONNRESET) return false;
       throw IoError(errno_message(fmt::format("read from {}", peer_), errno));
     }
     if (in_.size() >= 4 && frame_length(in_) > frame_limit_) {
@@ -199,6 +200,9 @@ bool Connection::flush() {
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      if (errno == EPIPE || errno == ECONNRESET) {
+        throw ConnectionClosed(fmt::format("{} closed the connection", peer_));
+      }
       throw IoError(errno_message(fmt::format("write to {}", peer_), errno));
     }
     sent_ += static_cast<size_t>(n);
@@ -229,7 +233,7 @@ Message Connection::receive_blocking(Clock::time_point deadline) {
     wait_ready(POLLIN, deadline, "waiting for a reply from");
     if (read_some()) continue;
     if (std::optional<Message> m = next()) return std::move(*m);
-    throw IoError(fmt::format("{} closed the connection", peer_));
+    throw ConnectionClosed(fmt::format("{} closed the connection", peer_));
   }
 }
 

@@ -25,6 +25,13 @@ namespace xs::cluster {
 
 using Clock = std::chrono::steady_clock;
 
+// The peer closed the connection (or reset it: a peer killed with unread data in its socket
+// resets rather than closes): the same event, reported the same way.
+class ConnectionClosed : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 // Owns a file descriptor; closes it once.
 class Fd {
  public:
@@ -74,14 +81,15 @@ class Connection {
   // peer has authenticated).
   void set_frame_limit(size_t bytes) { frame_limit_ = bytes; }
 
-  // Non-blocking. read_some() reads what the socket has: false at EOF; IoError on a socket
-  // error; ProtocolError when a frame's length prefix exceeds the limit.
+  // Non-blocking. read_some() reads what the socket has: false at EOF or reset; IoError on
+  // another socket error; ProtocolError when a frame's length prefix exceeds the limit.
   bool read_some();
   // The next whole message read so far, decoded (ProtocolError if it does not parse).
   std::optional<Message> next();
   // Queues the frame and writes what the socket takes now; flush() writes more later.
   void send(const Message& message);
-  // Writes queued bytes; true when none are left. IoError when the peer is gone.
+  // Writes queued bytes; true when none are left. ConnectionClosed when the peer is gone,
+  // IoError on another error.
   bool flush();
   bool wants_write() const { return sent_ < out_.size(); }
 

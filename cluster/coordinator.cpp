@@ -240,7 +240,7 @@ std::string JobCoordinator::describe(const Candidate& root, Clock::time_point no
   std::string text = fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {} {}\n",
                                  config_.job_id, attempt_, elapsed_s, who(root),
                                  root.failed.description);
-  if (root.failed.local_ordinal >= 0) {
+  if (root.failed.local_ordinal >= 0 && !root.failed.tail.empty()) {
     const int ordinal = nodes_[static_cast<size_t>(root.node)].first_ordinal + root.failed.local_ordinal;
     text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", root.failed.tail.size(), ordinal);
     for (const std::string& line : root.failed.tail) text += fmt::format("  [{}] {}\n", ordinal, line);

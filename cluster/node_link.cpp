@@ -8,6 +8,12 @@
 #include "cluster/handshake.h"
 
 namespace xs::cluster {
+namespace {
+
+constexpr const char* kClosed =
+    "connection closed (its xla-spawn exited or was killed, or the host went down)";
+
+}  // namespace
 
 NodeLink::NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeLinkOptions options)
     : master_addr_(std::move(master_addr)),
@@ -78,8 +84,7 @@ std::vector<JobOrder> NodeLink::service() {
         throw ProtocolError(fmt::format("the master sent {}", message_name(*m)));
       }
     }
-    if (!open) return {lost("connection closed (its xla-spawn exited or was killed, or the host "
-                            "went down)")};
+    if (!open) return {lost(kClosed)};
     const auto now = Clock::now();
     if (now - last_heard_ >= options_.heartbeat_timeout) {
       return {lost(fmt::format("no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
@@ -87,6 +92,8 @@ std::vector<JobOrder> NodeLink::service() {
     }
     if (now >= next_heartbeat_) send(Heartbeat{});
     connection_->flush();
+  } catch (const ConnectionClosed&) {
+    return {lost(kClosed)};
   } catch (const Error& e) {
     return {lost(e.what())};
   }

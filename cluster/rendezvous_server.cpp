@@ -219,6 +219,8 @@ void RendezvousServer::Impl::serve(Client& c, uint32_t events) {
     update_interest(c);
   } catch (const ProtocolError& e) {
     refuse(c, fmt::format("protocol error: {}", e.what()));
+  } catch (const ConnectionClosed&) {
+    drop(fd, "connection closed");
   } catch (const IoError& e) {
     drop(fd, e.what());
   }

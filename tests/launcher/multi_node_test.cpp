@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <map>
+#include <thread>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -117,6 +118,22 @@ TEST_F(MultiNodeTest, AKilledNodeIsLostAndEveryOtherNodeStopsWithinSeconds) {
   // Node 1's replicas died with their launcher (parent-death signal).
   EXPECT_TRUE(wait_until([&] { return !process_alive(replicas[2]) && !process_alive(replicas[3]); },
                          scaled(seconds(10))));
+}
+
+TEST_F(MultiNodeTest, ANodeKilledWithUnreadHeartbeatsIsLostByAClosedConnection) {
+  // Long enough that the stop below does not count as silence.
+  ScopedEnv slow_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "20000");
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
+  // Stopped, node 1 leaves the master's heartbeats unread in its socket; killed then, its
+  // kernel resets the connection instead of closing it, which must read as the same loss.
+  ::kill(node1->pid(), SIGSTOP);
+  std::this_thread::sleep_for(milliseconds(1500));  // the stop's length: ~6 heartbeats queue up
+  ::kill(node1->pid(), SIGKILL);
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 1) << node0->err();
+  EXPECT_NE(node0->err().find("127.0.0.1) lost: connection closed"), std::string::npos)
+      << node0->err();
 }
 
 TEST_F(MultiNodeTest, AFrozenNodeIsLostWithinTheHeartbeatTimeout) {
