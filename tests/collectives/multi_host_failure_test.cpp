@@ -54,15 +54,14 @@ bool typed_failure(const std::string& message) {
   return message.starts_with("PeerFailure: ") || message.starts_with("Timeout: ");
 }
 
-class MultiHostKillTest : public ::testing::TestWithParam<std::vector<int>> {};
-
-TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyWithinABound) {
-  const std::vector<int> sizes = GetParam();
+// SIGKILLs node 1's last replica in the middle of a loop of all-reduces of n_elems floats:
+// every other replica fails with a typed error naming the call, within the bound.
+void expect_clean_failures(const std::vector<int>& sizes, size_t n_elems) {
   const NodeTopology shape(sizes, 0, 0);
   const int victim = shape.first_ordinal(1) + shape.node_size(1) - 1;  // node 1's last replica
   MultiHostJob job(sizes, {.timeout_ms = kTimeoutMs, .prefix = {}});
-  job.start([victim](Child& child, MultiHostCommunicator& comm) {
-    std::vector<float> data(5000, 1.0f);
+  job.start([victim, n_elems](Child& child, MultiHostCommunicator& comm) {
+    std::vector<float> data(n_elems, 1.0f);
     auto* words = scratch_words(child.scratch);
     for (int i = 0; i < 1'000'000; ++i) {
       if (child.ordinal == victim && i == 50) {
@@ -88,12 +87,25 @@ TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyWithinABound) {
     EXPECT_EQ(child.exit_code, 1) << result.describe();
     EXPECT_TRUE(typed_failure(child.message)) << result.describe();
     EXPECT_EQ(child.message.find(" | "), std::string::npos) << result.describe();
-    EXPECT_NE(child.message.find("all_reduce (f32, 5000 elements)"), std::string::npos)
+    EXPECT_NE(child.message.find(fmt::format("all_reduce (f32, {} elements)", n_elems)),
+              std::string::npos)
         << result.describe();
     const int64_t after_ns = scratch_words(job.fork_job().scratch())[1 + child.ordinal];
     EXPECT_LT(after_ns, kNoticeWithinNs * deadline_scale())
         << "ordinal " << child.ordinal << " took " << after_ns * 1e-9 << " s: " << child.message;
   }
+}
+
+class MultiHostKillTest : public ::testing::TestWithParam<std::vector<int>> {};
+
+TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyWithinABound) {
+  expect_clean_failures(GetParam(), 5000);
+}
+
+// 12 MiB: a peer killed while megabytes are in flight must still fail every other replica
+// cleanly, none left waiting.
+TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyInALargeAllReduce) {
+  expect_clean_failures(GetParam(), 3 << 20);
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, MultiHostKillTest,
@@ -102,6 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Topologies, MultiHostKillTest,
                          [](const auto& info) {
                            return fmt::format("Nodes{}", fmt::join(info.param, "_"));
                          });
+
 
 // The quitter stays alive (its sockets open) until the others have given up, so they can only
 // learn of it by their timeout.

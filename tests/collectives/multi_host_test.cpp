@@ -100,6 +100,43 @@ TEST_P(MultiHostTest, AllReduceMatchesClosedFormAndIsBitIdenticalOnEveryReplica)
       });
 }
 
+// Gradient-sized buffers (4-6 MB: several of gloo's 1 MiB segments per piece, ranges that do
+// not divide evenly) in dtypes of three widths, from the arena as the runtime's are.
+TEST_P(MultiHostTest, LargeAllReducesStayRightAndBitIdentical) {
+  struct Case {
+    DType dtype;
+    ReduceOp op;
+    size_t n;
+  };
+  const std::vector<Case> cases = {{DType::kF32, ReduceOp::kSum, size_t{1} << 20},
+                                   {DType::kF32, ReduceOp::kMean, 3 * (size_t{1} << 19) + 7},
+                                   {DType::kBF16, ReduceOp::kSum, 2 * (size_t{1} << 20) + 5},
+                                   {DType::kI64, ReduceOp::kMax, 3 * (size_t{1} << 18) + 1}};
+  const int w = world_size();
+  run(
+      [&cases](Child& child, MultiHostCommunicator& comm) {
+        std::string failures;
+        for (size_t c = 0; c < cases.size(); ++c) {
+          const Case& k = cases[c];
+          std::vector<std::byte> data = make_input(k.dtype, child.ordinal, k.n);
+          void* operand = comm.alloc_buffer(data.size());
+          std::memcpy(operand, data.data(), data.size());
+          comm.all_reduce(operand, k.n, k.dtype, k.op);
+          std::memcpy(data.data(), operand, data.size());
+          comm.free_buffer(operand);
+          std::string why;
+          if (count_wrong(data, k.dtype, k.op, child.world_size, &why) != 0) {
+            failures += fmt::format("{} {} n={}: {}; ", dtype_name(k.dtype), reduce_op_name(k.op),
+                                    k.n, why);
+          }
+          *fingerprint_slot(child.scratch, c, child.ordinal) =
+              fingerprint(data.data(), data.size());
+        }
+        return failures;
+      },
+      [&](const ForkJob& job) { expect_bit_identical(job, w, cases.size()); });
+}
+
 // With equal nodes every piece's holders are one local ordinal on every node (and local
 // ordinal 0's group is also the leaders' one): one context per replica, whatever the count.
 TEST(MultiHostGroupsTest, EqualNodesNeedOneGroupPerLocalOrdinal) {
