@@ -215,7 +215,10 @@ class MultiNodeJobTest : public ::testing::Test {
       std::vector<std::string> argv = concat(
           {kXlaSpawn, "--master-addr", master, "--log-dir",
            fmt::format("{}/{}/host-{}", dir_, job, host)},
-          words(fmt::format("--nnodes {} --node-rank {} --master-port {} --rdzv-timeout {} -n {}",
+          // --no-bind-cores: pinned, local ordinal k of every simulated host (the ends of one
+          // network ring) would share CPU k of this machine.
+          words(fmt::format("--nnodes {} --node-rank {} --master-port {} --rdzv-timeout {} -n {} "
+                            "--no-bind-cores",
                             sizes.size(), host, kMasterPort, rdzv_seconds.count(),
                             sizes[static_cast<size_t>(host)])));
       argv.insert(argv.end(), flags.begin(), flags.end());
