@@ -27,9 +27,13 @@
 // The other collectives reuse those nouns. Broadcast: a local broadcast on the root's node,
 // each piece broadcast over its group from that node, local gathers elsewhere. All-gather: a
 // local all-gather into the node's block of the output; every node's block is cut into pieces
-// and broadcast from that node; local gathers of the other blocks. Reduce-scatter: a local
-// reduce of the whole input, pieces cut also at the node blocks' boundaries and each reduced
-// (gloo's reduce) to the node whose block holds it, a local gather of the node's own block.
+// and sent from that node to the group's other members; local gathers of the other blocks.
+// Reduce-scatter: a local reduce of the whole input, pieces cut also at the node blocks'
+// boundaries and each sent to the node whose block holds it, which sums the partials in node
+// order; a local gather of the node's own block. Both move a group's pieces of every block in
+// one batch of gloo point-to-point transfers, all in flight at once, so each link carries
+// data both ways at the same time (block by block, as gloo's broadcast and reduce would do
+// it, one direction would wait for the other).
 // Barrier and rendezvous: among the leaders (local ordinal 0 of every node) between local
 // ones.
 //

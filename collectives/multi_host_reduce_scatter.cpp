@@ -1,5 +1,6 @@
-// Hierarchical reduce-scatter: a local reduce by ranges of the whole input, gloo's reduce of
-// each piece to the node whose block holds it, a local gather of this node's block.
+// Hierarchical reduce-scatter: a local reduce by ranges of the whole input, each piece reduced
+// to the node whose block holds it (the pieces of a group all at once), a local gather of this
+// node's block.
 #include <algorithm>
 #include <cstring>
 
@@ -12,7 +13,8 @@ namespace xs::detail {
 // k's at k * n_elems); node h's block is the chunks of its ordinals. The local reduce (sum for
 // mean), by this node's cut of the whole buffer, leaves in each replica's range the node's
 // reduction. The pieces are cut also at the blocks' boundaries, so each lies in one block, and
-// each is reduced over its group to that block's node (gloo's reduce, root rank = node). Then
+// each is reduced over its group to that block's node (NodeGroups::reduce_to_owners: a
+// group's pieces in one batch, so each link carries partials both ways at once). Then
 // each replica's range of its own node's block holds the job's reduction; a local gather of
 // that block alone hands the ranges round the node, and each replica copies out its chunk
 // (mean: divided by the world size).
@@ -28,10 +30,12 @@ void multi_host_reduce_scatter(const Hierarchy& h, std::byte* work, std::byte* o
   for (int node = 1; node < t.nnodes(); ++node) {
     block_starts.push_back(static_cast<size_t>(t.first_ordinal(node)) * n_elems);
   }
-  for (const CutPiece& p : h.my_pieces(total, elem_bytes, block_starts)) {
-    const int to = t.node_of(static_cast<int>(p.offset / n_elems));
-    h.groups.reduce(p.holders, work + p.offset * elem_bytes, p.count, dtype, partial, to);
-  }
+  h.in_batches(
+      h.my_pieces(total, elem_bytes, block_starts),
+      [&](const CutPiece& p) { return t.node_of(static_cast<int>(p.offset / n_elems)); },
+      [&](std::span<const int> holders, std::span<const NodeGroups::OwnedPiece> batch) {
+        h.groups.reduce_to_owners(holders, work, batch, dtype, partial);
+      });
   // This node's block and each replica's range of it.
   const size_t begin = static_cast<size_t>(t.first_ordinal(t.node())) * n_elems;
   const size_t end = begin + static_cast<size_t>(t.local_world_size()) * n_elems;

@@ -51,6 +51,22 @@ std::vector<CutPiece> Hierarchy::my_pieces(size_t n_elems, size_t elem_bytes,
                    topology.local_ordinal(), extra_cuts);
 }
 
+void Hierarchy::in_batches(std::span<const CutPiece> pieces,
+                           const std::function<int(const CutPiece&)>& owner,
+                           const Batch& batch) const {
+  std::vector<NodeGroups::OwnedPiece> run;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const CutPiece& p = pieces[i];
+    run.push_back({p.offset, p.count, owner(p)});
+    const bool last = i + 1 == pieces.size() || pieces[i + 1].offset != p.offset + p.count ||
+                      pieces[i + 1].holders != p.holders;
+    if (last) {
+      batch(p.holders, run);
+      run.clear();
+    }
+  }
+}
+
 void divide(std::byte* data, size_t count, DType dtype, int divisor) {
   const void* sources[] = {data};
   reduce_sources(data, nullptr, sources, 1, count, dtype, ReduceOp::kMean, divisor);

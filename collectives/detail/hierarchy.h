@@ -36,6 +36,15 @@ struct Hierarchy {
   std::vector<size_t> my_cut(size_t n_elems, size_t elem_bytes) const;
   std::vector<CutPiece> my_pieces(size_t n_elems, size_t elem_bytes,
                                   std::span<const size_t> extra_cuts = {}) const;
+  // Calls `batch` once per maximal run of `pieces` (increasing offsets, tiling a range of the
+  // buffer) that lie back to back and share their holders, each piece with its owner node.
+  // Pieces tile the whole buffer across all replicas, so every member of a group meets the
+  // same runs: a run is one step of the global order (node_groups.h), and its transfers can
+  // all be in flight at once.
+  using Batch = std::function<void(std::span<const int> holders,
+                                   std::span<const NodeGroups::OwnedPiece> pieces)>;
+  void in_batches(std::span<const CutPiece> pieces,
+                  const std::function<int(const CutPiece&)>& owner, const Batch& batch) const;
 };
 
 // Mean's last step: divides `count` elements at `data` by `divisor` (reduce.h's arithmetic).

@@ -15,10 +15,10 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
-#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include "base/error.h"
 #include "base/splitmix64.h"
@@ -32,6 +32,9 @@ namespace {
 constexpr uint64_t kMaxGatherBytes = uint64_t{1} << 30;
 // Ordinals listed in an error message before "...".
 constexpr size_t kListedOrdinals = 8;
+// Slots of the point-to-point transfers: this prefix in the top byte (gloo's collectives use
+// 0x01..0x08 there), the group's batch number (mod 2^24) and the piece's index in the batch.
+constexpr uint64_t kPieceSlotPrefix = uint64_t{0x58} << 56;
 
 // A store whose get() waits for the key at most `timeout` (gloo's connectFullMesh calls get()
 // for keys a peer has yet to set, and a store's own get() may wait longer or forever, e.g.
@@ -208,23 +211,129 @@ void NodeGroups::broadcast(std::span<const int> holders, std::byte* data, size_t
   });
 }
 
-void NodeGroups::reduce(std::span<const int> holders, std::byte* data, size_t count, DType dtype,
-                        ReduceOp op, int root_node) {
-  if (topology_.nnodes() == 1 || count == 0) return;
-  run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
-    gloo::ReduceOptions options(context);
-    set_output(options, dtype, data, count);
-    options.setRoot(root_node);
-    options.setReduceFunction(reduction(dtype, op));
-    gloo::reduce(options);
-  });
-}
-
 void NodeGroups::barrier(std::span<const int> holders) {
   if (topology_.nnodes() == 1) return;
   run(holders, [](const std::shared_ptr<gloo::Context>& context) {
     gloo::BarrierOptions options(context);
     gloo::barrier(options);
+  });
+}
+
+uint64_t NodeGroups::next_slot(std::span<const int> holders, size_t n_pieces) {
+  if (n_pieces >= (uint64_t{1} << 32)) {
+    throw InvalidArgument(fmt::format("{}: {} pieces in one batch", where(holders), n_pieces));
+  }
+  uint64_t& batches = batches_[std::vector<int>(holders.begin(), holders.end())];
+  return kPieceSlotPrefix | ((batches++ & 0xffffff) << 32);
+}
+
+namespace {
+
+// Waits for `sends` sends and `receives` receives posted on the buffers, all by `deadline`
+// (gloo throws its timeout). A wait that ends without its transfer (aborted: nothing here
+// aborts) is reported as false.
+bool wait_all(gloo::transport::UnboundBuffer& out, int sends, gloo::transport::UnboundBuffer& in,
+              int receives, std::chrono::steady_clock::time_point deadline) {
+  using std::chrono::milliseconds;
+  auto left = [&] {  // at least 1 ms: gloo reads a negative timeout as "the context's"
+    return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
+                                         deadline - std::chrono::steady_clock::now()));
+  };
+  bool all = true;
+  for (int i = 0; i < sends; ++i) all = out.waitSend(nullptr, left()) && all;
+  for (int i = 0; i < receives; ++i) all = in.waitRecv(nullptr, left()) && all;
+  return all;
+}
+
+// Bytes from `data` to the end of the batch's last piece.
+size_t span_bytes(std::span<const NodeGroups::OwnedPiece> pieces, size_t elem_bytes) {
+  size_t end = 0;
+  for (const auto& p : pieces) end = std::max(end, p.offset + p.count);
+  return end * elem_bytes;
+}
+
+}  // namespace
+
+void NodeGroups::reduce_to_owners(std::span<const int> holders, std::byte* data,
+                                  std::span<const OwnedPiece> pieces, DType dtype, ReduceOp op) {
+  const int nodes = topology_.nnodes();
+  if (nodes == 1 || pieces.empty()) return;
+  const int me = topology_.node();
+  const size_t elem_bytes = dtype_size(dtype);
+  // The other members' elements of the pieces this node owns: per piece, nodes - 1 runs of
+  // `count` elements in node order (this node skipped).
+  size_t partial_elems = 0;
+  for (const auto& p : pieces) {
+    if (p.owner == me) partial_elems += p.count * static_cast<size_t>(nodes - 1);
+  }
+  partials_.resize(std::max<size_t>(partial_elems * elem_bytes, 1));
+  const uint64_t slot = next_slot(holders, pieces.size());
+  run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto mine = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
+    auto theirs = context->createUnboundBuffer(partials_.data(), partials_.size());
+    int sends = 0;
+    int receives = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const OwnedPiece& p = pieces[i];
+      if (p.owner != me) {
+        mine->send(p.owner, slot + i, p.offset * elem_bytes, p.count * elem_bytes);
+        ++sends;
+        continue;
+      }
+      for (int node = 0; node < nodes; ++node) {
+        if (node == me) continue;
+        theirs->recv(node, slot + i, at * elem_bytes, p.count * elem_bytes);
+        at += p.count;
+        ++receives;
+      }
+    }
+    if (!wait_all(*mine, sends, *theirs, receives, deadline)) {
+      throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
+    }
+  });
+  std::vector<const void*> sources(static_cast<size_t>(nodes));
+  size_t at = 0;
+  for (const auto& p : pieces) {
+    if (p.owner != me) continue;
+    std::byte* own = data + p.offset * elem_bytes;
+    for (int node = 0, other = 0; node < nodes; ++node) {
+      sources[static_cast<size_t>(node)] =
+          node == me ? own : partials_.data() + (at + p.count * static_cast<size_t>(other++)) * elem_bytes;
+    }
+    reduce_sources(own, nullptr, sources.data(), nodes, p.count, dtype, op, 1);
+    at += p.count * static_cast<size_t>(nodes - 1);
+  }
+}
+
+void NodeGroups::send_from_owners(std::span<const int> holders, std::byte* data,
+                                  std::span<const OwnedPiece> pieces, size_t elem_bytes) {
+  const int nodes = topology_.nnodes();
+  if (nodes == 1 || pieces.empty()) return;
+  const int me = topology_.node();
+  const uint64_t slot = next_slot(holders, pieces.size());
+  run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    auto buffer = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
+    int sends = 0;
+    int receives = 0;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const OwnedPiece& p = pieces[i];
+      if (p.owner != me) {
+        buffer->recv(p.owner, slot + i, p.offset * elem_bytes, p.count * elem_bytes);
+        ++receives;
+        continue;
+      }
+      for (int node = 0; node < nodes; ++node) {
+        if (node == me) continue;
+        buffer->send(node, slot + i, p.offset * elem_bytes, p.count * elem_bytes);
+        ++sends;
+      }
+    }
+    if (!wait_all(*buffer, sends, *buffer, receives, deadline)) {
+      throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
+    }
   });
 }
 

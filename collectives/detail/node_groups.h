@@ -79,10 +79,26 @@ class NodeGroups {
   void all_reduce(std::span<const int> holders, std::byte* data, size_t count, DType dtype,
                   ReduceOp op);
   void broadcast(std::span<const int> holders, std::byte* data, size_t n_bytes, int root_node);
-  // The reduction lands in root_node's member's `data`; the others' `data` is clobbered.
-  void reduce(std::span<const int> holders, std::byte* data, size_t count, DType dtype, ReduceOp op,
-              int root_node);
   void barrier(std::span<const int> holders);
+
+  // A piece of a batch: `count` elements at element `offset` of the buffer, owned by node
+  // `owner`.
+  struct OwnedPiece {
+    size_t offset = 0;
+    size_t count = 0;
+    int owner = 0;
+  };
+  // The transfers of a whole batch of pieces go in flight at once, so each link carries data
+  // both ways at the same time where one piece after the other would use one direction at a
+  // time. reduce_to_owners: every other member sends its elements of each piece to the owner,
+  // which reduces them into its own in node order (0..nnodes-1; `op` without mean's division,
+  // so every rerun gets the same bits); the others' `data` is unchanged. send_from_owners:
+  // each piece's owner sends its bytes to every other member. Every member passes the same
+  // batch.
+  void reduce_to_owners(std::span<const int> holders, std::byte* data,
+                        std::span<const OwnedPiece> pieces, DType dtype, ReduceOp op);
+  void send_from_owners(std::span<const int> holders, std::byte* data,
+                        std::span<const OwnedPiece> pieces, size_t elem_bytes);
   // Every member's bytes, by node (sizes are exchanged first).
   std::vector<std::vector<std::byte>> all_gather_bytes(std::span<const int> holders,
                                                        std::span<const std::byte> mine);
@@ -108,7 +124,13 @@ class NodeGroups {
   std::shared_ptr<gloo::transport::Device> device_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
+  // The next slot of a group's point-to-point transfers (its members count their batches
+  // alike).
+  uint64_t next_slot(std::span<const int> holders, size_t n_pieces);
+
   std::map<std::vector<int>, std::shared_ptr<gloo::Context>> contexts_;
+  std::map<std::vector<int>, uint64_t> batches_;  // batches run per group
+  std::vector<std::byte> partials_;              // reduce_to_owners' receive buffer
   CallInfo call_;
   double connect_seconds_ = 0;
   double network_seconds_ = 0;

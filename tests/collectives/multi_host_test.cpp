@@ -204,7 +204,9 @@ TEST_P(MultiHostTest, BroadcastCopiesTheRootsBufferFromAnyRoot) {
 TEST_P(MultiHostTest, AllGatherPlacesOrdinalKAtOffsetK) {
   run([](Child& child, MultiHostCommunicator& comm) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
-      for (size_t n : kCounts) {
+      std::vector<size_t> counts = kCounts;
+      counts.push_back(300'007);  // megabytes per block, every block in flight at once
+      for (size_t n : counts) {
         const std::vector<std::byte> in = make_input(dtype, child.ordinal, n);
         std::vector<std::byte> out(in.size() * child.world_size);
         comm.all_gather(in.data(), out.data(), n, dtype);
@@ -253,7 +255,9 @@ TEST_P(MultiHostTest, ReduceScatterGivesEachOrdinalItsReducedChunk) {
     const auto w = static_cast<size_t>(child.world_size);
     for (const auto& [dtype, op] : kCases) {
       const size_t elem_bytes = dtype_size(dtype);
-      for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{5003}}) {
+      // 300'007: each group's batch of pieces runs to megabytes, in flight both ways at once.
+      for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{5003},
+                       size_t{300'007}}) {
         const std::vector<std::byte> in = make_input(dtype, child.ordinal, w * n);
         std::vector<std::byte> out(n * elem_bytes);
         comm.reduce_scatter(in.data(), out.data(), n, dtype, op);
