@@ -27,6 +27,7 @@ struct Hierarchy {
   const NodeTopology& topology;
   ShmCommunicator* local;  // null when this node runs one replica: local phases are no-ops
   NodeGroups& groups;
+  int max_direct_nodes = 8;  // MultiHostCommunicatorOptions::max_direct_nodes
 
   // Runs a local phase on this node's communicator (nothing without one). Its errors leave
   // as the same xs::Error type, prefixed with the call and the node's ordinals, since the
