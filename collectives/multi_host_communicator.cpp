@@ -59,10 +59,6 @@ MultiHostCommunicator::MultiHostCommunicator(NodeTopology topology,
                topology_.node());
   const int64_t timeout_ms = options.timeout_ms.value_or(collective_timeout_ms_from_env());
   XS_CHECK_ARG(timeout_ms > 0, "MultiHostCommunicator: timeout {} ms must be positive", timeout_ms);
-  XS_CHECK_ARG(options.max_direct_nodes >= 0,
-               "MultiHostCommunicator: max_direct_nodes {} must not be negative",
-               options.max_direct_nodes);
-  max_direct_nodes_ = options.max_direct_nodes;
   groups_ = std::make_unique<detail::NodeGroups>(topology_, std::move(store), address,
                                                  std::move(options.prefix), timeout_ms);
 }
@@ -99,7 +95,7 @@ void MultiHostCommunicator::run(const detail::CallInfo& call,
   }
   groups_->set_call(call);
   try {
-    body(detail::Hierarchy{topology_, local_.get(), *groups_, max_direct_nodes_});
+    body(detail::Hierarchy{topology_, local_.get(), *groups_});
   } catch (const std::exception& e) {
     fail(e.what());
     throw;

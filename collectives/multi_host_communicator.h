@@ -15,14 +15,11 @@
 // arena) leaves in each replica's range its node's reduction of that range. The cuts of nodes
 // with different replica counts do not line up, so the union of all cut points splits the
 // buffer into pieces; a piece's holders, the replica on each node whose range contains it,
-// are its group (detail/node_pieces.h). Its pieces are all-reduced over their groups (gloo
-// rank = node). Up to max_direct_nodes nodes (8 by default) each piece is split into one part
-// per node; every member sends its parts to their owners, each owner sums its part in node
-// order and sends the sum back, a group's pieces in one batch of gloo point-to-point
-// transfers (two rounds in all). Beyond that, gloo's ring all-reduce runs on each piece, by
-// increasing offset, with the project's reduction of two operands. Either way each part is
-// reduced once, by one member, so every member gets the same bits. Mean sums throughout and
-// divides once, by the world size, on the range's holder. The local gather (ShmCommunicator::gather_ranges)
+// are its group (detail/node_pieces.h). For each of its pieces, by increasing offset, a
+// replica runs gloo's ring all-reduce over the piece's group (gloo rank = node) with the
+// project's reduction of two operands; the ring reduces each segment once and passes the
+// result on, so every member gets the same bits. Mean sums throughout and divides once, by
+// the world size, on the range's holder. The local gather (ShmCommunicator::gather_ranges)
 // then hands every range to the node's other replicas. Per node, each byte of the payload
 // crosses the network about 2(H-1)/H times for H nodes: 1.0x the payload at 2 nodes, where a
 // flat ring over all replicas (two nodes of two) sends 1.5x.
@@ -42,9 +39,8 @@
 //
 // Operands outside the node's buffer arena are staged through a scratch buffer from
 // alloc_buffer, so the local phases run zero-copy. The bits are the same on every replica
-// but not ShmCommunicator's (order 0..N-1) when sums round, floats and bf16: the nodes'
-// partial sums are added in node order (in ring order by gloo's ring, where bf16 rounds after
-// every hop).
+// but, as gloo's ring reduces in ring order, not ShmCommunicator's (order 0..N-1) when sums
+// round: floats, and bf16, which rounds after every network hop.
 //
 // Failures. gloo's errors come out as xs::PeerFailure or xs::Timeout naming the call and the
 // group: "all_reduce (f32, 669706 elements) across nodes 0-1 (ordinals 1, 3): gloo: Connection
@@ -84,10 +80,6 @@ struct MultiHostCommunicatorOptions {
   std::optional<int64_t> timeout_ms;
   // Prefix of every store key: unique per job (and per communicator of a job) sharing a store.
   std::string prefix = "xla-spawn";
-  // Jobs of up to this many nodes all-reduce each piece by direct transfers (reduce to owners,
-  // send from owners: two rounds); larger ones use gloo's ring (2(H-1) steps, two neighbours
-  // per member). Both send 2(H-1)/H times the piece per node.
-  int max_direct_nodes = 8;
 };
 
 class MultiHostCommunicator final : public Communicator {
@@ -139,7 +131,6 @@ class MultiHostCommunicator final : public Communicator {
   NodeTopology topology_;
   std::unique_ptr<ShmCommunicator> local_;
   std::unique_ptr<detail::NodeGroups> groups_;
-  int max_direct_nodes_ = 8;
   std::byte* scratch_ = nullptr;  // from alloc_buffer, kept and grown
   size_t scratch_bytes_ = 0;
   std::optional<std::string> broken_;  // the failure that broke the communicator

@@ -9,13 +9,13 @@
 // next to it a detail::NodeGroups of its own (the communicator's network side, under another
 // store prefix). Per size, f32 sum of zeros in the node's arena, each after a job-wide barrier:
 //   whole         MultiHostCommunicator::all_reduce
-//   local_reduce  ShmCommunicator::reduce_ranges over the node's cut       }
-//   multi_host_all_reduce's network       NodeGroups::all_reduce of each of this replica's pieces
-//   } three phases, one local_gather  ShmCommunicator::gather_ranges                           }
-//   after the other net_all       the network phase alone: every local ordinal's ring at once (no
-//   local phases) net_one       one ring per node (local ordinal 0's group) over the whole buffer,
-//   the others
-//                 idle: what one gloo stream gets from the link
+//   local_reduce, network, local_gather
+//                 multi_host_all_reduce's three phases, one after the other:
+//                 ShmCommunicator::reduce_ranges over the node's cut, detail::all_reduce_pieces
+//                 (this replica's pieces over their groups), ShmCommunicator::gather_ranges
+//   net_all       the network phase alone: every local ordinal's pieces at once, no local phases
+//   net_one       gloo's ring among local ordinal 0 of every node over the whole buffer, the
+//                 others idle: what one gloo stream gets from the link
 // Times: the slowest replica's per iteration, median (a phase's time includes waiting in it
 // for slower peers). CPU: the replicas' process CPU time summed, median. Ordinal 0 prints the
 // table and writes the CSV (size_bytes,phase,time_us,cpu_us,gbps: size / time).
@@ -37,6 +37,7 @@
 #include "bench/collectives/sweep.h"
 #include "cluster/job_token.h"
 #include "cluster/store_client.h"
+#include "collectives/detail/hierarchy.h"
 #include "collectives/detail/node_groups.h"
 #include "collectives/detail/node_pieces.h"
 #include "collectives/multi_host_communicator.h"
@@ -187,13 +188,9 @@ void measure_size(Rig& rig, float* data, size_t n, int reps, std::vector<Row>& r
   auto* raw = reinterpret_cast<std::byte*>(data);
   const xs::NodeTopology& t = rig.comm->topology();
   const std::vector<size_t> cut = xs::detail::node_cut(n, t.local_world_size(), sizeof(float));
-  const auto pieces =
-      xs::detail::pieces_of(n, sizeof(float), t.node_sizes(), t.node(), t.local_ordinal());
+  const xs::detail::Hierarchy hierarchy{t, rig.local, *rig.groups};
   auto network = [&] {
-    for (const auto& p : pieces) {
-      rig.groups->all_reduce(p.holders, raw + p.offset * sizeof(float), p.count, xs::DType::kF32,
-                             xs::ReduceOp::kSum);
-    }
+    xs::detail::all_reduce_pieces(hierarchy, raw, n, xs::DType::kF32, xs::ReduceOp::kSum);
   };
   rig.groups->set_call({"all_reduce", xs::DType::kF32, n});
   measure(

@@ -27,7 +27,6 @@ struct Hierarchy {
   const NodeTopology& topology;
   ShmCommunicator* local;  // null when this node runs one replica: local phases are no-ops
   NodeGroups& groups;
-  int max_direct_nodes = 8;  // MultiHostCommunicatorOptions::max_direct_nodes
 
   // Runs a local phase on this node's communicator (nothing without one). Its errors leave
   // as the same xs::Error type, prefixed with the call and the node's ordinals, since the
@@ -53,6 +52,10 @@ void divide(std::byte* data, size_t count, DType dtype, int divisor);
 
 void multi_host_all_reduce(const Hierarchy& h, std::byte* data, size_t n_elems, DType dtype,
                            ReduceOp op);
+// Its network phase alone: this replica's pieces of `data` (each its node's partial reduction,
+// `op` without mean's division) all-reduced over their groups by gloo's ring.
+void all_reduce_pieces(const Hierarchy& h, std::byte* data, size_t n_elems, DType dtype,
+                       ReduceOp op);
 void multi_host_broadcast(const Hierarchy& h, std::byte* data, size_t n_elems, DType dtype,
                           int root);
 void multi_host_all_gather(const Hierarchy& h, const std::byte* in, std::byte* out, size_t n_elems,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <numeric>
 #include <system_error>
 
@@ -229,19 +230,77 @@ uint64_t NodeGroups::next_slot(std::span<const int> holders, size_t n_pieces) {
 
 namespace {
 
-// Waits for `sends` sends and `receives` receives posted on the buffers, all by `deadline`
-// (gloo throws its timeout). A wait that ends without its transfer (aborted: nothing here
-// aborts) is reported as false.
-bool wait_all(gloo::transport::UnboundBuffer& out, int sends, gloo::transport::UnboundBuffer& in,
-              int receives, std::chrono::steady_clock::time_point deadline) {
+// One point-to-point transfer of a batch: n_bytes at byte `offset` of its unbound buffer, to or
+// from group rank (node) `peer`, on `slot`.
+struct Transfer {
+  int peer = 0;
+  uint64_t slot = 0;
+  size_t offset = 0;
+  size_t n_bytes = 0;
+};
+
+// Transfers go in chunks of at most this many bytes, and each node keeps at most kRecvWindow
+// chunks per peer posted for receiving. gloo sends a chunk only once the peer has posted its
+// receive, so that is all that is ever in flight towards a node, much as gloo's ring keeps it
+// (1 MiB segments): whole pieces at once put megabytes in flight per link and were slower.
+constexpr size_t kChunkBytes = size_t{1} << 20;
+constexpr size_t kRecvWindow = 2;
+
+// Runs a batch: every send from `out`, every receive into `in`, each cut into chunks posted in
+// order on the transfer's slot (gloo matches a pair's sends and receives of one slot in
+// order), receives kRecvWindow chunks per peer ahead, refilled round-robin over the peers as
+// chunks arrive. Waits for all by `deadline` (gloo throws its timeout); false if a wait ended
+// without its transfer (aborted: nothing here aborts).
+bool run_batch(gloo::transport::UnboundBuffer& out, std::span<const Transfer> sends,
+               gloo::transport::UnboundBuffer& in, std::span<const Transfer> receives, int nodes,
+               std::chrono::steady_clock::time_point deadline) {
   using std::chrono::milliseconds;
   auto left = [&] {  // at least 1 ms: gloo reads a negative timeout as "the context's"
     return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
                                          deadline - std::chrono::steady_clock::now()));
   };
+  auto for_each_chunk = [](const Transfer& t, const auto& f) {
+    for (size_t at = 0; at < t.n_bytes; at += kChunkBytes) {
+      f(Transfer{t.peer, t.slot, t.offset + at, std::min(kChunkBytes, t.n_bytes - at)});
+    }
+  };
+  size_t send_chunks = 0;
+  for (const Transfer& t : sends) {
+    for_each_chunk(t, [&](const Transfer& c) {
+      out.send(c.peer, c.slot, c.offset, c.n_bytes);
+      ++send_chunks;
+    });
+  }
+  std::vector<std::deque<Transfer>> queued(static_cast<size_t>(nodes));
+  for (const Transfer& t : receives) {
+    for_each_chunk(t, [&](const Transfer& c) { queued[static_cast<size_t>(c.peer)].push_back(c); });
+  }
+  size_t posted = 0;
+  size_t next_peer = 0;
+  auto post_next = [&] {  // from the next peer round-robin that has a chunk queued
+    for (size_t k = 0; k < queued.size(); ++k, next_peer = (next_peer + 1) % queued.size()) {
+      std::deque<Transfer>& q = queued[next_peer];
+      if (q.empty()) continue;
+      in.recv(q.front().peer, q.front().slot, q.front().offset, q.front().n_bytes);
+      q.pop_front();
+      ++posted;
+      next_peer = (next_peer + 1) % queued.size();
+      return;
+    }
+  };
+  for (std::deque<Transfer>& q : queued) {
+    for (size_t k = 0; k < kRecvWindow && !q.empty(); ++k) {
+      in.recv(q.front().peer, q.front().slot, q.front().offset, q.front().n_bytes);
+      q.pop_front();
+      ++posted;
+    }
+  }
   bool all = true;
-  for (int i = 0; i < sends; ++i) all = out.waitSend(nullptr, left()) && all;
-  for (int i = 0; i < receives; ++i) all = in.waitRecv(nullptr, left()) && all;
+  for (; posted > 0; --posted) {
+    all = in.waitRecv(nullptr, left()) && all;
+    post_next();
+  }
+  for (size_t i = 0; i < send_chunks; ++i) all = out.waitSend(nullptr, left()) && all;
   return all;
 }
 
@@ -260,47 +319,42 @@ void NodeGroups::reduce_to_owners(std::span<const int> holders, std::byte* data,
   if (nodes == 1 || pieces.empty()) return;
   const int me = topology_.node();
   const size_t elem_bytes = dtype_size(dtype);
-  // The other members' elements of the pieces this node owns: per piece, nodes - 1 runs of
-  // `count` elements in node order (this node skipped).
-  size_t partial_elems = 0;
-  for (const auto& p : pieces) {
-    if (p.owner == me) partial_elems += p.count * static_cast<size_t>(nodes - 1);
-  }
-  partials_.resize(std::max<size_t>(partial_elems * elem_bytes, 1));
+  // Sends of this node's elements of others' pieces; receives of the other members' elements
+  // of the pieces this node owns: per piece, nodes - 1 runs of `count` elements in node order
+  // (this node skipped) in partials_.
   const uint64_t slot = next_slot(holders, pieces.size());
+  std::vector<Transfer> sends, receives;
+  size_t at = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const OwnedPiece& p = pieces[i];
+    if (p.owner != me) {
+      sends.push_back({p.owner, slot + i, p.offset * elem_bytes, p.count * elem_bytes});
+      continue;
+    }
+    for (int node = 0; node < nodes; ++node) {
+      if (node == me) continue;
+      receives.push_back({node, slot + i, at * elem_bytes, p.count * elem_bytes});
+      at += p.count;
+    }
+  }
+  partials_.resize(std::max<size_t>(at * elem_bytes, 1));
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto mine = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
     auto theirs = context->createUnboundBuffer(partials_.data(), partials_.size());
-    int sends = 0;
-    int receives = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const OwnedPiece& p = pieces[i];
-      if (p.owner != me) {
-        mine->send(p.owner, slot + i, p.offset * elem_bytes, p.count * elem_bytes);
-        ++sends;
-        continue;
-      }
-      for (int node = 0; node < nodes; ++node) {
-        if (node == me) continue;
-        theirs->recv(node, slot + i, at * elem_bytes, p.count * elem_bytes);
-        at += p.count;
-        ++receives;
-      }
-    }
-    if (!wait_all(*mine, sends, *theirs, receives, deadline)) {
+    if (!run_batch(*mine, sends, *theirs, receives, nodes, deadline)) {
       throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
     }
   });
   std::vector<const void*> sources(static_cast<size_t>(nodes));
-  size_t at = 0;
+  at = 0;
   for (const auto& p : pieces) {
     if (p.owner != me) continue;
     std::byte* own = data + p.offset * elem_bytes;
     for (int node = 0, other = 0; node < nodes; ++node) {
       sources[static_cast<size_t>(node)] =
-          node == me ? own : partials_.data() + (at + p.count * static_cast<size_t>(other++)) * elem_bytes;
+          node == me ? own
+                     : partials_.data() + (at + p.count * static_cast<size_t>(other++)) * elem_bytes;
     }
     reduce_sources(own, nullptr, sources.data(), nodes, p.count, dtype, op, 1);
     at += p.count * static_cast<size_t>(nodes - 1);
@@ -313,25 +367,22 @@ void NodeGroups::send_from_owners(std::span<const int> holders, std::byte* data,
   if (nodes == 1 || pieces.empty()) return;
   const int me = topology_.node();
   const uint64_t slot = next_slot(holders, pieces.size());
+  std::vector<Transfer> sends, receives;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const OwnedPiece& p = pieces[i];
+    const Transfer bytes{p.owner, slot + i, p.offset * elem_bytes, p.count * elem_bytes};
+    if (p.owner != me) {
+      receives.push_back(bytes);
+      continue;
+    }
+    for (int node = 0; node < nodes; ++node) {
+      if (node != me) sends.push_back({node, bytes.slot, bytes.offset, bytes.n_bytes});
+    }
+  }
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto buffer = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
-    int sends = 0;
-    int receives = 0;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      const OwnedPiece& p = pieces[i];
-      if (p.owner != me) {
-        buffer->recv(p.owner, slot + i, p.offset * elem_bytes, p.count * elem_bytes);
-        ++receives;
-        continue;
-      }
-      for (int node = 0; node < nodes; ++node) {
-        if (node == me) continue;
-        buffer->send(node, slot + i, p.offset * elem_bytes, p.count * elem_bytes);
-        ++sends;
-      }
-    }
-    if (!wait_all(*buffer, sends, *buffer, receives, deadline)) {
+    if (!run_batch(*buffer, sends, *buffer, receives, nodes, deadline)) {
       throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
     }
   });

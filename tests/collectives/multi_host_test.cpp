@@ -60,31 +60,27 @@ class MultiHostTest : public ::testing::TestWithParam<std::vector<int>> {
   }
 };
 
-// Every dtype, op and count of the sweep against the closed form. Half the calls (alternating
-// by ordinal) pass an operand from the arena, the others one from the heap, which the
-// communicator stages.
-std::string all_reduce_sweep(Child& child, MultiHostCommunicator& comm) {
-  int call = 0;
-  return reduce_all_combinations(child, sweep_counts, [&](DType dtype, ReduceOp op, size_t n) {
-    std::vector<std::byte> data = make_input(dtype, child.ordinal, n);
-    if ((child.ordinal + call++) % 2 == 1 || n == 0) {
-      comm.all_reduce(data.data(), n, dtype, op);
-      return data;
-    }
-    void* operand = comm.alloc_buffer(data.size());
-    std::memcpy(operand, data.data(), data.size());
-    comm.all_reduce(operand, n, dtype, op);
-    std::memcpy(data.data(), operand, data.size());
-    comm.free_buffer(operand);
-    return data;
-  });
-}
-
+// Half the calls (alternating by ordinal) pass an operand from the arena, the others one
+// from the heap, which the communicator stages.
 TEST_P(MultiHostTest, AllReduceMatchesClosedFormAndIsBitIdenticalOnEveryReplica) {
   const int w = world_size();
   run(
       [](Child& child, MultiHostCommunicator& comm) {
-        const std::string failures = all_reduce_sweep(child, comm);
+        int call = 0;
+        const std::string failures =
+            reduce_all_combinations(child, sweep_counts, [&](DType dtype, ReduceOp op, size_t n) {
+              std::vector<std::byte> data = make_input(dtype, child.ordinal, n);
+              if ((child.ordinal + call++) % 2 == 1 || n == 0) {
+                comm.all_reduce(data.data(), n, dtype, op);
+                return data;
+              }
+              void* operand = comm.alloc_buffer(data.size());
+              std::memcpy(operand, data.data(), data.size());
+              comm.all_reduce(operand, n, dtype, op);
+              std::memcpy(data.data(), operand, data.size());
+              comm.free_buffer(operand);
+              return data;
+            });
         stats(child.scratch, child.ordinal)->contexts = static_cast<int64_t>(comm.group_contexts());
         stats(child.scratch, child.ordinal)->connect_us =
             static_cast<int64_t>(comm.connect_seconds() * 1e6);
@@ -139,17 +135,6 @@ TEST_P(MultiHostTest, LargeAllReducesStayRightAndBitIdentical) {
         return failures;
       },
       [&](const ForkJob& job) { expect_bit_identical(job, w, cases.size()); });
-}
-
-// Past max_direct_nodes the pieces go round gloo's ring instead of direct transfers: the same
-// closed forms, the same bits on every replica.
-TEST(MultiHostRingTest, JobsBeyondMaxDirectNodesGetTheSameResultsFromGloosRing) {
-  MultiHostJob job({1, 2, 1}, {.timeout_ms = 30'000, .prefix = {}, .max_direct_nodes = 2},
-                   kStagingBytes);
-  job.start(all_reduce_sweep);
-  const JobResult result = job.wait(std::chrono::seconds(60));
-  ASSERT_TRUE(result.all_ok()) << result.describe();
-  expect_bit_identical(job.fork_job(), 4, combination_count(sweep_counts));
 }
 
 // With equal nodes every piece's holders are one local ordinal on every node (and local
