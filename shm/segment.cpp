@@ -1,6 +1,7 @@
 #include "shm/segment.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
@@ -191,6 +192,15 @@ std::vector<std::string> remove_stale_segments() {
     const std::string file = entry.path().filename().string();
     if (file.rfind(prefix, 0) != 0) continue;
     const std::string name = fmt::format("/{}", file);
+    // Only regular files of this user's, big enough for a control block, are opened: anyone
+    // can create names under the prefix in /dev/shm, and opening a FIFO planted there blocks
+    // for ever, a symlink leads elsewhere, another user's file is not ours to judge. /dev/shm
+    // is sticky, so a file this user owns cannot be swapped by another before the open.
+    struct stat st {};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::getuid() || st.st_size < static_cast<off_t>(sizeof(shm::ControlBlock))) {
+      continue;
+    }
     try {
       const bip::mapped_region region = map_existing(name, bip::read_only);
       const auto& control = *static_cast<const shm::ControlBlock*>(region.get_address());

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -42,8 +43,18 @@ constexpr size_t kMaxZlibChunk = size_t{1} << 30;
 
 }  // namespace
 
-std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+size_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return SIZE_MAX;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page);
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what,
+                                     std::optional<size_t> max_bytes) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever; the
+  // type is checked right after, and a regular file's reads ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw IoError(errno_message(fmt::format("{} {}: open", what, path), errno));
   FdCloser closer{fd};
   struct stat st {};
@@ -52,6 +63,12 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view w
   }
   if (!S_ISREG(st.st_mode)) {
     throw InvalidArgument(fmt::format("{} {}: not a regular file", what, path));
+  }
+  const size_t limit = max_bytes.value_or(physical_memory_bytes());
+  if (static_cast<uint64_t>(st.st_size) > limit) {
+    throw InvalidArgument(fmt::format("{} {}: {} bytes, more than the {} bytes it may have{}", what,
+                                      path, st.st_size, limit,
+                                      max_bytes ? "" : " (this machine's memory)"));
   }
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t done = 0;

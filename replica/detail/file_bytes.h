@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -15,8 +16,14 @@
 
 namespace xs::detail {
 
-// The file's whole contents. Throws xs::IoError "<what> <path>: open: ..." on failure.
-std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what);
+// The file's whole contents. Throws xs::IoError "<what> <path>: open: ..." on failure, and
+// xs::InvalidArgument, without waiting or allocating, for what is not a regular file (a FIFO,
+// a directory, a device) or is larger than `max_bytes` (default: this machine's memory).
+std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what,
+                                     std::optional<size_t> max_bytes = std::nullopt);
+
+// Physical memory of this machine in bytes (SIZE_MAX when the system cannot tell).
+size_t physical_memory_bytes();
 
 // True when `bytes` starts with the gzip magic 1f 8b.
 bool is_gzip(std::span<const uint8_t> bytes);

@@ -3,7 +3,9 @@
 // with SIGKILL mid-save. In every case the last good checkpoint stays loadable and no
 // temporary file outlives the next save.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,6 +149,56 @@ TEST_F(CheckpointFailure, WriterKilledMidSaveNeverCorruptsTheCheckpoint) {
   EXPECT_EQ(survived.tensors.size(), 1u);
   save_checkpoint(path_, {big_tensor(16, 1)}, {{"epoch", int64_t{1}}});
   expect_good_file_only();
+}
+
+// What --checkpoint may point at by mistake or malice. A FIFO made --resume wait for a writer
+// for ever (the load opened before it looked); a huge sparse file was std::bad_alloc. Both are
+// refused at once with a message naming the path. The load runs in a child with a deadline, so
+// a hang fails the test.
+TEST(CheckpointPath, AFifoOrAnOversizedFileIsRefusedAtOnceNamingIt) {
+  testing::TempDir dir;
+  const std::string fifo = dir.path("fifo.ckpt");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string huge = dir.path("huge.ckpt");
+  {
+    const int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    const bool sparse = ::ftruncate(fd, off_t{100} << 30) == 0;  // 100 GiB, no blocks
+    ::close(fd);
+    ASSERT_TRUE(sparse) << "this filesystem cannot hold a 100 GiB sparse file";
+  }
+  for (const std::string& path : {fifo, huge}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(20);
+      try {
+        load_checkpoint(path);
+      } catch (const InvalidArgument& e) {
+        const std::string what = e.what();
+        const bool named = what.find(path) != std::string::npos;
+        ::_exit(named && (what.find("not a regular file") != std::string::npos ||
+                          what.find("bytes, more than") != std::string::npos)
+                    ? 0
+                    : 3);
+      } catch (...) {
+        ::_exit(2);
+      }
+      ::_exit(1);
+    }
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 1000 && done == 0; ++i) {  // 10 s
+      done = ::waitpid(pid, &status, WNOHANG);
+      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (done == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    ASSERT_NE(done, 0) << "loading " << path << " hung";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << path << ": status " << status << " (1: loaded, 2: another error, 3: unnamed)";
+  }
 }
 
 }  // namespace

@@ -6,7 +6,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -149,6 +155,55 @@ TEST(SegmentTest, StaleSegmentsOfDeadLaunchersAreRemovedLiveOnesKept) {
   EXPECT_NE(std::find(removed.begin(), removed.end(), dead_name), removed.end());
   EXPECT_FALSE(exists(dead_name));
   EXPECT_TRUE(exists(live.name()));
+}
+
+// Anyone can create names under this user's prefix in /dev/shm. A FIFO there made the sweep
+// block for ever in open(); a symlink, a socket-like non-file or another user's file must be
+// skipped unopened and left in place. The sweep runs in a child with a deadline, so a hang
+// fails the test instead of stalling it.
+TEST(SegmentTest, TheSweepSkipsFifosSymlinksAndOtherUsersFilesWithoutOpeningThem) {
+  const std::string base = "/dev/shm" + segment_name(job_id());
+  const std::string fifo = base + "-fifo", link = base + "-link", foreign = base + "-foreign";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0) << std::strerror(errno);
+  ASSERT_EQ(::symlink(fifo.c_str(), link.c_str()), 0) << std::strerror(errno);
+  {
+    std::FILE* f = std::fopen(foreign.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(std::string(4096, 'x').c_str(), f);
+    std::fclose(f);
+  }
+  const bool other_owner = ::geteuid() == 0 && ::chown(foreign.c_str(), 65534, 65534) == 0;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(20);  // the child cannot outlive a broken sweep
+    try {
+      remove_stale_segments();
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && done == 0; ++i) {  // 10 s
+    done = ::waitpid(pid, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  struct stat st {};
+  const bool fifo_left = ::lstat(fifo.c_str(), &st) == 0;
+  const bool link_left = ::lstat(link.c_str(), &st) == 0;
+  const bool foreign_left = ::lstat(foreign.c_str(), &st) == 0;
+  ::unlink(fifo.c_str());
+  ::unlink(link.c_str());
+  ::unlink(foreign.c_str());
+  ASSERT_NE(done, 0) << "the stale-segment sweep hung on what was planted in /dev/shm";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_TRUE(fifo_left && link_left && foreign_left) << "the sweep removed what was not its own";
+  if (!other_owner) std::cout << "[ note     ] not root: the foreign file is this user's own\n";
 }
 
 }  // namespace
