@@ -1,6 +1,8 @@
 #include "launcher/output_mux.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,10 +32,27 @@ std::string timestamp_now() {
   return fmt::format("{:02}:{:02}:{:02}.{:03} ", local.tm_hour, local.tm_min, local.tm_sec, millis);
 }
 
+// Appends to DIR/ordinal-K.log, owner-only whatever the umask, like checkpoints and segments.
+// A symlink there is refused (O_NOFOLLOW) rather than followed to a file elsewhere, a FIFO
+// (O_NONBLOCK: no reader means ENXIO, not a wait) or any other non-file by its type.
 FILE* open_log(const std::string& dir, int ordinal) {
   const std::string path = fmt::format("{}/ordinal-{}.log", dir, ordinal);
-  FILE* file = std::fopen(path.c_str(), "ae");  // e: O_CLOEXEC, replicas must not inherit it
-  if (file == nullptr) throw IoError(errno_message(fmt::format("open log file {}", path), errno));
+  // O_CLOEXEC: replicas must not inherit it.
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) throw IoError(errno_message(fmt::format("open log file {}", path), errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(fmt::format("log file {}: not a regular file", path));
+  }
+  if ((st.st_mode & 077) != 0) ::fchmod(fd, 0600);  // left by an older run: owner-only now
+  FILE* file = ::fdopen(fd, "a");
+  if (file == nullptr) {
+    const int error = errno;
+    ::close(fd);
+    throw IoError(errno_message(fmt::format("open log file {}", path), error));
+  }
   return file;
 }
 

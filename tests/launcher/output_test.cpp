@@ -1,6 +1,10 @@
 // Output: line-whole under concurrent writers, the "[k] " prefix and its options, log files,
 // console filtering, and the partial last line.
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -95,6 +99,36 @@ TEST(OutputTest, LogDirKeepsEveryOrdinalsLinesWhileShowOrdinalsFiltersTheConsole
     EXPECT_NE(text.find("out " + kk + "\n"), std::string::npos) << text;
     EXPECT_NE(text.find("err " + kk + "\n"), std::string::npos) << text;
     EXPECT_EQ(text.find('['), std::string::npos) << "log files carry no prefix: " << text;
+  }
+}
+
+// A log file is never reached through a symlink planted in the log directory (the target
+// stays as it was, the job fails naming the file), and is owner-only under a umask of 0.
+TEST(OutputTest, LogFilesAreOwnerOnlyAndNeverFollowASymlink) {
+  TempDir dir;
+  const std::string logs = dir / "logs";
+  const std::string target = dir / "target";
+  ASSERT_TRUE(std::filesystem::create_directory(logs));
+  {
+    std::ofstream(target) << "keep\n";
+  }
+  std::filesystem::create_symlink(target, logs + "/ordinal-1.log");
+  const mode_t old_mask = ::umask(0);
+  const RunResult planted =
+      run_xla_spawn({"-n", "2", "--log-dir", logs, "--", "/bin/sh", "-c", "echo hi"});
+  std::filesystem::remove(logs + "/ordinal-1.log");
+  const RunResult clean =
+      run_xla_spawn({"-n", "2", "--log-dir", logs, "--", "/bin/sh", "-c", "echo hi"});
+  ::umask(old_mask);
+  EXPECT_NE(planted.exit_code, 0) << planted.err;
+  EXPECT_NE(planted.err.find("ordinal-1.log"), std::string::npos) << planted.err;
+  EXPECT_EQ(read_file(target), "keep\n");
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  for (int k = 0; k < 2; ++k) {
+    struct stat st {};
+    const std::string log = logs + "/ordinal-" + std::to_string(k) + ".log";
+    ASSERT_EQ(::stat(log.c_str(), &st), 0) << log;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << log;
   }
 }
 
