@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "base/error.h"
 #include "collectives/detail/schedules.h"
 #include "collectives/reduce.h"
 
@@ -32,13 +35,27 @@ int publish_operand(Rounds& rounds, std::byte* data, uint64_t arena_offset) {
   return parity;
 }
 
-std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std::byte* mine) {
+std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std::byte* mine,
+                                                 size_t operand_bytes) {
   const int n = rounds.world_size();
+  const size_t arena_bytes = rounds.segment().arena_bytes();
   std::vector<std::byte*> operands(static_cast<size_t>(n));
   for (int j = 0; j < n; ++j) {
+    if (j == rounds.ordinal()) {
+      operands[j] = mine;
+      continue;
+    }
     uint64_t offset;
     std::memcpy(&offset, rounds.inline_data(j, parity) + kArenaOffsetAt, sizeof offset);
-    operands[j] = j == rounds.ordinal() ? mine : rounds.segment().arena(j) + offset;
+    // The offset comes from shared memory: whatever scribbled there must not become a pointer
+    // outside ordinal j's arena.
+    if (offset > arena_bytes || operand_bytes > arena_bytes - offset) {
+      throw PeerFailure(fmt::format(
+          "segment {}: ordinal {}'s mailbox is corrupted: its operand of {} bytes at arena offset "
+          "{} lies outside its arena of {} bytes",
+          rounds.segment().name(), j, operand_bytes, offset, arena_bytes));
+    }
+    operands[j] = rounds.segment().arena(j) + offset;
   }
   return operands;
 }
@@ -66,7 +83,8 @@ void all_reduce_direct(Rounds& rounds, int parity, std::byte* data, size_t n_ele
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);
-  const std::vector<std::byte*> operands = published_arena_operands(rounds, parity, data);
+  const std::vector<std::byte*> operands =
+      published_arena_operands(rounds, parity, data, n_elems * elem_bytes);
   const size_t chunk = chunk_elems(n_elems, n, elem_bytes);
   const size_t begin = std::min(n_elems, chunk * static_cast<size_t>(me));
   const size_t end = std::min(n_elems, begin + chunk);

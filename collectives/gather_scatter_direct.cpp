@@ -18,8 +18,8 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
                            size_t n_elems, DType dtype, ReduceOp op) {
   const int n = rounds.world_size();
   const size_t elem_bytes = dtype_size(dtype);
-  const std::vector<std::byte*> inputs =
-      published_arena_operands(rounds, parity, const_cast<std::byte*>(in));
+  const std::vector<std::byte*> inputs = published_arena_operands(
+      rounds, parity, const_cast<std::byte*>(in), n_elems * static_cast<size_t>(n) * elem_bytes);
   const size_t base = n_elems * static_cast<size_t>(rounds.ordinal()) * elem_bytes;
   const size_t step = direct_block_elems(n, elem_bytes);
   std::vector<const void*>& sources = rounds.sources();
@@ -37,7 +37,7 @@ void reduce_scatter_direct(Rounds& rounds, int parity, const std::byte* in, std:
 void all_gather_direct(Rounds& rounds, int parity, const std::byte* in,
                        std::span<const GatherPiece> out, size_t n_bytes) {
   const std::vector<std::byte*> inputs =
-      published_arena_operands(rounds, parity, const_cast<std::byte*>(in));
+      published_arena_operands(rounds, parity, const_cast<std::byte*>(in), n_bytes);
   for (int j = 0; j < rounds.world_size(); ++j)
     copy_to_pieces(out, static_cast<size_t>(j) * n_bytes, inputs[j], n_bytes);
   rounds.sync();

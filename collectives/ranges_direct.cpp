@@ -21,7 +21,8 @@ void reduce_ranges_direct(Rounds& rounds, int parity, std::byte* data, DType dty
   const int n = rounds.world_size();
   const int me = rounds.ordinal();
   const size_t elem_bytes = dtype_size(dtype);
-  const std::vector<std::byte*> operands = published_arena_operands(rounds, parity, data);
+  const std::vector<std::byte*> operands =
+      published_arena_operands(rounds, parity, data, bounds.back() * elem_bytes);
   const size_t block_elems = direct_block_elems(n, elem_bytes);
   std::vector<const void*>& sources = rounds.sources();
   for (size_t offset = bounds[me]; offset < bounds[me + 1]; offset += block_elems) {
@@ -38,7 +39,8 @@ void reduce_ranges_direct(Rounds& rounds, int parity, std::byte* data, DType dty
 // every operand unchanged until all have been read.
 void gather_ranges_direct(Rounds& rounds, int parity, std::byte* data, size_t elem_bytes,
                           std::span<const size_t> bounds) {
-  const std::vector<std::byte*> operands = published_arena_operands(rounds, parity, data);
+  const std::vector<std::byte*> operands =
+      published_arena_operands(rounds, parity, data, bounds.back() * elem_bytes);
   for (int j = 0; j < rounds.world_size(); ++j) {
     if (j == rounds.ordinal() || bounds[j] == bounds[j + 1]) continue;
     const size_t at = bounds[j] * elem_bytes;

@@ -31,9 +31,12 @@ void all_reduce_ring(Rounds& rounds, std::byte* data, size_t n_elems, DType dtyp
 // operand's address and its offset in its buffer arena (anything when not in it; the call
 // header's in_arena says which). Returns the round's parity, which the schedule takes.
 int publish_operand(Rounds& rounds, std::byte* data, uint64_t arena_offset);
-// After publish_operand() with every operand in its owner's arena: each ordinal's operand
-// mapped into this process (`mine` for this ordinal's own), for the direct schedules.
-std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std::byte* mine);
+// After publish_operand() with every operand in its owner's arena: each ordinal's operand of
+// `operand_bytes` mapped into this process (`mine` for this ordinal's own), for the direct
+// schedules. Throws xs::PeerFailure naming the ordinal when a published offset would put the
+// operand outside its owner's arena (shared memory scribbled over).
+std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std::byte* mine,
+                                                 size_t operand_bytes);
 // Elements per block for the direct schedules: N source blocks of it stay in L2.
 size_t direct_block_elems(int world_size, size_t elem_bytes);
 void* published_address(Rounds& rounds, int ordinal, int parity);

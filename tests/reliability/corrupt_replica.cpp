@@ -3,15 +3,23 @@
 // writes garbage into one --field of the control block or a slot, then stops taking part
 // (sleeps up to --hang-ms), as a buggy or hostile replica would. The others must see a clear
 // error (the launcher's control-block check), never read out of bounds.
+// --field mailbox_arena_offset is the one the replicas themselves must catch: every ordinal
+// all-gathers from its buffer arena (the zero-copy direct schedule, where peers read each
+// other's operands at the arena offsets their mailboxes publish), and the victim keeps
+// overwriting its own published offset with garbage from a second thread while it goes on
+// calling, so the peers read a wild offset sooner or later.
 //
 //   xla-spawn -n 3 -- corrupt_replica --field staging_bytes --victim 1 --after 20
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -114,11 +122,58 @@ void scribble(const std::string& field, int victim) {
 
 }  // namespace
 
+// Overwrites the victim's published arena offset (inline payload bytes 8..15 of both
+// mailboxes) with garbage until `stop`.
+void scribble_mailbox_offsets(int victim, const std::atomic<bool>& stop) {
+  const char* name = std::getenv("XLA_SPAWN_SEGMENT");
+  if (name == nullptr) throw xs::InvalidArgument("corrupt_replica: no XLA_SPAWN_SEGMENT");
+  bip::shared_memory_object object(bip::open_only, name, bip::read_write);
+  bip::mapped_region region(object, bip::read_write);
+  auto* base = static_cast<std::byte*>(region.get_address());
+  auto* slots = reinterpret_cast<xs::shm::OrdinalSlot*>(base + xs::shm::slots_offset());
+  while (!stop.load()) {
+    for (xs::shm::Mailbox& box : slots[victim].mailbox) {
+      std::memcpy(box.inline_data + 8, &kGarbage64, sizeof kGarbage64);
+    }
+  }
+}
+
+// The mailbox_arena_offset run: arena all-gathers until the job stops this replica.
+int gather_while_scribbling(const Args& args, const xs::ReplicaContext& ctx,
+                            xs::ShmCommunicator& comm) {
+  constexpr size_t kElems = 4096;
+  auto* in = static_cast<float*>(comm.alloc_buffer(kElems * sizeof(float)));
+  std::vector<float> out(kElems * static_cast<size_t>(ctx.world_size));
+  std::fill(in, in + kElems, static_cast<float>(ctx.ordinal));
+  std::atomic<bool> stop{false};
+  std::thread scribbler;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.hang_ms);
+  for (int64_t i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
+    if (i == args.after && ctx.ordinal == args.victim) {
+      scribbler = std::thread(scribble_mailbox_offsets, args.victim, std::cref(stop));
+      std::printf("corrupt_replica: ordinal %d wrote garbage into mailbox_arena_offset\n",
+                  args.victim);
+      std::fflush(stdout);
+    }
+    try {
+      comm.all_gather(in, out.data(), kElems, xs::DType::kF32);
+    } catch (...) {
+      stop.store(true);
+      if (scribbler.joinable()) scribbler.join();
+      throw;
+    }
+  }
+  stop.store(true);
+  if (scribbler.joinable()) scribbler.join();
+  return 0;
+}
+
 int main(int argc, char** argv) try {
   const Args args = parse(argc, argv);
   const xs::ReplicaContext ctx = xs::ReplicaContext::from_env();
   xs::ShmCommunicator comm(
       xs::Segment::attach(ctx.segment_name, ctx.ordinal, ctx.world_size, ctx.job_id));
+  if (args.field == "mailbox_arena_offset") return gather_while_scribbling(args, ctx, comm);
   std::vector<float> data(64, 1.0f);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(args.hang_ms);
   for (int64_t i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
