@@ -245,20 +245,21 @@ struct Transfer {
 // (1 MiB segments): whole pieces at once put megabytes in flight per link and were slower.
 constexpr size_t kChunkBytes = size_t{1} << 20;
 constexpr size_t kRecvWindow = 2;
+// reduce_to_owners keeps its receive buffer between calls up to this size.
+constexpr size_t kKeptPartialsBytes = size_t{64} << 20;
 
 // Runs a batch: every send from `out`, every receive into `in`, each cut into chunks posted in
 // order on the transfer's slot (gloo matches a pair's sends and receives of one slot in
-// order), receives kRecvWindow chunks per peer ahead, refilled round-robin over the peers as
-// chunks arrive. Waits for all by `deadline` (gloo throws its timeout); false if a wait ended
-// without its transfer (aborted: nothing here aborts).
+// order). Receives start kRecvWindow chunks per peer ahead, kRecvWindow x peers in all, and
+// each arrival posts the next chunk of the next peer round-robin (gloo does not say reliably
+// which peer a completion came from), so the total in flight towards this node stays bounded
+// though one peer may hold more than its share while another is late. Each wait may take the
+// whole `timeout`, as each of gloo's ring steps may: a batch that keeps moving never times
+// out, a stalled one does after `timeout` (gloo throws). False if a wait ended without its
+// transfer (aborted: nothing here aborts).
 bool run_batch(gloo::transport::UnboundBuffer& out, std::span<const Transfer> sends,
                gloo::transport::UnboundBuffer& in, std::span<const Transfer> receives, int nodes,
-               std::chrono::steady_clock::time_point deadline) {
-  using std::chrono::milliseconds;
-  auto left = [&] {  // at least 1 ms: gloo reads a negative timeout as "the context's"
-    return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(
-                                         deadline - std::chrono::steady_clock::now()));
-  };
+               std::chrono::milliseconds timeout) {
   auto for_each_chunk = [](const Transfer& t, const auto& f) {
     for (size_t at = 0; at < t.n_bytes; at += kChunkBytes) {
       f(Transfer{t.peer, t.slot, t.offset + at, std::min(kChunkBytes, t.n_bytes - at)});
@@ -297,10 +298,10 @@ bool run_batch(gloo::transport::UnboundBuffer& out, std::span<const Transfer> se
   }
   bool all = true;
   for (; posted > 0; --posted) {
-    all = in.waitRecv(nullptr, left()) && all;
+    all = in.waitRecv(nullptr, timeout) && all;
     post_next();
   }
-  for (size_t i = 0; i < send_chunks; ++i) all = out.waitSend(nullptr, left()) && all;
+  for (size_t i = 0; i < send_chunks; ++i) all = out.waitSend(nullptr, timeout) && all;
   return all;
 }
 
@@ -339,10 +340,9 @@ void NodeGroups::reduce_to_owners(std::span<const int> holders, std::byte* data,
   }
   partials_.resize(std::max<size_t>(at * elem_bytes, 1));
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto mine = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
     auto theirs = context->createUnboundBuffer(partials_.data(), partials_.size());
-    if (!run_batch(*mine, sends, *theirs, receives, nodes, deadline)) {
+    if (!run_batch(*mine, sends, *theirs, receives, nodes, timeout_)) {
       throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
     }
   });
@@ -359,6 +359,9 @@ void NodeGroups::reduce_to_owners(std::span<const int> holders, std::byte* data,
     reduce_sources(own, nullptr, sources.data(), nodes, p.count, dtype, op, 1);
     at += p.count * static_cast<size_t>(nodes - 1);
   }
+  // Kept for the next step's call (a training step's size repeats), unless it is large: one
+  // big reduce-scatter must not pin (nodes - 1) x its block for the rest of the job.
+  if (partials_.size() > kKeptPartialsBytes) std::vector<std::byte>().swap(partials_);
 }
 
 void NodeGroups::send_from_owners(std::span<const int> holders, std::byte* data,
@@ -380,9 +383,8 @@ void NodeGroups::send_from_owners(std::span<const int> holders, std::byte* data,
     }
   }
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
     auto buffer = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
-    if (!run_batch(*buffer, sends, *buffer, receives, nodes, deadline)) {
+    if (!run_batch(*buffer, sends, *buffer, receives, nodes, timeout_)) {
       throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
     }
   });

@@ -90,8 +90,8 @@ class NodeGroups {
   };
   // The transfers of a whole batch of pieces go in flight at once, so each link carries data
   // both ways at the same time where one piece after the other would use one direction at a
-  // time; in 1 MiB chunks, a receiver keeping two per peer posted, so no more than that is in
-  // flight towards a node. reduce_to_owners: every other member sends its elements of each piece to the owner,
+  // time; in 1 MiB chunks, a receiver keeping two per peer posted (refilled round-robin), so
+  // no more than that is in flight towards a node. reduce_to_owners: every other member sends its elements of each piece to the owner,
   // which reduces them into its own in node order (0..nnodes-1; `op` without mean's division,
   // so every rerun gets the same bits); the others' `data` is unchanged. send_from_owners:
   // each piece's owner sends its bytes to every other member. Every member passes the same

@@ -54,14 +54,18 @@ bool typed_failure(const std::string& message) {
   return message.starts_with("PeerFailure: ") || message.starts_with("Timeout: ");
 }
 
-// SIGKILLs node 1's last replica in the middle of a loop of all-reduces of n_elems floats:
-// every other replica fails with a typed error naming the call, within the bound.
-void expect_clean_failures(const std::vector<int>& sizes, size_t n_elems) {
+// SIGKILLs node 1's last replica in the middle of a loop of `call`s ("all_reduce",
+// "reduce_scatter" or "all_gather") of n_elems floats per ordinal: every other replica fails
+// with a typed error naming the call, within the bound.
+void expect_clean_failures(const std::vector<int>& sizes, size_t n_elems,
+                           const std::string& call = "all_reduce") {
   const NodeTopology shape(sizes, 0, 0);
   const int victim = shape.first_ordinal(1) + shape.node_size(1) - 1;  // node 1's last replica
   MultiHostJob job(sizes, {.timeout_ms = kTimeoutMs, .prefix = {}});
-  job.start([victim, n_elems](Child& child, MultiHostCommunicator& comm) {
-    std::vector<float> data(n_elems, 1.0f);
+  job.start([victim, n_elems, call](Child& child, MultiHostCommunicator& comm) {
+    const auto w = static_cast<size_t>(child.world_size);
+    std::vector<float> data(call == "all_reduce" ? n_elems : w * n_elems, 1.0f);
+    std::vector<float> mine(n_elems, 1.0f);
     auto* words = scratch_words(child.scratch);
     for (int i = 0; i < 1'000'000; ++i) {
       if (child.ordinal == victim && i == 50) {
@@ -69,7 +73,13 @@ void expect_clean_failures(const std::vector<int>& sizes, size_t n_elems) {
         ::kill(::getpid(), SIGKILL);
       }
       try {
-        comm.all_reduce(data.data(), data.size(), DType::kF32, ReduceOp::kMean);
+        if (call == "reduce_scatter") {
+          comm.reduce_scatter(data.data(), mine.data(), n_elems, DType::kF32, ReduceOp::kMean);
+        } else if (call == "all_gather") {
+          comm.all_gather(mine.data(), data.data(), n_elems, DType::kF32);
+        } else {
+          comm.all_reduce(data.data(), data.size(), DType::kF32, ReduceOp::kMean);
+        }
       } catch (const Error& e) {
         words[1 + child.ordinal].store(monotonic_ns() - words[0].load());
         return describe_failure(e) + still_broken(comm);
@@ -87,9 +97,7 @@ void expect_clean_failures(const std::vector<int>& sizes, size_t n_elems) {
     EXPECT_EQ(child.exit_code, 1) << result.describe();
     EXPECT_TRUE(typed_failure(child.message)) << result.describe();
     EXPECT_EQ(child.message.find(" | "), std::string::npos) << result.describe();
-    EXPECT_NE(child.message.find(fmt::format("all_reduce (f32, {} elements)", n_elems)),
-              std::string::npos)
-        << result.describe();
+    EXPECT_NE(child.message.find(call + " (f32, "), std::string::npos) << result.describe();
     const int64_t after_ns = scratch_words(job.fork_job().scratch())[1 + child.ordinal];
     EXPECT_LT(after_ns, kNoticeWithinNs * deadline_scale())
         << "ordinal " << child.ordinal << " took " << after_ns * 1e-9 << " s: " << child.message;
@@ -106,6 +114,16 @@ TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyWithinABound) {
 // cleanly, none left waiting.
 TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyInALargeAllReduce) {
   expect_clean_failures(GetParam(), 3 << 20);
+}
+
+// The sharded update's collectives, whose network phases are batches of point-to-point
+// transfers: 4 MiB per ordinal, chunks in flight from several peers when the victim dies.
+TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyInALargeReduceScatter) {
+  expect_clean_failures(GetParam(), 1 << 20, "reduce_scatter");
+}
+
+TEST_P(MultiHostKillTest, EveryOtherReplicaFailsCleanlyInALargeAllGather) {
+  expect_clean_failures(GetParam(), 1 << 20, "all_gather");
 }
 
 INSTANTIATE_TEST_SUITE_P(Topologies, MultiHostKillTest,
