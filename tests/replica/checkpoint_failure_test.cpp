@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "replica/checkpoint.h"
 #include "tests/replica/temp_dir.h"
+#include "tests/support/child_with_deadline.h"
 
 namespace xs {
 namespace {
@@ -168,36 +169,21 @@ TEST(CheckpointPath, AFifoOrAnOversizedFileIsRefusedAtOnceNamingIt) {
     ASSERT_TRUE(sparse) << "this filesystem cannot hold a 100 GiB sparse file";
   }
   for (const std::string& path : {fifo, huge}) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::alarm(20);
+    const xs::testing::ChildOutcome r = xs::testing::run_in_child([&path] {
       try {
         load_checkpoint(path);
       } catch (const InvalidArgument& e) {
         const std::string what = e.what();
         const bool named = what.find(path) != std::string::npos;
-        ::_exit(named && (what.find("not a regular file") != std::string::npos ||
-                          what.find("bytes, more than") != std::string::npos)
-                    ? 0
-                    : 3);
-      } catch (...) {
-        ::_exit(2);
+        return named && (what.find("not a regular file") != std::string::npos ||
+                         what.find("bytes, more than") != std::string::npos)
+                   ? 0
+                   : 3;
       }
-      ::_exit(1);
-    }
-    int status = 0;
-    pid_t done = 0;
-    for (int i = 0; i < 1000 && done == 0; ++i) {  // 10 s
-      done = ::waitpid(pid, &status, WNOHANG);
-      if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (done == 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-    ASSERT_NE(done, 0) << "loading " << path << " hung";
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << path << ": status " << status << " (1: loaded, 2: another error, 3: unnamed)";
+      return 1;
+    });
+    ASSERT_FALSE(r.hung) << "loading " << path << " hung";
+    EXPECT_EQ(r.exit_code, 0) << path << " (1: loaded, 2: another error, 3: unnamed)";
   }
 }
 

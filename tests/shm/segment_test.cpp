@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "tests/support/child_with_deadline.h"
 
 namespace xs {
 namespace {
@@ -173,26 +174,10 @@ TEST(SegmentTest, TheSweepSkipsFifosSymlinksAndOtherUsersFilesWithoutOpeningThem
     std::fclose(f);
   }
   const bool other_owner = ::geteuid() == 0 && ::chown(foreign.c_str(), 65534, 65534) == 0;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::alarm(20);  // the child cannot outlive a broken sweep
-    try {
-      remove_stale_segments();
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  pid_t done = 0;
-  for (int i = 0; i < 1000 && done == 0; ++i) {  // 10 s
-    done = ::waitpid(pid, &status, WNOHANG);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  if (done == 0) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
+  const xs::testing::ChildOutcome r = xs::testing::run_in_child([] {
+    remove_stale_segments();
+    return 0;
+  });
   struct stat st {};
   const bool fifo_left = ::lstat(fifo.c_str(), &st) == 0;
   const bool link_left = ::lstat(link.c_str(), &st) == 0;
@@ -200,8 +185,8 @@ TEST(SegmentTest, TheSweepSkipsFifosSymlinksAndOtherUsersFilesWithoutOpeningThem
   ::unlink(fifo.c_str());
   ::unlink(link.c_str());
   ::unlink(foreign.c_str());
-  ASSERT_NE(done, 0) << "the stale-segment sweep hung on what was planted in /dev/shm";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  ASSERT_FALSE(r.hung) << "the stale-segment sweep hung on what was planted in /dev/shm";
+  EXPECT_EQ(r.exit_code, 0);
   EXPECT_TRUE(fifo_left && link_left && foreign_left) << "the sweep removed what was not its own";
   if (!other_owner) std::cout << "[ note     ] not root: the foreign file is this user's own\n";
 }
