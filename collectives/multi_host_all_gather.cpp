@@ -26,19 +26,18 @@ void multi_host_all_gather(const Hierarchy& h, const std::byte* in, std::byte* o
     if (block(t.node()) != in) std::memmove(block(t.node()), in, n_elems * elem_bytes);
   }
   h.locally([&](ShmCommunicator& local) { local.all_gather(in, block(t.node()), n_elems, dtype); });
-  // Every block's pieces with their offsets in `out`, tagged with the block's node.
+  // Every block's pieces with their offsets in `out`; a piece's owner is its block's node, the
+  // node of the ordinal whose chunk it lies in (as in the reduce-scatter).
   std::vector<CutPiece> pieces;
-  std::vector<int> owners;
   for (int node = 0; node < t.nnodes(); ++node) {
     const size_t start = static_cast<size_t>(t.first_ordinal(node)) * n_elems;
     for (CutPiece& p : h.my_pieces(block_elems(node), elem_bytes)) {
       p.offset += start;
       pieces.push_back(std::move(p));
-      owners.push_back(node);
     }
   }
   h.in_batches(
-      pieces, [&](const CutPiece& p) { return owners[static_cast<size_t>(&p - pieces.data())]; },
+      pieces, [&](const CutPiece& p) { return t.node_of(static_cast<int>(p.offset / n_elems)); },
       [&](std::span<const int> holders, std::span<const NodeGroups::OwnedPiece> batch) {
         h.groups.send_from_owners(holders, out, batch, elem_bytes);
       });

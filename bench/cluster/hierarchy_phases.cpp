@@ -82,17 +82,8 @@ Args parse(int argc, char** argv) {
   return args;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-double process_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
+using xs::bench::median;
+using xs::bench::process_cpu_seconds;
 
 // The replica's two views of the same schedule: the communicator, and its pieces.
 struct Rig {

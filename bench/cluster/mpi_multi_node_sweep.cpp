@@ -66,14 +66,7 @@ int run(const xs::bench::MultiNodeArgs& args) {
          MPI_Allreduce(MPI_IN_PLACE, d, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
        }}};
   const auto rows = xs::bench::run_multi_node_sweep(args, job, contenders);
-  int64_t wrong = 0;
-  for (const auto& row : rows) wrong += row.wrong;
-  if (job.ordinal == 0) {
-    xs::bench::print_multi_node_table(rows, job, args.reps);
-    if (!args.csv.empty()) xs::bench::write_multi_node_csv(args.csv, rows, job, args.reps);
-    if (wrong > 0) fmt::print(stderr, "mpi_multi_node_sweep: {} wrong elements in all\n", wrong);
-  }
-  return wrong == 0 ? 0 : 1;
+  return xs::bench::report_multi_node_sweep(rows, job, args, "mpi_multi_node_sweep");
 }
 
 }  // namespace

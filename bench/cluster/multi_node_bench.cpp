@@ -13,23 +13,12 @@
 #include "base/env.h"
 #include "base/error.h"
 #include "bench/cluster/link_bytes.h"
+#include "bench/collectives/sweep.h"
 
 namespace xs::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-double process_cpu_seconds() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
 
 // Exact in f32 in any order: (ordinal + 1) * (1..7) sums to world(world + 1)/2 * (1..7), below
 // 2^24 up to 2000 replicas.
@@ -235,6 +224,18 @@ void write_multi_node_csv(const std::string& path, const std::vector<MultiNodeRo
                optional_number(payload_ratio(r), 4), r.wrong, reps, r.cpu_us);
   }
   if (std::fclose(file) != 0) throw IoError(errno_message("cannot write " + path, errno));
+}
+
+int report_multi_node_sweep(const std::vector<MultiNodeRow>& rows, const JobHooks& job,
+                            const MultiNodeArgs& args, const char* program) {
+  int64_t wrong = 0;
+  for (const auto& row : rows) wrong += row.wrong;
+  if (job.ordinal == 0) {
+    print_multi_node_table(rows, job, args.reps);
+    if (!args.csv.empty()) write_multi_node_csv(args.csv, rows, job, args.reps);
+    if (wrong > 0) fmt::print(stderr, "{}: {} wrong elements in all\n", program, wrong);
+  }
+  return wrong == 0 ? 0 : 1;
 }
 
 }  // namespace xs::bench

@@ -84,4 +84,9 @@ void print_multi_node_table(const std::vector<MultiNodeRow>& rows, const JobHook
 void write_multi_node_csv(const std::string& path, const std::vector<MultiNodeRow>& rows,
                           const JobHooks& job, int reps);
 
+// A sweep program's ending: ordinal 0 prints the table, writes args.csv (when given) and
+// names the wrong elements in all (`program` in the message); the exit code, 0 when none.
+int report_multi_node_sweep(const std::vector<MultiNodeRow>& rows, const JobHooks& job,
+                            const MultiNodeArgs& args, const char* program);
+
 }  // namespace xs::bench

@@ -101,15 +101,8 @@ int run(const xs::bench::MultiNodeArgs& args) {
   Operands own(comm);
   const std::vector<Contender> contenders = make_contenders(args, own);
   const auto rows = xs::bench::run_multi_node_sweep(args, job, contenders);
-  int64_t wrong = 0;
-  for (const auto& row : rows) wrong += row.wrong;
-  if (job.ordinal == 0) {
-    print_connects(comm, own.flat.get());
-    xs::bench::print_multi_node_table(rows, job, args.reps);
-    if (!args.csv.empty()) xs::bench::write_multi_node_csv(args.csv, rows, job, args.reps);
-    if (wrong > 0) fmt::print(stderr, "multi_node_sweep: {} wrong elements in all\n", wrong);
-  }
-  return wrong == 0 ? 0 : 1;
+  if (job.ordinal == 0) print_connects(comm, own.flat.get());
+  return xs::bench::report_multi_node_sweep(rows, job, args, "multi_node_sweep");
 }
 
 }  // namespace

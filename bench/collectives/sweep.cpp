@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -11,12 +12,6 @@ namespace xs::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // Exact in f32 in any order: small integers, sum at most 7 * 8 * 9 / 2 = 252.
 float input(int ordinal, size_t i) {
@@ -62,6 +57,18 @@ double time_all_reduce(const SweepOptions& options, const SweepHooks& hooks, flo
 }
 
 }  // namespace
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 std::vector<size_t> sweep_sizes(const SweepOptions& options) {
   std::vector<size_t> sizes;

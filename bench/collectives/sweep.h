@@ -49,6 +49,11 @@ struct SweepRow {
   double memcpy_gbps = 0;  // 0 when not measured
 };
 
+// The median (the mean of the middle two for an even count); values must not be empty.
+double median(std::vector<double> values);
+// CPU time of this process, every thread, user + system (CLOCK_PROCESS_CPUTIME_ID), seconds.
+double process_cpu_seconds();
+
 std::vector<size_t> sweep_sizes(const SweepOptions& options);
 
 // Runs on every ordinal (all must call it); returns the rows on ordinal 0.

@@ -276,28 +276,28 @@ bool run_batch(gloo::transport::UnboundBuffer& out, std::span<const Transfer> se
   for (const Transfer& t : receives) {
     for_each_chunk(t, [&](const Transfer& c) { queued[static_cast<size_t>(c.peer)].push_back(c); });
   }
-  size_t posted = 0;
+  size_t outstanding = 0;  // receives posted, not yet waited for
+  auto post = [&](std::deque<Transfer>& q) {  // q's next chunk, if any; true if posted
+    if (q.empty()) return false;
+    in.recv(q.front().peer, q.front().slot, q.front().offset, q.front().n_bytes);
+    q.pop_front();
+    ++outstanding;
+    return true;
+  };
   size_t next_peer = 0;
   auto post_next = [&] {  // from the next peer round-robin that has a chunk queued
-    for (size_t k = 0; k < queued.size(); ++k, next_peer = (next_peer + 1) % queued.size()) {
+    for (size_t k = 0; k < queued.size(); ++k) {
       std::deque<Transfer>& q = queued[next_peer];
-      if (q.empty()) continue;
-      in.recv(q.front().peer, q.front().slot, q.front().offset, q.front().n_bytes);
-      q.pop_front();
-      ++posted;
       next_peer = (next_peer + 1) % queued.size();
-      return;
+      if (post(q)) return;
     }
   };
   for (std::deque<Transfer>& q : queued) {
-    for (size_t k = 0; k < kRecvWindow && !q.empty(); ++k) {
-      in.recv(q.front().peer, q.front().slot, q.front().offset, q.front().n_bytes);
-      q.pop_front();
-      ++posted;
+    for (size_t k = 0; k < kRecvWindow && post(q); ++k) {
     }
   }
   bool all = true;
-  for (; posted > 0; --posted) {
+  for (; outstanding > 0; --outstanding) {
     all = in.waitRecv(nullptr, timeout) && all;
     post_next();
   }
