@@ -29,6 +29,9 @@ inline constexpr std::string_view kCounterCreateCompileHandles = "CreateCompileH
 inline constexpr std::string_view kCounterGraphHashCheck = "GraphHashCheck";
 // Timers (nanoseconds).
 inline constexpr std::string_view kTimerCompileTime = "CompileTime";
+// CompileTime's two parts: the graph passes, lowering and view aliasing; native code.
+inline constexpr std::string_view kTimerCompilePassesTime = "CompilePassesTime";
+inline constexpr std::string_view kTimerCodegenTime = "CodegenTime";
 inline constexpr std::string_view kTimerExecuteTime = "ExecuteTime";
 inline constexpr std::string_view kTimerTransferFromDevice = "TransferFromDevice";
 inline constexpr std::string_view kTimerAllReduceTime = "AllReduceTime";

@@ -49,7 +49,8 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
   }
   std::vector<detail::Arg> args;
   std::vector<GatherPiece> pieces;
-  for (const Kernel& k : kernels) {
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Kernel& k = kernels[i];
     if (!k.out_pieces.empty()) {
       pieces.clear();
       for (const Kernel::Piece& pc : k.out_pieces) pieces.push_back({pc.offset_bytes, pc.size_bytes, ptr[pc.storage]});
@@ -61,7 +62,9 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
       for (size_t i = 0; i < k.in_storage.size(); ++i) args.push_back({ptr[k.in_storage[i]], &k.in_types[i]});
       detail::run_op_kernel(k.op, k.attrs, args, {ptr[k.out_storage], &k.out_type}, env);
     }
-    if (!k.loop.steps.empty()) detail::run_loop(k.loop, ptr.data());
+    if (k.loop.steps.empty()) continue;
+    if (detail::NativeLoopFn fn = native ? native->fn(i) : nullptr) fn(ptr.data());
+    else detail::run_loop(k.loop, ptr.data());
   }
   std::vector<BufferPtr> results;
   for (int s : root_storage) {
@@ -97,10 +100,11 @@ const std::vector<int>& Program::collective_slots() {
 std::string Program::text() const {
   std::string out = fmt::format(
       "program: {} kernels, nodes {} -> {} (folded {}, cse {}, dce {}), fused loops {} ({} ops), "
-      "matmul epilogues {}, gemm accumulates {}, in place {}, donated outputs {}, views {}, arena {} bytes\n",
+      "matmul epilogues {}, gemm accumulates {}, in place {}, donated outputs {}, views {}, arena {} bytes, "
+      "native loops {}, interpreted loops {}\n",
       stats.kernels, stats.nodes_in, stats.nodes_out, stats.folded, stats.cse_merged, stats.dce_removed,
       stats.fused_loops, stats.fused_ops, stats.matmul_epilogues, stats.gemm_accumulates, stats.in_place, stats.donated_outputs,
-      stats.views, stats.arena_bytes);
+      stats.views, stats.arena_bytes, stats.native_loops, stats.interpreted_loops);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
     if (st.kind == Storage::Kind::kView) {
@@ -125,6 +129,7 @@ std::string Program::text() const {
     } else {
       out += fmt::format("  k{}: ", i);
     }
+    if (!k.loop.steps.empty() && native && native->fn(i)) out += "native ";
     out += (k.loop.steps.empty() ? "" : detail::loop_text(k.loop)) + "\n";
   }
   out += fmt::format("  roots: s{}\n", fmt::join(root_storage, ", s"));
@@ -453,5 +458,18 @@ std::optional<Kernel::Piece> ViewPass::copied_piece(const Kernel& k, int g) cons
 }  // namespace
 
 void alias_views(Program& program) { ViewPass(program).run(); }
+
+}  // namespace xs
+
+namespace xs {
+
+void generate_native_code(Program& program) {
+  std::vector<const detail::LoopKernel*> loops;
+  for (const Kernel& k : program.kernels) loops.push_back(k.loop.steps.empty() ? nullptr : &k.loop);
+  program.native = detail::compile_native_loops(loops);
+  program.stats.native_loops = program.native->compiled();
+  program.stats.interpreted_loops = 0;
+  for (size_t i = 0; i < loops.size(); ++i) program.stats.interpreted_loops += loops[i] != nullptr && !program.native->fn(i);
+}
 
 }  // namespace xs

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/buffer.h"
+#include "runtime/detail/codegen.h"
 #include "runtime/detail/kernels.h"
 #include "runtime/detail/loop.h"
 #include "runtime/graph.h"
@@ -38,6 +39,8 @@ struct CompileStats {
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
   int64_t views = 0;            // concat operands and slices made views (alias_views)
   int64_t gather_pieces = 0;    // slices of an all_gather's value it now writes (alias_views)
+  int64_t native_loops = 0;     // loops (and epilogues) run as generated code (generate_native_code)
+  int64_t interpreted_loops = 0; // loops left to the interpreter
 };
 
 struct Storage {
@@ -81,6 +84,8 @@ class Program {
   std::vector<size_t> arena_slot_bytes;
   std::vector<size_t> output_bytes;
   std::vector<ValueType> input_types;  // checked on every run
+  // Generated code for the loops, by kernel index (generate_native_code); null: interpreted.
+  std::unique_ptr<detail::NativeLoops> native;
 
  private:
   // Arena slots that hold a collective's published operand (all_reduce's, reduce_scatter's or
@@ -103,5 +108,10 @@ std::shared_ptr<Program> compile_graph(const Graph& graph);
 // slices itself. Results are unchanged; each removed kernel counts in stats.views (the
 // all_gather's slices also in stats.gather_pieces). Idempotent.
 void alias_views(Program& program);
+
+// Compiles the program's loop kernels and matmul epilogues to native code (the last step of
+// compilation: it fixes the storage each loop reads and writes). Loops without a generated
+// form stay interpreted; both count in stats.
+void generate_native_code(Program& program);
 
 }  // namespace xs

@@ -30,6 +30,7 @@ RuntimeOptions RuntimeOptions::from_env() {
   o.dump_dir = env_string("XLA_SPAWN_DUMP_GRAPHS");
   o.warmup_steps = env_int("XLA_SPAWN_COMPILE_WARMUP_STEPS", 0, 1'000'000'000).value_or(o.warmup_steps);
   o.alias_views = env_bool("XLA_SPAWN_ALIAS_VIEWS").value_or(o.alias_views);
+  o.codegen = env_bool("XLA_SPAWN_CODEGEN").value_or(o.codegen);
   return o;
 }
 
@@ -176,8 +177,15 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
   std::shared_ptr<Program> program;
   {
     ScopedTimer timer(metrics_, kTimerCompileTime);
-    program = compile_graph(graph);
-    if (options_.alias_views) alias_views(*program);
+    {
+      ScopedTimer passes(metrics_, kTimerCompilePassesTime);
+      program = compile_graph(graph);
+      if (options_.alias_views) alias_views(*program);
+    }
+    if (options_.codegen) {
+      ScopedTimer codegen(metrics_, kTimerCodegenTime);
+      generate_native_code(*program);
+    }
   }
   cache_.insert(graph.hash, program);
   note_compile(graph.hash);

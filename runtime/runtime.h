@@ -40,6 +40,8 @@ struct RuntimeOptions {
   int64_t recompile_warning_threshold = 3;
   // Run alias_views on every compiled program (concat/slice copies become views).
   bool alias_views = true;
+  // Compile loop kernels to native code (XLA_SPAWN_CODEGEN; 0 keeps the interpreter).
+  bool codegen = true;
 
   static RuntimeOptions from_env();
 };

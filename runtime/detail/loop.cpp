@@ -179,6 +179,44 @@ BlockFn elementwise_block_fn(Op op, DType in, DType out) {
 
 namespace {
 
+// The kRun form of `f` (operand shape padded to the loop's rank) against `to`, if it has it.
+bool middle_run(const Shape& f, const Shape& to, LoadPlan* plan) {
+  const size_t r = to.size();
+  size_t a = 0, b = r;
+  while (a < r && f[a] == 1) ++a;
+  while (b > a && f[b - 1] == 1) --b;
+  if (a == b) return false;
+  for (size_t d = a; d < b; ++d)
+    if (f[d] != to[d]) return false;
+  *plan = {LoadMode::kRun, numel(Shape(to.begin() + static_cast<ptrdiff_t>(b), to.end())),
+           numel(Shape(f.begin() + static_cast<ptrdiff_t>(a), f.begin() + static_cast<ptrdiff_t>(b)))};
+  return true;
+}
+
+}  // namespace
+
+LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
+  if (l.storage < 0 || numel(l.shape) == 1) return {LoadMode::kFixed};
+  if (l.shape == to) return {l.dtype == DType::kBF16 ? LoadMode::kConvert : LoadMode::kDirect};
+  Shape f(to.size() - l.shape.size(), 1);
+  f.insert(f.end(), l.shape.begin(), l.shape.end());
+  const size_t r = to.size();
+  size_t lead_ones = 0, lead_same = 0;
+  while (lead_ones < r && f[lead_ones] == 1) ++lead_ones;
+  while (lead_same < r && f[lead_same] == to[lead_same]) ++lead_same;
+  bool tail_same = true, tail_ones = true;
+  for (size_t d = lead_ones; d < r; ++d) tail_same &= f[d] == to[d];
+  for (size_t d = lead_same; d < r; ++d) tail_ones &= f[d] == 1;
+  if (tail_same) return {LoadMode::kTile, numel(l.shape)};
+  if (tail_ones) return {LoadMode::kSpread, numel(Shape(to.begin() + lead_same, to.end()))};
+  LoadPlan run;
+  if (middle_run(f, to, &run)) return run;
+  return {LoadMode::kBroadcast};
+}
+
+
+namespace {
+
 // Element offsets (into the operand) of the `len` loop elements starting at flat index
 // `begin`, for an operand broadcast from `from` to `to`.
 void broadcast_offsets(const Shape& from, const Shape& to, int64_t begin, int64_t len,
@@ -248,51 +286,6 @@ void fill_constant(DType dtype, double value, int64_t len, void* out) {
       case DType::kBool: static_cast<uint8_t*>(out)[i] = value != 0; break;
     }
   }
-}
-
-// kTile: the operand is the loop's trailing dims (a bias row): element j is src[j % period].
-// kSpread: the operand is the loop's leading dims then 1s (a per-row max): src[j / period].
-// kRun: the operand is one run of the loop's middle dims, 1s around it (a conv bias
-// [1, C, 1, 1]): element j is src[(j / period) % count], constant over runs of `period`.
-enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kRun, kBroadcast };
-
-struct LoadPlan {
-  LoadMode mode;
-  int64_t period = 1;
-  int64_t count = 1;
-};
-
-// The kRun form of `f` (operand shape padded to the loop's rank) against `to`, if it has it.
-bool middle_run(const Shape& f, const Shape& to, LoadPlan* plan) {
-  const size_t r = to.size();
-  size_t a = 0, b = r;
-  while (a < r && f[a] == 1) ++a;
-  while (b > a && f[b - 1] == 1) --b;
-  if (a == b) return false;
-  for (size_t d = a; d < b; ++d)
-    if (f[d] != to[d]) return false;
-  *plan = {LoadMode::kRun, numel(Shape(to.begin() + static_cast<ptrdiff_t>(b), to.end())),
-           numel(Shape(f.begin() + static_cast<ptrdiff_t>(a), f.begin() + static_cast<ptrdiff_t>(b)))};
-  return true;
-}
-
-LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
-  if (l.storage < 0 || numel(l.shape) == 1) return {LoadMode::kFixed};
-  if (l.shape == to) return {l.dtype == DType::kBF16 ? LoadMode::kConvert : LoadMode::kDirect};
-  Shape f(to.size() - l.shape.size(), 1);
-  f.insert(f.end(), l.shape.begin(), l.shape.end());
-  const size_t r = to.size();
-  size_t lead_ones = 0, lead_same = 0;
-  while (lead_ones < r && f[lead_ones] == 1) ++lead_ones;
-  while (lead_same < r && f[lead_same] == to[lead_same]) ++lead_same;
-  bool tail_same = true, tail_ones = true;
-  for (size_t d = lead_ones; d < r; ++d) tail_same &= f[d] == to[d];
-  for (size_t d = lead_same; d < r; ++d) tail_ones &= f[d] == 1;
-  if (tail_same) return {LoadMode::kTile, numel(l.shape)};
-  if (tail_ones) return {LoadMode::kSpread, numel(Shape(to.begin() + lead_same, to.end()))};
-  LoadPlan run;
-  if (middle_run(f, to, &run)) return run;
-  return {LoadMode::kBroadcast};
 }
 
 // Writes `n` copies of the `sz`-byte value at `v` to `out`: typed loops for the usual sizes

@@ -48,6 +48,25 @@ struct LoopKernel {
   std::vector<LoopStore> stores;
 };
 
+// How a load reads its operand for loop element j (the interpreter and the generated code
+// share this classification).
+// kFixed: a constant or a one-element operand, the same value for every j.
+// kDirect / kConvert: the operand has the loop's shape: element j (kConvert: bf16, widened).
+// kTile: the operand is the loop's trailing dims (a bias row): element j is src[j % period].
+// kSpread: the operand is the loop's leading dims then 1s (a per-row max): src[j / period].
+// kRun: the operand is one run of the loop's middle dims, 1s around it (a conv bias
+// [1, C, 1, 1]): element j is src[(j / period) % count], constant over runs of `period`.
+// kBroadcast: any other broadcast, element by element through the operand's strides.
+enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kRun, kBroadcast };
+
+struct LoadPlan {
+  LoadMode mode;
+  int64_t period = 1;
+  int64_t count = 1;
+};
+
+LoadPlan load_plan(const LoopLoad& load, const Shape& loop_shape);
+
 // The block function of elementwise `op` whose operands have dtype `in` (where: the value
 // dtype) producing `out`.
 BlockFn elementwise_block_fn(Op op, DType in, DType out);

@@ -1,0 +1,571 @@
+// Code generation for loop kernels. The shape of every generated function:
+//
+//   for row in [0, rows):               rows = 1 unless some load is a kTile/kSpread/kRun
+//     per-row values (kSpread, kRun)    broadcast of period `cols`; one scalar load per row
+//     for col in [0, cols) by kLanes:   vector body: load, apply the steps, store
+//     for col in the rest:              the same body on one element
+//
+// The vectors are explicit (kLanes elements of every register's compute type), so no
+// optimiser has to prove the loop free of dependences: an in-place loop (output over its
+// dying input) loads each vector before it stores it, as the interpreter loads each block
+// before storing it. Ops are emitted with the interpreter's exact formulas; libm functions are
+// called lane by lane through absolute symbols bound to this process's libm, so `exp` here is
+// the very `expf` the interpreter calls.
+#include "runtime/detail/codegen.h"
+
+#include <cmath>
+#include <functional>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/Host.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include "base/check.h"
+#include "base/error.h"
+#include "runtime/shape.h"
+
+namespace xs::detail {
+namespace {
+
+constexpr unsigned kLanes = 16;  // one 512-bit register of f32; two of f64
+
+std::string llvm_message(llvm::Error error) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << error;
+  return os.str();
+}
+
+template <typename T>
+T expect(llvm::Expected<T> value, const char* what) {
+  if (!value) throw InternalError(fmt::format("codegen: {}: {}", what, llvm_message(value.takeError())));
+  return std::move(*value);
+}
+
+void check(llvm::Error error, const char* what) {
+  if (error) throw InternalError(fmt::format("codegen: {}: {}", what, llvm_message(std::move(error))));
+}
+
+// The libm functions the interpreter's float ops call, by the name the generated code uses.
+struct LibmFunction {
+  const char* name;
+  void* address;
+};
+
+const std::vector<LibmFunction>& libm_functions() {
+  static const std::vector<LibmFunction> functions = {
+      {"xs_expf", reinterpret_cast<void*>(static_cast<float (*)(float)>(&::expf))},
+      {"xs_logf", reinterpret_cast<void*>(static_cast<float (*)(float)>(&::logf))},
+      {"xs_tanhf", reinterpret_cast<void*>(static_cast<float (*)(float)>(&::tanhf))},
+      {"xs_erff", reinterpret_cast<void*>(static_cast<float (*)(float)>(&::erff))},
+      {"xs_sinf", reinterpret_cast<void*>(static_cast<float (*)(float)>(&::sinf))},
+      {"xs_cosf", reinterpret_cast<void*>(static_cast<float (*)(float)>(&::cosf))},
+      {"xs_powf", reinterpret_cast<void*>(static_cast<float (*)(float, float)>(&::powf))},
+      {"xs_exp", reinterpret_cast<void*>(static_cast<double (*)(double)>(&::exp))},
+      {"xs_log", reinterpret_cast<void*>(static_cast<double (*)(double)>(&::log))},
+      {"xs_tanh", reinterpret_cast<void*>(static_cast<double (*)(double)>(&::tanh))},
+      {"xs_erf", reinterpret_cast<void*>(static_cast<double (*)(double)>(&::erf))},
+      {"xs_sin", reinterpret_cast<void*>(static_cast<double (*)(double)>(&::sin))},
+      {"xs_cos", reinterpret_cast<void*>(static_cast<double (*)(double)>(&::cos))},
+      {"xs_pow", reinterpret_cast<void*>(static_cast<double (*)(double, double)>(&::pow))},
+  };
+  return functions;
+}
+
+// The process's JIT: one target machine for the host CPU, one LLJIT whose main library holds
+// the libm symbols; each program's code lives in its own library, removed with it. Never
+// destroyed (programs held by static runtimes outlive any static object).
+class Jit {
+ public:
+  static Jit& get() {
+    static Jit* jit = new Jit;
+    return *jit;
+  }
+
+  std::mutex mu;  // guards everything below
+  std::unique_ptr<llvm::TargetMachine> target;
+  std::unique_ptr<llvm::orc::LLJIT> lljit;
+  std::string description;
+  uint64_t next_library = 0;
+
+ private:
+  Jit() {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::orc::JITTargetMachineBuilder builder = expect(llvm::orc::JITTargetMachineBuilder::detectHost(), "host");
+    builder.setCodeGenOptLevel(llvm::CodeGenOpt::Default);
+    builder.setRelocationModel(llvm::Reloc::PIC_);
+    builder.getOptions().AllowFPOpFusion = llvm::FPOpFusion::Strict;  // never a*b+c as one FMA
+    target = expect(builder.createTargetMachine(), "target machine");
+    description = builder.getCPU() + " " + builder.getFeatures().getString();
+    lljit = expect(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(builder).create(), "LLJIT");
+    llvm::orc::SymbolMap symbols;
+    for (const LibmFunction& f : libm_functions()) {
+      symbols[lljit->mangleAndIntern(f.name)] =
+          llvm::JITEvaluatedSymbol(llvm::pointerToJITTargetAddress(f.address), llvm::JITSymbolFlags::Exported);
+    }
+    check(lljit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(symbols))), "libm symbols");
+  }
+};
+
+enum class Kind { kFloat, kInt, kBool };
+
+Kind kind_of(DType d) {
+  switch (d) {
+    case DType::kF32: case DType::kBF16: case DType::kF64: return Kind::kFloat;
+    case DType::kI32: case DType::kI64: return Kind::kInt;
+    case DType::kBool: return Kind::kBool;
+  }
+  return Kind::kBool;
+}
+
+// Whether the loads of `loop` share one row structure: every patterned load (kTile, kSpread,
+// kRun) has the same period, and none is a general broadcast. Sets `cols` (the period, or the
+// whole loop).
+bool row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t& cols) {
+  const int64_t n = numel(loop.shape);
+  cols = n;
+  bool patterned = false;
+  for (const LoopLoad& l : loop.loads) {
+    plans.push_back(load_plan(l, loop.shape));
+    const LoadPlan& p = plans.back();
+    switch (p.mode) {
+      case LoadMode::kFixed: case LoadMode::kDirect: case LoadMode::kConvert: break;
+      case LoadMode::kBroadcast: return false;
+      case LoadMode::kTile: case LoadMode::kSpread: case LoadMode::kRun:
+        if (patterned && p.period != cols) return false;
+        patterned = true;
+        cols = p.period;
+        break;
+    }
+  }
+  return n == 0 || cols > 0;
+}
+
+class LoopEmitter {
+ public:
+  LoopEmitter(llvm::Module& module, const LoopKernel& loop, const std::string& name)
+      : ctx_(module.getContext()), module_(module), b_(ctx_), loop_(loop) {
+    llvm::Type* ptr = b_.getInt8PtrTy();
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr->getPointerTo()}, false);
+    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    fn_->addFnAttr("prefer-vector-width", "512");
+    fn_->addFnAttr("min-legal-vector-width", "512");
+  }
+
+  // False (and the function removed) when some step has no generated form.
+  bool emit() {
+    int64_t cols = 0;
+    std::vector<LoadPlan> plans;
+    XS_CHECK(row_structure(loop_, plans, cols), "codegen: loop without a row structure: {}", loop_text(loop_));
+    plans_ = std::move(plans);
+    b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
+    const int64_t n = numel(loop_.shape);
+    if (n > 0 && !emit_body_loops(n, cols)) {
+      fn_->eraseFromParent();
+      return false;
+    }
+    b_.CreateRetVoid();
+    return true;
+  }
+
+ private:
+  using Regs = std::vector<llvm::Value*>;
+
+  llvm::Type* compute_type(DType d) {
+    switch (d) {
+      case DType::kF32: case DType::kBF16: return b_.getFloatTy();
+      case DType::kF64: return b_.getDoubleTy();
+      case DType::kI32: return b_.getInt32Ty();
+      case DType::kI64: return b_.getInt64Ty();
+      case DType::kBool: return b_.getInt8Ty();
+    }
+    return nullptr;
+  }
+  llvm::Type* stored_type(DType d) { return d == DType::kBF16 ? b_.getInt16Ty() : compute_type(d); }
+  llvm::Type* lanes(llvm::Type* t, unsigned w) { return w == 1 ? t : llvm::FixedVectorType::get(t, w); }
+  unsigned width(llvm::Value* v) {
+    auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType());
+    return vt ? vt->getNumElements() : 1;
+  }
+  llvm::Value* splat(llvm::Value* v, unsigned w) { return w == 1 ? v : b_.CreateVectorSplat(w, v); }
+
+  // `for (i = begin; i < end; i += step) body(i)`, i an i64.
+  void for_loop(llvm::Value* begin, llvm::Value* end, int64_t step, const std::function<void(llvm::Value*)>& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
+    auto* inside = llvm::BasicBlock::Create(ctx_, "body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
+    i->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
+    b_.SetInsertPoint(inside);
+    body(i);
+    i->addIncoming(b_.CreateAdd(i, b_.getInt64(step)), b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+  }
+
+  // The address of element `index` of storage `s`, typed as a pointer to `w` elements.
+  llvm::Value* address(int s, DType d, llvm::Value* index, unsigned w) {
+    llvm::Type* t = stored_type(d);
+    llvm::Value* base = b_.CreatePointerCast(base_[s], t->getPointerTo());
+    llvm::Value* p = b_.CreateInBoundsGEP(t, base, index);
+    return b_.CreatePointerCast(p, lanes(t, w)->getPointerTo());
+  }
+
+  llvm::Value* widen_bf16(llvm::Value* bits) {
+    const unsigned w = width(bits);
+    llvm::Value* u = b_.CreateShl(b_.CreateZExt(bits, lanes(b_.getInt32Ty(), w)), 16);
+    return b_.CreateBitCast(u, lanes(b_.getFloatTy(), w));
+  }
+
+  // BF16::from_float: round to nearest even, NaN kept quiet.
+  llvm::Value* round_bf16(llvm::Value* f) {
+    const unsigned w = width(f);
+    llvm::Type* i32 = lanes(b_.getInt32Ty(), w);
+    auto k = [&](uint32_t v) { return llvm::ConstantInt::get(i32, v); };
+    llvm::Value* u = b_.CreateBitCast(f, i32);
+    llvm::Value* high = b_.CreateLShr(u, k(16));
+    llvm::Value* is_nan = b_.CreateICmpUGT(b_.CreateAnd(u, k(0x7fffffffu)), k(0x7f800000u));
+    llvm::Value* rounding = b_.CreateAdd(k(0x7fffu), b_.CreateAnd(high, k(1)));
+    llvm::Value* rounded = b_.CreateLShr(b_.CreateAdd(u, rounding), k(16));
+    return b_.CreateTrunc(b_.CreateSelect(is_nan, b_.CreateOr(high, k(0x40u)), rounded), lanes(b_.getInt16Ty(), w));
+  }
+
+  llvm::Value* load(int s, DType d, llvm::Value* index, unsigned w) {
+    llvm::Type* t = lanes(stored_type(d), w);
+    llvm::Value* v = b_.CreateAlignedLoad(t, address(s, d, index, w), llvm::Align(dtype_size(d)));
+    return d == DType::kBF16 ? widen_bf16(v) : v;
+  }
+
+  void store(int s, DType d, llvm::Value* index, llvm::Value* v) {
+    const unsigned w = width(v);
+    if (d == DType::kBF16) v = round_bf16(v);
+    b_.CreateAlignedStore(v, address(s, d, index, w), llvm::Align(dtype_size(d)));
+  }
+
+  // The interpreter's fill_constant: the attribute's double converted to the compute type
+  // (a bf16 register holds the f32 value, unrounded).
+  llvm::Value* constant(DType d, double value) {
+    switch (d) {
+      case DType::kF32: case DType::kBF16: return llvm::ConstantFP::get(b_.getFloatTy(), static_cast<float>(value));
+      case DType::kF64: return llvm::ConstantFP::get(b_.getDoubleTy(), value);
+      case DType::kI32: return b_.getInt32(static_cast<uint32_t>(static_cast<int32_t>(value)));
+      case DType::kI64: return b_.getInt64(static_cast<uint64_t>(static_cast<int64_t>(value)));
+      case DType::kBool: return b_.getInt8(value != 0);
+    }
+    return nullptr;
+  }
+
+  bool emit_body_loops(int64_t n, int64_t cols) {
+    llvm::Argument* storage = fn_->getArg(0);
+    base_.assign(0, nullptr);
+    auto use_storage = [&](int s) {
+      if (s < 0) return;
+      if (base_.size() <= static_cast<size_t>(s)) base_.resize(s + 1, nullptr);
+      if (base_[s] != nullptr) return;
+      llvm::Type* ptr = b_.getInt8PtrTy();
+      base_[s] = b_.CreateAlignedLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, storage, s), llvm::Align(8));
+    };
+    for (const LoopLoad& l : loop_.loads) use_storage(l.storage);
+    for (const LoopStore& st : loop_.stores) use_storage(st.storage);
+    // Loop-invariant loads: scalar once, splat once.
+    fixed_.assign(loop_.loads.size(), nullptr);
+    for (size_t i = 0; i < loop_.loads.size(); ++i) {
+      const LoopLoad& l = loop_.loads[i];
+      if (plans_[i].mode != LoadMode::kFixed) continue;
+      fixed_[i] = l.storage < 0 ? constant(l.dtype, l.constant) : load(l.storage, l.dtype, b_.getInt64(0), 1);
+    }
+    const int64_t rows = n / cols;
+    const int64_t vector_end = cols - cols % kLanes;
+    bool ok = true;
+    for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
+      Regs per_row(loop_.loads.size(), nullptr);
+      for (size_t i = 0; i < loop_.loads.size(); ++i) {
+        const LoopLoad& l = loop_.loads[i];
+        const LoadPlan& p = plans_[i];
+        if (p.mode == LoadMode::kSpread) per_row[i] = load(l.storage, l.dtype, row, 1);
+        if (p.mode == LoadMode::kRun) per_row[i] = load(l.storage, l.dtype, b_.CreateSRem(row, b_.getInt64(p.count)), 1);
+      }
+      llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
+      auto body = [&](unsigned w) {
+        return [&, w](llvm::Value* col) {
+          if (ok) ok = emit_body(w, b_.CreateAdd(row_start, col), col, per_row);
+        };
+      };
+      if (vector_end > 0) for_loop(b_.getInt64(0), b_.getInt64(vector_end), kLanes, body(kLanes));
+      if (vector_end < cols) for_loop(b_.getInt64(vector_end), b_.getInt64(cols), 1, body(1));
+    });
+    return ok;
+  }
+
+  // Loads, steps and stores for `w` elements from flat index `flat` (column `col` of a row).
+  bool emit_body(unsigned w, llvm::Value* flat, llvm::Value* col, const Regs& per_row) {
+    Regs reg(loop_.reg_dtype.size(), nullptr);
+    for (size_t i = 0; i < loop_.loads.size(); ++i) {
+      const LoopLoad& l = loop_.loads[i];
+      switch (plans_[i].mode) {
+        case LoadMode::kFixed: reg[l.reg] = splat(fixed_[i], w); break;
+        case LoadMode::kDirect: case LoadMode::kConvert: reg[l.reg] = load(l.storage, l.dtype, flat, w); break;
+        case LoadMode::kTile: reg[l.reg] = load(l.storage, l.dtype, col, w); break;
+        case LoadMode::kSpread: case LoadMode::kRun: reg[l.reg] = splat(per_row[i], w); break;
+        case LoadMode::kBroadcast: return false;
+      }
+    }
+    for (const LoopStep& s : loop_.steps) {
+      const DType in = loop_.reg_dtype[s.in[s.op == Op::kWhere ? 1 : 0]];
+      llvm::Value* a = reg[s.in[0]];
+      llvm::Value* b = s.in[1] >= 0 ? reg[s.in[1]] : nullptr;
+      llvm::Value* c = s.in[2] >= 0 ? reg[s.in[2]] : nullptr;
+      reg[s.out] = s.op == Op::kCast ? cast(a, in, loop_.reg_dtype[s.out]) : step(s.op, kind_of(in), a, b, c);
+      if (reg[s.out] == nullptr) return false;
+    }
+    for (const LoopStore& st : loop_.stores) store(st.storage, st.dtype, flat, reg[st.reg]);
+    return true;
+  }
+
+  llvm::Value* to_byte(llvm::Value* i1) { return b_.CreateZExt(i1, lanes(b_.getInt8Ty(), width(i1))); }
+  llvm::Value* zero_like(llvm::Value* v) { return llvm::Constant::getNullValue(v->getType()); }
+  llvm::Value* fconst(llvm::Value* like, double v) { return llvm::ConstantFP::get(like->getType(), v); }
+
+  // Calls libm's `name` (f suffix for f32) lane by lane.
+  llvm::Value* libm(const char* name, llvm::Value* x, llvm::Value* y = nullptr) {
+    llvm::Type* t = x->getType()->getScalarType();
+    const std::string symbol = fmt::format("xs_{}{}", name, t->isFloatTy() ? "f" : "");
+    std::vector<llvm::Type*> params(y ? 2 : 1, t);
+    llvm::FunctionCallee f = module_.getOrInsertFunction(symbol, llvm::FunctionType::get(t, params, false));
+    const unsigned w = width(x);
+    if (w == 1) return y ? b_.CreateCall(f, {x, y}) : b_.CreateCall(f, {x});
+    llvm::Value* out = llvm::UndefValue::get(x->getType());
+    for (unsigned lane = 0; lane < w; ++lane) {
+      llvm::Value* xl = b_.CreateExtractElement(x, lane);
+      llvm::Value* r = y ? b_.CreateCall(f, {xl, b_.CreateExtractElement(y, lane)}) : b_.CreateCall(f, {xl});
+      out = b_.CreateInsertElement(out, r, lane);
+    }
+    return out;
+  }
+
+  // The interpreter's float_fn / numeric_fn / bool_fn, formula for formula.
+  llvm::Value* step(Op op, Kind kind, llvm::Value* x, llvm::Value* y, llvm::Value* c) {
+    switch (kind) {
+      case Kind::kFloat: return float_step(op, x, y, c);
+      case Kind::kInt: return int_step(op, x, y, c);
+      case Kind::kBool: return bool_step(op, x, y, c);
+    }
+    return nullptr;
+  }
+
+  llvm::Value* float_step(Op op, llvm::Value* x, llvm::Value* y, llvm::Value* c) {
+    llvm::Value* zero = zero_like(x);
+    switch (op) {
+      case Op::kNeg: return b_.CreateFNeg(x);
+      case Op::kAbs: return b_.CreateSelect(b_.CreateFCmpOLT(x, zero), b_.CreateFNeg(x), x);
+      case Op::kSign: {
+        llvm::Type* i32 = lanes(b_.getInt32Ty(), width(x));
+        llvm::Value* s = b_.CreateSub(b_.CreateZExt(b_.CreateFCmpOGT(x, zero), i32), b_.CreateZExt(b_.CreateFCmpOLT(x, zero), i32));
+        return b_.CreateSIToFP(s, x->getType());
+      }
+      case Op::kSquare: return b_.CreateFMul(x, x);
+      case Op::kRelu: return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), x, zero);
+      case Op::kExp: return libm("exp", x);
+      case Op::kLog: return libm("log", x);
+      case Op::kSqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
+      case Op::kRsqrt: return b_.CreateFDiv(fconst(x, 1), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
+      case Op::kReciprocal: return b_.CreateFDiv(fconst(x, 1), x);
+      case Op::kTanh: return libm("tanh", x);
+      case Op::kSigmoid: return b_.CreateFDiv(fconst(x, 1), b_.CreateFAdd(fconst(x, 1), libm("exp", b_.CreateFNeg(x))));
+      case Op::kGelu: {
+        llvm::Value* e = libm("erf", b_.CreateFMul(x, fconst(x, 0.70710678118654752)));
+        return b_.CreateFMul(b_.CreateFMul(fconst(x, 0.5), x), b_.CreateFAdd(fconst(x, 1), e));
+      }
+      case Op::kErf: return libm("erf", x);
+      case Op::kSin: return libm("sin", x);
+      case Op::kCos: return libm("cos", x);
+      case Op::kPow: return libm("pow", x, y);
+      case Op::kAdd: return b_.CreateFAdd(x, y);
+      case Op::kSub: return b_.CreateFSub(x, y);
+      case Op::kMul: return b_.CreateFMul(x, y);
+      case Op::kDiv: return b_.CreateFDiv(x, y);
+      case Op::kMaximum: return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpOGT(x, y), b_.CreateFCmpUNO(x, x)), x, y);
+      case Op::kMinimum: return b_.CreateSelect(b_.CreateOr(b_.CreateFCmpOLT(x, y), b_.CreateFCmpUNO(x, x)), x, y);
+      case Op::kEq: return to_byte(b_.CreateFCmpOEQ(x, y));
+      case Op::kNe: return to_byte(b_.CreateFCmpUNE(x, y));
+      case Op::kLt: return to_byte(b_.CreateFCmpOLT(x, y));
+      case Op::kLe: return to_byte(b_.CreateFCmpOLE(x, y));
+      case Op::kGt: return to_byte(b_.CreateFCmpOGT(x, y));
+      case Op::kGe: return to_byte(b_.CreateFCmpOGE(x, y));
+      case Op::kWhere: return b_.CreateSelect(b_.CreateICmpNE(x, zero_like(x)), y, c);
+      default: return nullptr;
+    }
+  }
+
+  llvm::Value* int_step(Op op, llvm::Value* x, llvm::Value* y, llvm::Value* c) {
+    llvm::Value* zero = zero_like(x);
+    switch (op) {
+      case Op::kNeg: return b_.CreateSub(zero, x);
+      case Op::kAbs: return b_.CreateSelect(b_.CreateICmpSLT(x, zero), b_.CreateSub(zero, x), x);
+      case Op::kSign:
+        return b_.CreateSub(b_.CreateZExt(b_.CreateICmpSGT(x, zero), x->getType()),
+                            b_.CreateZExt(b_.CreateICmpSLT(x, zero), x->getType()));
+      case Op::kSquare: return b_.CreateMul(x, x);
+      case Op::kRelu: return b_.CreateSelect(b_.CreateICmpSGT(x, zero), x, zero);
+      case Op::kAdd: return b_.CreateAdd(x, y);
+      case Op::kSub: return b_.CreateSub(x, y);
+      case Op::kMul: return b_.CreateMul(x, y);
+      case Op::kDiv: {  // x / 0 is 0, as int_div: divide by 1 in those lanes, then pick 0
+        llvm::Value* by_zero = b_.CreateICmpEQ(y, zero);
+        llvm::Value* q = b_.CreateSDiv(x, b_.CreateSelect(by_zero, llvm::ConstantInt::get(y->getType(), 1), y));
+        return b_.CreateSelect(by_zero, zero, q);
+      }
+      case Op::kMaximum: return b_.CreateSelect(b_.CreateICmpSGT(x, y), x, y);
+      case Op::kMinimum: return b_.CreateSelect(b_.CreateICmpSLT(x, y), x, y);
+      case Op::kEq: return to_byte(b_.CreateICmpEQ(x, y));
+      case Op::kNe: return to_byte(b_.CreateICmpNE(x, y));
+      case Op::kLt: return to_byte(b_.CreateICmpSLT(x, y));
+      case Op::kLe: return to_byte(b_.CreateICmpSLE(x, y));
+      case Op::kGt: return to_byte(b_.CreateICmpSGT(x, y));
+      case Op::kGe: return to_byte(b_.CreateICmpSGE(x, y));
+      case Op::kWhere: return b_.CreateSelect(b_.CreateICmpNE(x, zero_like(x)), y, c);
+      default: return nullptr;
+    }
+  }
+
+  llvm::Value* bool_step(Op op, llvm::Value* x, llvm::Value* y, llvm::Value* c) {
+    llvm::Value* zero = zero_like(x);
+    switch (op) {
+      case Op::kLogicalNot: return to_byte(b_.CreateICmpEQ(x, zero));
+      case Op::kLogicalAnd: return to_byte(b_.CreateAnd(b_.CreateICmpNE(x, zero), b_.CreateICmpNE(y, zero)));
+      case Op::kLogicalOr: return to_byte(b_.CreateOr(b_.CreateICmpNE(x, zero), b_.CreateICmpNE(y, zero)));
+      case Op::kEq: return to_byte(b_.CreateICmpEQ(x, y));
+      case Op::kNe: return to_byte(b_.CreateICmpNE(x, y));
+      case Op::kLt: return to_byte(b_.CreateICmpULT(x, y));
+      case Op::kLe: return to_byte(b_.CreateICmpULE(x, y));
+      case Op::kGt: return to_byte(b_.CreateICmpUGT(x, y));
+      case Op::kGe: return to_byte(b_.CreateICmpUGE(x, y));
+      case Op::kWhere: return b_.CreateSelect(b_.CreateICmpNE(x, zero), y, c);
+      default: return nullptr;
+    }
+  }
+
+  // The interpreter's cast_block: static_cast, `!= 0` to bool, bf16 rounded (kept as f32).
+  llvm::Value* cast(llvm::Value* x, DType from, DType to) {
+    const unsigned w = width(x);
+    const Kind fk = kind_of(from);
+    if (to == DType::kBool) {
+      return to_byte(fk == Kind::kFloat ? b_.CreateFCmpUNE(x, zero_like(x)) : b_.CreateICmpNE(x, zero_like(x)));
+    }
+    llvm::Type* t = lanes(compute_type(to), w);
+    llvm::Value* v;
+    if (kind_of(to) == Kind::kFloat) {
+      v = fk == Kind::kFloat ? b_.CreateFPCast(x, t)
+          : fk == Kind::kInt ? b_.CreateSIToFP(x, t)
+                             : b_.CreateUIToFP(x, t);
+      if (to == DType::kBF16) v = widen_bf16(round_bf16(v));
+      return v;
+    }
+    if (fk == Kind::kFloat) return b_.CreateFPToSI(x, t);
+    return fk == Kind::kInt ? b_.CreateSExtOrTrunc(x, t) : b_.CreateZExtOrTrunc(x, t);
+  }
+
+  llvm::LLVMContext& ctx_;
+  llvm::Module& module_;
+  llvm::IRBuilder<> b_;
+  const LoopKernel& loop_;
+  llvm::Function* fn_ = nullptr;
+  std::vector<LoadPlan> plans_;
+  std::vector<llvm::Value*> base_;   // per storage index: its pointer, loaded once
+  std::vector<llvm::Value*> fixed_;  // per load: its loop-invariant scalar (kFixed)
+};
+
+class JitLoops final : public NativeLoops {
+ public:
+  JitLoops(llvm::orc::JITDylib* library, std::vector<NativeLoopFn> fns) : library_(library), fns_(std::move(fns)) {}
+  ~JitLoops() override {
+    if (library_ == nullptr) return;
+    Jit& jit = Jit::get();
+    std::lock_guard<std::mutex> lock(jit.mu);
+    llvm::consumeError(jit.lljit->getExecutionSession().removeJITDylib(*library_));
+  }
+  NativeLoopFn fn(size_t i) const override { return i < fns_.size() ? fns_[i] : nullptr; }
+  int64_t compiled() const override {
+    int64_t n = 0;
+    for (NativeLoopFn f : fns_) n += f != nullptr;
+    return n;
+  }
+
+ private:
+  llvm::orc::JITDylib* library_;
+  std::vector<NativeLoopFn> fns_;
+};
+
+}  // namespace
+
+bool loop_has_native_form(const LoopKernel& loop) {
+  std::vector<LoadPlan> plans;
+  int64_t cols = 0;
+  return row_structure(loop, plans, cols);
+}
+
+std::string native_target_description() {
+  Jit& jit = Jit::get();
+  return jit.description;
+}
+
+std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops) {
+  Jit& jit = Jit::get();
+  std::lock_guard<std::mutex> lock(jit.mu);
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>("xs_loops", *context);
+  module->setDataLayout(jit.target->createDataLayout());
+  module->setTargetTriple(jit.target->getTargetTriple().str());
+  std::vector<std::string> names(loops.size());
+  bool any = false;
+  for (size_t i = 0; i < loops.size(); ++i) {
+    if (loops[i] == nullptr || !loop_has_native_form(*loops[i])) continue;
+    const std::string name = fmt::format("loop_{}", i);
+    if (LoopEmitter(*module, *loops[i], name).emit()) names[i] = name, any = true;
+  }
+  if (!any) return std::make_unique<JitLoops>(nullptr, std::vector<NativeLoopFn>(loops.size(), nullptr));
+  std::string problems;
+  llvm::raw_string_ostream os(problems);
+  XS_CHECK(!llvm::verifyModule(*module, &os), "codegen: invalid IR: {}", os.str());
+
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream out(object);
+  llvm::legacy::PassManager passes;
+  XS_CHECK(!jit.target->addPassesToEmitFile(passes, out, nullptr, llvm::CGFT_ObjectFile),
+           "codegen: the target cannot emit object files");
+  passes.run(*module);
+
+  llvm::orc::ExecutionSession& session = jit.lljit->getExecutionSession();
+  llvm::Expected<llvm::orc::JITDylib&> created = session.createJITDylib(fmt::format("program_{}", jit.next_library++));
+  if (!created) throw InternalError("codegen: creating a library: " + llvm_message(created.takeError()));
+  llvm::orc::JITDylib& library = *created;
+  library.addToLinkOrder(jit.lljit->getMainJITDylib());
+  check(jit.lljit->addObjectFile(library, llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()))),
+        "adding object");
+  std::vector<NativeLoopFn> fns(loops.size(), nullptr);
+  for (size_t i = 0; i < loops.size(); ++i) {
+    if (names[i].empty()) continue;
+    llvm::JITEvaluatedSymbol symbol = expect(jit.lljit->lookup(library, names[i]), "lookup");
+    fns[i] = reinterpret_cast<NativeLoopFn>(symbol.getAddress());
+  }
+  return std::make_unique<JitLoops>(&library, std::move(fns));
+}
+
+}  // namespace xs::detail

@@ -1,0 +1,42 @@
+#pragma once
+// Native code for loop kernels: each LoopKernel becomes one function built as LLVM IR and
+// compiled for the host CPU by ORC's LLJIT (no toolchain at run time). It computes exactly
+// what the interpreter (loop.h) computes, element for element: the same IEEE operations in
+// the same order with no fast-math flags and no FMA contraction, and the transcendental ops
+// through the same libm functions. A loop whose loads it cannot express (a general broadcast,
+// or broadcasts of different periods) stays with the interpreter.
+//
+//   std::unique_ptr<NativeLoops> native = compile_native_loops(loops, n_storage);
+//   if (NativeLoopFn fn = native->fn(i)) fn(storage); else run_loop(*loops[i], storage);
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/detail/loop.h"
+
+namespace xs::detail {
+
+// Runs the whole loop over `storage` (the program's storage pointers).
+using NativeLoopFn = void (*)(void* const* storage);
+
+// The compiled loops of one program; the code is freed with it.
+class NativeLoops {
+ public:
+  virtual ~NativeLoops() = default;
+  // The function for loop `i` of the list it was built from, or null (interpreted).
+  virtual NativeLoopFn fn(size_t i) const = 0;
+  virtual int64_t compiled() const = 0;
+};
+
+// Compiles every loop of `loops` it can (null entries are skipped). Never null.
+std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops);
+
+// Whether compile_native_loops would compile `loop` (its loads have a form it generates).
+bool loop_has_native_form(const LoopKernel& loop);
+
+// The CPU the code is generated for ("znver4 +avx512f,..."): part of a cache entry's key.
+std::string native_target_description();
+
+}  // namespace xs::detail
