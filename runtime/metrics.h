@@ -27,11 +27,17 @@ inline constexpr std::string_view kCounterOpsOutsideGraph = "OpsOutsideGraph";
 inline constexpr std::string_view kCounterCreateCompileHandles = "CreateCompileHandles";
 // Cross-replica graph-hash rendezvous run by mark_step (only when the graph changed).
 inline constexpr std::string_view kCounterGraphHashCheck = "GraphHashCheck";
+// Programs whose loops LLVM compiled to native code, and programs whose native code came from
+// the persistent compile cache (XLA_SPAWN_COMPILE_CACHE_DIR) instead.
+inline constexpr std::string_view kCounterNativeCompile = "NativeCompile";
+inline constexpr std::string_view kCounterPersistentCacheHit = "PersistentCacheHit";
 // Timers (nanoseconds).
 inline constexpr std::string_view kTimerCompileTime = "CompileTime";
 // CompileTime's two parts: the graph passes, lowering and view aliasing; native code.
 inline constexpr std::string_view kTimerCompilePassesTime = "CompilePassesTime";
 inline constexpr std::string_view kTimerCodegenTime = "CodegenTime";
+// Starting LLVM's JIT, once per process, before its first compile (not part of CompileTime).
+inline constexpr std::string_view kTimerCodegenStartTime = "CodegenStartTime";
 inline constexpr std::string_view kTimerExecuteTime = "ExecuteTime";
 inline constexpr std::string_view kTimerTransferFromDevice = "TransferFromDevice";
 inline constexpr std::string_view kTimerAllReduceTime = "AllReduceTime";

@@ -463,10 +463,10 @@ void alias_views(Program& program) { ViewPass(program).run(); }
 
 namespace xs {
 
-void generate_native_code(Program& program) {
+void generate_native_code(Program& program, const detail::ObjectCache* cache) {
   std::vector<const detail::LoopKernel*> loops;
   for (const Kernel& k : program.kernels) loops.push_back(k.loop.steps.empty() ? nullptr : &k.loop);
-  program.native = detail::compile_native_loops(loops);
+  program.native = detail::compile_native_loops(loops, cache);
   program.stats.native_loops = program.native->compiled();
   program.stats.interpreted_loops = 0;
   for (size_t i = 0; i < loops.size(); ++i) program.stats.interpreted_loops += loops[i] != nullptr && !program.native->fn(i);

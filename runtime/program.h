@@ -112,6 +112,7 @@ void alias_views(Program& program);
 // Compiles the program's loop kernels and matmul epilogues to native code (the last step of
 // compilation: it fixes the storage each loop reads and writes). Loops without a generated
 // form stay interpreted; both count in stats.
-void generate_native_code(Program& program);
+// With a usable `cache`, the object comes from there when present and goes there when made.
+void generate_native_code(Program& program, const detail::ObjectCache* cache = nullptr);
 
 }  // namespace xs

@@ -31,6 +31,7 @@ RuntimeOptions RuntimeOptions::from_env() {
   o.warmup_steps = env_int("XLA_SPAWN_COMPILE_WARMUP_STEPS", 0, 1'000'000'000).value_or(o.warmup_steps);
   o.alias_views = env_bool("XLA_SPAWN_ALIAS_VIEWS").value_or(o.alias_views);
   o.codegen = env_bool("XLA_SPAWN_CODEGEN").value_or(o.codegen);
+  o.compile_cache_dir = env_string("XLA_SPAWN_COMPILE_CACHE_DIR");
   return o;
 }
 
@@ -175,6 +176,11 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
   }
   metrics_.increment(kCounterUncachedCompile);
   std::shared_ptr<Program> program;
+  if (options_.codegen && !jit_started_) {
+    ScopedTimer start(metrics_, kTimerCodegenStartTime);
+    detail::start_native_jit();
+    jit_started_ = true;
+  }
   {
     ScopedTimer timer(metrics_, kTimerCompileTime);
     {
@@ -184,7 +190,13 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
     }
     if (options_.codegen) {
       ScopedTimer codegen(metrics_, kTimerCodegenTime);
-      generate_native_code(*program);
+      if (options_.compile_cache_dir && !disk_cache_) {
+        disk_cache_ = std::make_unique<detail::ObjectCache>(*options_.compile_cache_dir);
+      }
+      generate_native_code(*program, disk_cache_.get());
+      const detail::NativeLoops::Source source = program->native->source();
+      if (source == detail::NativeLoops::Source::kCompiled) metrics_.increment(kCounterNativeCompile);
+      if (source == detail::NativeLoops::Source::kDiskCache) metrics_.increment(kCounterPersistentCacheHit);
     }
   }
   cache_.insert(graph.hash, program);

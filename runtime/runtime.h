@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -42,6 +43,8 @@ struct RuntimeOptions {
   bool alias_views = true;
   // Compile loop kernels to native code (XLA_SPAWN_CODEGEN; 0 keeps the interpreter).
   bool codegen = true;
+  // The persistent compile cache's directory (XLA_SPAWN_COMPILE_CACHE_DIR); unset: none.
+  std::optional<std::string> compile_cache_dir;
 
   static RuntimeOptions from_env();
 };
@@ -111,6 +114,8 @@ class Runtime {
   Scratch scratch_;
   std::list<TensorImpl*> live_;  // creation order: deterministic graph order across steps
   CompileCache cache_;
+  std::unique_ptr<detail::ObjectCache> disk_cache_;  // made at the first native compile
+  bool jit_started_ = false;
   Metrics metrics_;
   CompileStats last_stats_;
   uint64_t last_hash_ = 0;

@@ -7,7 +7,10 @@
 //       [--only step|floor]   (one side only, for perf)
 //
 // MLP 784-512-512-10, batch 128: 8 products (3 forward, 3 weight gradients, 2 input
-// gradients; the first layer's input gradient is never needed, so never computed).
+// gradients; the first layer's input gradient is never needed, so never computed). With Adam
+// the floor adds the update's memory traffic: it must read parameters, gradients and both
+// moments and write parameters and moments (7 passes over 2.7 MB), timed as a memcpy of
+// half those bytes (a copy reads and writes each byte), in the same rounds.
 // CNN conv5x5(1->32,pad 2)-relu-pool2, conv5x5(32->64,pad 2)-relu-pool2, 3136->128-relu->10,
 // batch 128: the runtime's convolutions are per-sample GEMMs (conv1 on its im2col matrix,
 // conv2 by kernel rows, 5 GEMMs per product), so the floor is those GEMMs at the same shapes,
@@ -39,6 +42,7 @@
 #include "runtime/nn/linear.h"
 #include "runtime/nn/sequential.h"
 #include "runtime/ops.h"
+#include "runtime/optim/adam.h"
 #include "runtime/optim/sgd.h"
 #include "runtime/runtime.h"
 
@@ -94,7 +98,8 @@ class AlignedFloats {
 
 class Floor {
  public:
-  explicit Floor(std::vector<Gemm> gemms) : gemms_(std::move(gemms)) {
+  explicit Floor(std::vector<Gemm> gemms, int64_t copy_floats = 0)
+      : gemms_(std::move(gemms)), copy_from_(copy_floats, 1.0f), copy_to_(copy_floats) {
     for (const Gemm& g : gemms_) {
       a_.emplace_back(g.a_size(), 0.01f, 45 * 64);
       b_.emplace_back(g.b_size(), 0.02f, 0);
@@ -102,6 +107,7 @@ class Floor {
     }
   }
   void run() {
+    if (!copy_from_.empty()) std::memcpy(copy_to_.data(), copy_from_.data(), copy_from_.size() * sizeof(float));
     for (size_t i = 0; i < gemms_.size(); ++i) {
       const Gemm& g = gemms_[i];
       for (int64_t r = 0; r < g.count; ++r)
@@ -118,6 +124,7 @@ class Floor {
  private:
   std::vector<Gemm> gemms_;
   std::vector<AlignedFloats> a_, b_, c_;
+  std::vector<float> copy_from_, copy_to_;  // the memory floor
 };
 
 struct Model {
@@ -126,6 +133,8 @@ struct Model {
   Shape input;
   std::vector<Gemm> floor;
   std::vector<Gemm> im2col_floor;  // empty: the floor already has im2col's shapes
+  bool adam = false;               // else SGD with momentum
+  int64_t copy_floats = 0;         // the floor's memcpy (the optimizer's memory traffic / 2)
 };
 
 Model mlp(Generator& gen) {
@@ -145,6 +154,16 @@ Model mlp(Generator& gen) {
            {false, false, 128, 512, 512, 1},
            {true, false, 512, 784, 128, 1}},
           {}};
+}
+
+Model mlp_adam(Generator& gen) {
+  Model m = mlp(gen);
+  m.name = "MLP 784-512-512-10 b128 Adam step (+ memory floor)";
+  m.adam = true;
+  int64_t params = 0;
+  for (const Tensor& p : m.net->parameters()) params += p.numel();
+  m.copy_floats = params * 7 / 2;
+  return m;
 }
 
 Model cnn(Generator& gen) {
@@ -206,13 +225,15 @@ Result bench_model(const Model& model, int reps, Only only) {
   for (int64_t i = 0; i < batch; ++i) labels[i] = (i * 7) % 10;
   const Tensor xt = Tensor::from_vector<float>(x, model.input);
   const Tensor yt = Tensor::from_vector<int64_t>(labels, {batch});
-  SGD opt(model.net->parameters(), {.lr = 0.01, .momentum = 0.9});
+  std::unique_ptr<Optimizer> opt;
+  if (model.adam) opt = std::make_unique<Adam>(model.net->parameters(), AdamOptions{.lr = 1e-3});
+  else opt = std::make_unique<SGD>(model.net->parameters(), SgdOptions{.lr = 0.01, .momentum = 0.9});
   Tensor loss;
   auto step = [&] {
     loss = cross_entropy((*model.net)(xt), yt);
     backward(loss);
-    opt.step();
-    opt.zero_grad();
+    opt->step();
+    opt->zero_grad();
     mark_step();
   };
   step();
@@ -220,7 +241,7 @@ Result bench_model(const Model& model, int reps, Only only) {
   for (int i = 0; i < 3; ++i) step();
   if (!(loss.item() < first))
     throw Error(fmt::format("{}: loss did not fall ({} -> {})", model.name, first, loss.item()));
-  Floor floor(model.floor);
+  Floor floor(model.floor, model.copy_floats);
   std::vector<std::function<void()>> sides{[&] {
                                              if (only != Only::kFloor) step();
                                            },
@@ -268,7 +289,7 @@ int main(int argc, char** argv) {
   std::printf("%-64s %10s %10s %7s %9s  %-8s %9s\n", "benchmark", "step ms", "gemm ms", "ratio",
               "compiles", "bar", "im2col x");
   for (const auto& [key, make] :
-       std::vector<std::pair<std::string, Model (*)(Generator&)>>{{"mlp", mlp}, {"cnn", cnn}}) {
+       std::vector<std::pair<std::string, Model (*)(Generator&)>>{{"mlp", mlp}, {"mlp", mlp_adam}, {"cnn", cnn}}) {
     if (!filter.empty() && filter != key) continue;
     ScopedRuntime rt;
     Generator gen(0);

@@ -13,11 +13,15 @@
 // the very `expf` the interpreter calls.
 #include "runtime/detail/codegen.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <mutex>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/IR/IRBuilder.h>
@@ -33,6 +37,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "runtime/hash.h"
 #include "runtime/shape.h"
 
 namespace xs::detail {
@@ -494,13 +499,15 @@ class LoopEmitter {
 
 class JitLoops final : public NativeLoops {
  public:
-  JitLoops(llvm::orc::JITDylib* library, std::vector<NativeLoopFn> fns) : library_(library), fns_(std::move(fns)) {}
+  JitLoops(llvm::orc::JITDylib* library, std::vector<NativeLoopFn> fns, Source source)
+      : library_(library), fns_(std::move(fns)), source_(source) {}
   ~JitLoops() override {
     if (library_ == nullptr) return;
     Jit& jit = Jit::get();
     std::lock_guard<std::mutex> lock(jit.mu);
     llvm::consumeError(jit.lljit->getExecutionSession().removeJITDylib(*library_));
   }
+  Source source() const override { return source_; }
   NativeLoopFn fn(size_t i) const override { return i < fns_.size() ? fns_[i] : nullptr; }
   int64_t compiled() const override {
     int64_t n = 0;
@@ -511,7 +518,86 @@ class JitLoops final : public NativeLoops {
  private:
   llvm::orc::JITDylib* library_;
   std::vector<NativeLoopFn> fns_;
+  Source source_;
 };
+
+uint64_t hash_text(uint64_t h, std::string_view text) {
+  for (size_t i = 0; i < text.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, text.data() + i, std::min<size_t>(8, text.size() - i));
+    h = hash_combine(h, word);
+  }
+  return hash_combine(h, text.size());
+}
+
+uint64_t hash_shape(uint64_t h, const Shape& shape) {
+  for (int64_t d : shape) h = hash_combine(h, static_cast<uint64_t>(d));
+  return hash_combine(h, shape.size());
+}
+
+// The persistent cache's key: everything the object depends on. The loops themselves (the
+// graph as the compiler lowered it, storage indices included), this generator's source
+// (XS_CODEGEN_SOURCE_HASH, made by CMake from the files that decide the generated code), the
+// CPU and the LLVM version. Computed from the loops, so a hit builds no IR at all.
+uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::string& cpu) {
+  uint64_t h = hash_text(kHashSeed, XS_CODEGEN_SOURCE_HASH);
+  h = hash_text(h, cpu + " LLVM " LLVM_VERSION_STRING);
+  for (size_t i = 0; i < loops.size(); ++i) {
+    const LoopKernel* loop = loops[i];
+    h = hash_combine(h, loop == nullptr ? ~uint64_t{0} : i);
+    if (loop == nullptr) continue;
+    h = hash_shape(h, loop->shape);
+    for (DType d : loop->reg_dtype) h = hash_combine(h, static_cast<uint64_t>(d));
+    for (const LoopLoad& l : loop->loads) {
+      h = hash_combine(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), static_cast<uint64_t>(l.dtype));
+      h = hash_double(hash_shape(h, l.shape), l.constant);
+    }
+    for (const LoopStep& st : loop->steps) {
+      h = hash_combine(hash_combine(h, static_cast<uint64_t>(st.op)), static_cast<uint64_t>(st.out));
+      for (int in : st.in) h = hash_combine(h, static_cast<uint64_t>(in));
+    }
+    for (const LoopStore& st : loop->stores) {
+      h = hash_combine(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), static_cast<uint64_t>(st.dtype));
+    }
+  }
+  return h;
+}
+
+std::vector<char> emit_object(llvm::TargetMachine& target, llvm::Module& module) {
+  llvm::SmallVector<char, 0> object;
+  llvm::raw_svector_ostream out(object);
+  llvm::legacy::PassManager passes;
+  XS_CHECK(!target.addPassesToEmitFile(passes, out, nullptr, llvm::CGFT_ObjectFile),
+           "codegen: the target cannot emit object files");
+  passes.run(module);
+  return {object.begin(), object.end()};
+}
+
+// Links `object` into a new library and finds every named loop; null when the object does
+// not link or lacks a symbol (the library is then removed again).
+std::unique_ptr<JitLoops> link(Jit& jit, const std::vector<char>& object, const std::vector<std::string>& names,
+                               NativeLoops::Source source, std::string* problem) {
+  llvm::orc::ExecutionSession& session = jit.lljit->getExecutionSession();
+  llvm::Expected<llvm::orc::JITDylib&> created = session.createJITDylib(fmt::format("program_{}", jit.next_library++));
+  if (!created) throw InternalError("codegen: creating a library: " + llvm_message(created.takeError()));
+  llvm::orc::JITDylib& library = *created;
+  library.addToLinkOrder(jit.lljit->getMainJITDylib());
+  std::vector<NativeLoopFn> fns(names.size(), nullptr);
+  llvm::Error error = jit.lljit->addObjectFile(
+      library, llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size())));
+  for (size_t i = 0; !error && i < names.size(); ++i) {
+    if (names[i].empty()) continue;
+    llvm::Expected<llvm::JITEvaluatedSymbol> symbol = jit.lljit->lookup(library, names[i]);
+    if (!symbol) error = symbol.takeError();
+    else fns[i] = reinterpret_cast<NativeLoopFn>(symbol->getAddress());
+  }
+  if (error) {
+    *problem = llvm_message(std::move(error));
+    llvm::consumeError(session.removeJITDylib(library));
+    return nullptr;
+  }
+  return std::make_unique<JitLoops>(&library, std::move(fns), source);
+}
 
 }  // namespace
 
@@ -521,51 +607,55 @@ bool loop_has_native_form(const LoopKernel& loop) {
   return row_structure(loop, plans, cols);
 }
 
+void start_native_jit() { Jit::get(); }
+
 std::string native_target_description() {
   Jit& jit = Jit::get();
   return jit.description;
 }
 
-std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops) {
+std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops,
+                                                  const ObjectCache* cache) {
   Jit& jit = Jit::get();
   std::lock_guard<std::mutex> lock(jit.mu);
-  auto context = std::make_unique<llvm::LLVMContext>();
-  auto module = std::make_unique<llvm::Module>("xs_loops", *context);
-  module->setDataLayout(jit.target->createDataLayout());
-  module->setTargetTriple(jit.target->getTargetTriple().str());
   std::vector<std::string> names(loops.size());
   bool any = false;
   for (size_t i = 0; i < loops.size(); ++i) {
     if (loops[i] == nullptr || !loop_has_native_form(*loops[i])) continue;
-    const std::string name = fmt::format("loop_{}", i);
-    if (LoopEmitter(*module, *loops[i], name).emit()) names[i] = name, any = true;
+    names[i] = fmt::format("loop_{}", i);
+    any = true;
   }
-  if (!any) return std::make_unique<JitLoops>(nullptr, std::vector<NativeLoopFn>(loops.size(), nullptr));
-  std::string problems;
-  llvm::raw_string_ostream os(problems);
-  XS_CHECK(!llvm::verifyModule(*module, &os), "codegen: invalid IR: {}", os.str());
-
-  llvm::SmallVector<char, 0> object;
-  llvm::raw_svector_ostream out(object);
-  llvm::legacy::PassManager passes;
-  XS_CHECK(!jit.target->addPassesToEmitFile(passes, out, nullptr, llvm::CGFT_ObjectFile),
-           "codegen: the target cannot emit object files");
-  passes.run(*module);
-
-  llvm::orc::ExecutionSession& session = jit.lljit->getExecutionSession();
-  llvm::Expected<llvm::orc::JITDylib&> created = session.createJITDylib(fmt::format("program_{}", jit.next_library++));
-  if (!created) throw InternalError("codegen: creating a library: " + llvm_message(created.takeError()));
-  llvm::orc::JITDylib& library = *created;
-  library.addToLinkOrder(jit.lljit->getMainJITDylib());
-  check(jit.lljit->addObjectFile(library, llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()))),
-        "adding object");
-  std::vector<NativeLoopFn> fns(loops.size(), nullptr);
+  if (!any) {
+    return std::make_unique<JitLoops>(nullptr, std::vector<NativeLoopFn>(loops.size(), nullptr),
+                                      NativeLoops::Source::kNone);
+  }
+  std::string problem;
+  const bool use_cache = cache != nullptr && cache->usable();
+  const uint64_t key = use_cache ? object_key(loops, jit.description) : 0;
+  if (use_cache) {
+    if (std::optional<std::vector<char>> object = cache->load(key)) {
+      if (auto from_disk = link(jit, *object, names, NativeLoops::Source::kDiskCache, &problem)) return from_disk;
+      spdlog::warn("compile cache: {} does not link ({}); compiling again and replacing it", cache->path(key), problem);
+    }
+  }
+  auto context = std::make_unique<llvm::LLVMContext>();
+  auto module = std::make_unique<llvm::Module>("xs_loops", *context);
+  module->setDataLayout(jit.target->createDataLayout());
+  module->setTargetTriple(jit.target->getTargetTriple().str());
   for (size_t i = 0; i < loops.size(); ++i) {
-    if (names[i].empty()) continue;
-    llvm::JITEvaluatedSymbol symbol = expect(jit.lljit->lookup(library, names[i]), "lookup");
-    fns[i] = reinterpret_cast<NativeLoopFn>(symbol.getAddress());
+    if (!names[i].empty()) {
+      XS_CHECK(LoopEmitter(*module, *loops[i], names[i]).emit(), "codegen: a step of {} has no generated form",
+               loop_text(*loops[i]));
+    }
   }
-  return std::make_unique<JitLoops>(&library, std::move(fns));
+  std::string errors;
+  llvm::raw_string_ostream os(errors);
+  XS_CHECK(!llvm::verifyModule(*module, &os), "codegen: invalid IR: {}", os.str());
+  const std::vector<char> object = emit_object(*jit.target, *module);
+  std::unique_ptr<JitLoops> compiled = link(jit, object, names, NativeLoops::Source::kCompiled, &problem);
+  XS_CHECK(compiled != nullptr, "codegen: a freshly compiled object does not link: {}", problem);
+  if (use_cache) cache->store(key, object);
+  return compiled;
 }
 
 }  // namespace xs::detail

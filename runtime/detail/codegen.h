@@ -6,7 +6,7 @@
 // through the same libm functions. A loop whose loads it cannot express (a general broadcast,
 // or broadcasts of different periods) stays with the interpreter.
 //
-//   std::unique_ptr<NativeLoops> native = compile_native_loops(loops, n_storage);
+//   std::unique_ptr<NativeLoops> native = compile_native_loops(loops, &disk_cache_or_null);
 //   if (NativeLoopFn fn = native->fn(i)) fn(storage); else run_loop(*loops[i], storage);
 
 #include <cstdint>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/detail/loop.h"
+#include "runtime/detail/object_cache.h"
 
 namespace xs::detail {
 
@@ -24,14 +25,26 @@ using NativeLoopFn = void (*)(void* const* storage);
 // The compiled loops of one program; the code is freed with it.
 class NativeLoops {
  public:
+  // Where the code came from: nothing to compile, LLVM, or the persistent cache.
+  enum class Source { kNone, kCompiled, kDiskCache };
+
   virtual ~NativeLoops() = default;
+  virtual Source source() const = 0;
   // The function for loop `i` of the list it was built from, or null (interpreted).
   virtual NativeLoopFn fn(size_t i) const = 0;
   virtual int64_t compiled() const = 0;
 };
 
-// Compiles every loop of `loops` it can (null entries are skipped). Never null.
-std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops);
+// Compiles every loop of `loops` it can (null entries are skipped) into one object. With a
+// `cache`, the object is looked up there first, keyed by the generated IR (so by the graph and
+// the compiler that lowered it), the CPU and the LLVM version, and stored there once compiled.
+// Never null.
+std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops,
+                                                  const ObjectCache* cache = nullptr);
+
+// Starts LLVM's JIT for this process (once; later calls return at once). The first
+// compile_native_loops does it anyway; the runtime calls it first to time it on its own.
+void start_native_jit();
 
 // Whether compile_native_loops would compile `loop` (its loads have a form it generates).
 bool loop_has_native_form(const LoopKernel& loop);

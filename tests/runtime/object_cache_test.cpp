@@ -1,0 +1,209 @@
+// The persistent compile cache (issue 16, acceptance 5): a second run of the same step
+// compiles nothing, a damaged or foreign entry is rebuilt with a warning, a directory others
+// could write is refused, and replicas storing one entry at once leave one whole entry.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include "runtime/ops.h"
+#include "runtime/runtime.h"
+#include "tests/support/child_with_deadline.h"
+
+namespace xs {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Routes spdlog to a string for the guard's lifetime.
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "xs-object-cache-XXXXXX").string();
+    path_ = ::mkdtemp(t.data());
+    dir_ = path_ + "/cache";
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& cache() const { return dir_; }
+  std::vector<fs::path> entries(const std::string& ext = ".xso") const {
+    std::vector<fs::path> out;
+    if (!fs::exists(dir_)) return out;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().string().find(ext) != std::string::npos) out.push_back(e.path());
+    return out;
+  }
+
+ private:
+  std::string path_, dir_;
+};
+
+struct StepRun {
+  std::vector<float> values;
+  int64_t native_compiles, disk_hits;
+};
+
+// One training-like step with a fused loop and a matmul epilogue, in a fresh runtime.
+StepRun run_step(const std::optional<std::string>& cache_dir, bool codegen = true) {
+  RuntimeOptions options = RuntimeOptions::from_env();
+  options.codegen = codegen;
+  options.compile_cache_dir = cache_dir;
+  ScopedRuntime rt(options);
+  std::vector<float> xs(64 * 48), ws(48 * 40), bs(40);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 17) * 0.25f - 2;
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = static_cast<float>(i % 13) * 0.125f - 0.75f;
+  for (size_t i = 0; i < bs.size(); ++i) bs[i] = static_cast<float>(i) * 0.01f;
+  const Tensor x = Tensor::from_vector<float>(xs, {64, 48});
+  const Tensor w = Tensor::from_vector<float>(ws, {48, 40});
+  const Tensor b = Tensor::from_vector<float>(bs, {40});
+  Tensor y = tanh(relu(matmul(x, w) + b) * Tensor::scalar(0.5)) - sigmoid(b);
+  mark_step();
+  return {y.to_vector<float>(), runtime().metrics().counter(kCounterNativeCompile),
+          runtime().metrics().counter(kCounterPersistentCacheHit)};
+}
+
+std::vector<float> interpreted_step() { return run_step(std::nullopt, false).values; }
+
+TEST(ObjectCache, ASecondProcessRunningTheSameStepCompilesNothing) {
+  TempDir dir;
+  const std::vector<float> reference = interpreted_step();
+  // Each run in its own process, as a restarted job or the next run would be.
+  const testing::ChildOutcome first = testing::run_in_child([&] {
+    const StepRun r = run_step(dir.cache());
+    return r.values == reference && r.native_compiles == 1 && r.disk_hits == 0 ? 0 : 1;
+  });
+  ASSERT_FALSE(first.hung);
+  ASSERT_EQ(first.exit_code, 0) << "the first run should compile once and match the interpreter";
+  ASSERT_EQ(dir.entries().size(), 1u);
+  const testing::ChildOutcome second = testing::run_in_child([&] {
+    const StepRun r = run_step(dir.cache());
+    return r.values == reference && r.native_compiles == 0 && r.disk_hits == 1 ? 0 : 1;
+  });
+  ASSERT_FALSE(second.hung);
+  EXPECT_EQ(second.exit_code, 0) << "the second run should load the object (PersistentCacheHit 1, NativeCompile 0)";
+  EXPECT_EQ(fs::status(dir.cache()).permissions() & fs::perms::all, fs::perms::owner_all);
+}
+
+// Damages the one entry with `damage`, then expects the next run to warn with `warning`,
+// compile, and leave an entry the run after loads.
+void expect_rebuilt(const std::function<void(const fs::path&)>& damage, const std::string& warning) {
+  TempDir dir;
+  const StepRun first = run_step(dir.cache());
+  ASSERT_EQ(first.native_compiles, 1);
+  ASSERT_EQ(dir.entries().size(), 1u);
+  const fs::path entry = dir.entries()[0];
+  damage(entry);
+  {
+    CapturedLog log;
+    const StepRun second = run_step(dir.cache());
+    EXPECT_EQ(second.native_compiles, 1) << warning;
+    EXPECT_EQ(second.disk_hits, 0) << warning;
+    EXPECT_EQ(second.values, first.values);
+    EXPECT_NE(log.text().find(warning), std::string::npos) << "log: " << log.text();
+    EXPECT_NE(log.text().find(entry.string()), std::string::npos) << "the warning names the file: " << log.text();
+  }
+  const StepRun third = run_step(dir.cache());
+  EXPECT_EQ(third.disk_hits, 1) << "the rebuilt entry is whole again (" << warning << ")";
+  EXPECT_EQ(third.native_compiles, 0);
+  EXPECT_TRUE(dir.entries(".tmp").empty());
+}
+
+TEST(ObjectCache, ATruncatedEntryIsRebuiltWithAWarning) {
+  expect_rebuilt([](const fs::path& p) { fs::resize_file(p, fs::file_size(p) / 2); }, "is truncated");
+  expect_rebuilt([](const fs::path& p) { fs::resize_file(p, 10); }, "is truncated");
+}
+
+TEST(ObjectCache, ACorruptOrForeignEntryIsRebuiltWithAWarning) {
+  expect_rebuilt(
+      [](const fs::path& p) {
+        std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(static_cast<std::streamoff>(fs::file_size(p) / 2));
+        f.put('\x5a').put('\xa5');
+      },
+      "is corrupt");
+  expect_rebuilt(
+      [](const fs::path& p) {
+        std::ofstream(p, std::ios::binary | std::ios::trunc) << std::string(4096, '\x7f') << "ELF not ours";
+      },
+      "bad magic");
+  // Another entry's file under this name: a whole, valid entry for another key.
+  expect_rebuilt(
+      [](const fs::path& p) {
+        std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(8);
+        f.put('\x01');
+      },
+      "holds key");
+  expect_rebuilt(
+      [](const fs::path& p) {
+        fs::remove(p);
+        fs::create_symlink("/etc/hostname", p);
+      },
+      "cannot open");
+}
+
+TEST(ObjectCache, ADirectoryOthersCanWriteIsRefusedWithAWarning) {
+  TempDir dir;
+  fs::create_directories(dir.cache());
+  fs::permissions(dir.cache(), fs::perms::all);  // 0777
+  CapturedLog log;
+  const StepRun r = run_step(dir.cache());
+  EXPECT_EQ(r.native_compiles, 1);
+  EXPECT_TRUE(dir.entries().empty()) << "nothing is written to a directory others could write";
+  EXPECT_NE(log.text().find("not writable by group or others"), std::string::npos) << log.text();
+}
+
+TEST(ObjectCache, ReplicasStoringTheSameEntryAtOnceLeaveOneWholeEntry) {
+  TempDir dir;
+  const std::vector<float> reference = interpreted_step();
+  constexpr int kReplicas = 4;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kReplicas; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(60);
+      int code = 1;
+      try {
+        code = run_step(dir.cache()).values == reference ? 0 : 1;
+      } catch (...) {
+      }
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+  EXPECT_EQ(dir.entries().size(), 1u);
+  EXPECT_TRUE(dir.entries(".tmp").empty()) << "no temporary file is left behind";
+  const StepRun after = run_step(dir.cache());
+  EXPECT_EQ(after.disk_hits, 1);
+  EXPECT_EQ(after.values, reference);
+}
+
+}  // namespace
+}  // namespace xs
