@@ -13,7 +13,7 @@
 
 #include "base/dtype.h"
 #include "collectives/communicator.h"
-#include "runtime/detail/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/tensor.h"
 
 namespace xs {

@@ -4,7 +4,7 @@
 // the program's arena (intermediates, reused across runs), or an output buffer allocated
 // per run and handed to the tensors.
 //
-//   std::shared_ptr<Program> p = compile_graph(graph);
+//   std::shared_ptr<Program> p = compile_graph(graph);         // runtime/compiler/compile.h
 //   std::vector<BufferPtr> outs = p->run(graph.inputs, env);   // one buffer per root
 
 #include <cstdint>
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "runtime/buffer.h"
-#include "runtime/detail/codegen.h"
-#include "runtime/detail/kernels.h"
-#include "runtime/detail/loop.h"
+#include "runtime/compiler/codegen.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/kernels/loop.h"
 #include "runtime/graph.h"
 
 namespace xs {
@@ -39,7 +39,7 @@ struct CompileStats {
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
   int64_t views = 0;            // concat operands and slices made views (alias_views)
   int64_t gather_pieces = 0;    // slices of an all_gather's value it now writes (alias_views)
-  int64_t native_loops = 0;     // loops (and epilogues) run as generated code (generate_native_code)
+  int64_t native_loops = 0;     // loops (and epilogues) run as generated code
   int64_t interpreted_loops = 0; // loops left to the interpreter
 };
 
@@ -95,24 +95,5 @@ class Program {
   std::vector<BufferPtr> arena_;  // allocated on first run, reused afterwards
   std::optional<std::vector<int>> collective_slots_;
 };
-
-// Optimises and lowers `graph`: constant folding, CSE, DCE, elementwise fusion (with matmul
-// epilogues), buffer planning with in-place reuse and donation.
-std::shared_ptr<Program> compile_graph(const Graph& graph);
-
-// Removes copies the buffer plan made avoidable (the flatten / all-reduce / unflatten of
-// gradients is the case in point): a concat along axis 0 whose operands exist only for it
-// gets its producers writing straight into a fresh buffer at their offsets, and a contiguous
-// slice becomes a view while the sliced buffer stays unchanged; an all_gather whose value is
-// only sliced into non-arena storage (a sharded update's gathered parameters) writes those
-// slices itself. Results are unchanged; each removed kernel counts in stats.views (the
-// all_gather's slices also in stats.gather_pieces). Idempotent.
-void alias_views(Program& program);
-
-// Compiles the program's loop kernels and matmul epilogues to native code (the last step of
-// compilation: it fixes the storage each loop reads and writes). Loops without a generated
-// form stay interpreted; both count in stats.
-// With a usable `cache`, the object comes from there when present and goes there when made.
-void generate_native_code(Program& program, const detail::ObjectCache* cache = nullptr);
 
 }  // namespace xs

@@ -14,6 +14,8 @@
 #include "collectives/communicator.h"
 #include "runtime/graph.h"
 #include "runtime/hash.h"
+#include "runtime/compiler/codegen.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/program.h"
 
 namespace xs {
@@ -183,21 +185,13 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
   }
   {
     ScopedTimer timer(metrics_, kTimerCompileTime);
-    {
-      ScopedTimer passes(metrics_, kTimerCompilePassesTime);
-      program = compile_graph(graph);
-      if (options_.alias_views) alias_views(*program);
+    if (options_.codegen && options_.compile_cache_dir && !disk_cache_) {
+      disk_cache_ = std::make_unique<detail::ObjectCache>(*options_.compile_cache_dir);
     }
-    if (options_.codegen) {
-      ScopedTimer codegen(metrics_, kTimerCodegenTime);
-      if (options_.compile_cache_dir && !disk_cache_) {
-        disk_cache_ = std::make_unique<detail::ObjectCache>(*options_.compile_cache_dir);
-      }
-      generate_native_code(*program, disk_cache_.get());
-      const detail::NativeLoops::Source source = program->native->source();
-      if (source == detail::NativeLoops::Source::kCompiled) metrics_.increment(kCounterNativeCompile);
-      if (source == detail::NativeLoops::Source::kDiskCache) metrics_.increment(kCounterPersistentCacheHit);
-    }
+    program = compile_graph(graph, {.alias_views = options_.alias_views,
+                                    .codegen = options_.codegen,
+                                    .cache = disk_cache_.get(),
+                                    .metrics = &metrics_});
   }
   cache_.insert(graph.hash, program);
   note_compile(graph.hash);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "runtime/compile_cache.h"
-#include "runtime/detail/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
 #include "runtime/tensor.h"

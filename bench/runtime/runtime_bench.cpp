@@ -27,6 +27,7 @@
 #include "bench/runtime/timing.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

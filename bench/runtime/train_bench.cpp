@@ -53,7 +53,7 @@ namespace {
 // `accumulate` every call after the first adds into C (beta = 1), as the runtime's
 // convolution weight gradient sums over the batch inside sgemm (beta = 0 would make OpenBLAS
 // zero C on every call: work the step does not do).
-// A convolution by kernel rows (runtime/detail/conv_rows.h) is `parts` GEMMs per sample on
+// A convolution by kernel rows (runtime/kernels/conv_rows.h) is `parts` GEMMs per sample on
 // views of one matrix: part i reads A, B and C at i * {a,b,c}_step elements with leading
 // dimensions ld{a,b,c} (0: packed), and with `sum_parts` parts after the first add into C.
 struct Gemm {
@@ -73,7 +73,7 @@ struct Gemm {
 };
 
 // A float buffer at a set offset from a page boundary. The runtime's scratch buffers are
-// cache-line aligned and start at different offsets mod 4096 (runtime/detail/linalg.cpp);
+// cache-line aligned and start at different offsets mod 4096 (runtime/kernels/linalg.cpp);
 // floor operands that were misaligned, or whose A, B and C started at the same offset mod
 // 4096 (4K aliasing between the packing loads and the C stores), ran 5-20% slower than the
 // step's own GEMMs: a floor slower than the step's products would flatter the ratio.

@@ -6,6 +6,7 @@
 
 #include "runtime/graph.h"
 #include "runtime/ops.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

@@ -1,4 +1,4 @@
-// The compiler's conv-layer fusions (detail/passes.h): the ReLU mask moved to the pooled side
+// The compiler's conv-layer fusions (compiler/passes.h): the ReLU mask moved to the pooled side
 // of the max-pool gradient, the bias gradient summed over the pooled gradient, and pooling
 // moved before bias and ReLU. The fused programs touch no activation-sized loop and give the
 // same values as the unfused ops run one graph at a time.
@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

@@ -1,11 +1,11 @@
-// The compiler's conv-gradient fusion (detail/passes.h, fuse_conv_pool_grad): the conv
+// The compiler's conv-gradient fusion (compiler/passes.h, fuse_conv_pool_grad): the conv
 // gradients read the pooled gradient and the pool's input, route it one sample at a time, and
 // the full-size max-pool gradient is never a kernel of its own. Results must equal the unfused
 // ops run one graph at a time bit for bit (the same routing, the same GEMMs), NaNs included.
 // Then the whole layer conv-bias-relu-pool as one conv2d kernel (fuse_conv_pool_forward), the
 // bias-relu pool kernel, and the unit-stride col2im of conv2d_grad_input against a direct sum;
 // the unit-stride im2col/col2im fast paths against the general (strided) ones bit for bit;
-// unit-stride convolutions, by im2col or by kernel rows (detail/conv_rows.h, c*kw >= 64),
+// unit-stride convolutions, by im2col or by kernel rows (kernels/conv_rows.h, c*kw >= 64),
 // against direct sums.
 #include <cmath>
 #include <cstring>
@@ -13,10 +13,11 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/detail/conv_rows.h"
-#include "runtime/detail/im2col.h"
+#include "runtime/kernels/conv_rows.h"
+#include "runtime/kernels/im2col.h"
 #include "runtime/graph.h"
 #include "runtime/ops.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/program.h"
 #include "runtime/runtime.h"
 

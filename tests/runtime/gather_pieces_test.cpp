@@ -10,6 +10,7 @@
 #include "collectives/communicator.h"
 #include "runtime/autograd.h"
 #include "runtime/collective_ops.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/nn/linear.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adam.h"

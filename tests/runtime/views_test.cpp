@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "collectives/communicator.h"
+#include "runtime/compiler/compile.h"
 #include "runtime/flatten.h"
 #include "runtime/ops.h"
 #include "runtime/runtime.h"

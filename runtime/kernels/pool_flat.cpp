@@ -13,7 +13,7 @@
 #include <numeric>
 #include <vector>
 
-#include "runtime/detail/pool_simd.h"
+#include "runtime/kernels/pool_simd.h"
 
 namespace xs::detail {
 

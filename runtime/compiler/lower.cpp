@@ -15,7 +15,7 @@
 #include <map>
 
 #include "base/check.h"
-#include "runtime/detail/passes.h"
+#include "runtime/compiler/passes.h"
 #include "runtime/program.h"
 
 namespace xs::detail {
@@ -329,30 +329,11 @@ void Lowering::emit() {
 }
 
 }  // namespace
-}  // namespace xs::detail
 
-namespace xs {
-
-std::shared_ptr<Program> compile_graph(const Graph& graph) {
-  auto program = std::make_shared<Program>();
-  program->stats.nodes_in = static_cast<int64_t>(graph.nodes.size());
-  for (const GNode& n : graph.nodes)
-    if (n.op == Op::kData) program->input_types.resize(std::max<size_t>(program->input_types.size(), n.input + 1));
-  for (const GNode& n : graph.nodes)
-    if (n.op == Op::kData) program->input_types[n.input] = n.type;
-  detail::Work work{graph.nodes, graph.roots};
-  detail::fold_constants(work, program->stats);
-  detail::eliminate_common_subexpressions(work, program->stats);
-  detail::fuse_gemm_accumulate(work, program->stats);
-  detail::fuse_pool_grad_mask(work);
-  detail::fuse_pool_bias_relu(work);
-  detail::fuse_conv_pool_grad(work);
-  detail::fuse_conv_pool_forward(work);
-  detail::eliminate_dead_code(work, program->stats);
-  detail::Lowering lowering(work, *program);
-  lowering.donated_ = graph.donated;
+void lower_graph(Work& work, const std::vector<uint8_t>& donated, Program& program) {
+  Lowering lowering(work, program);
+  lowering.donated_ = donated;
   lowering.run();
-  return program;
 }
 
-}  // namespace xs
+}  // namespace xs::detail

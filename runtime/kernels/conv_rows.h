@@ -1,5 +1,5 @@
 #pragma once
-// Unit-stride convolution by kernel rows (detail/linalg.cpp): instead of the full im2col matrix
+// Unit-stride convolution by kernel rows (kernels/linalg.cpp): instead of the full im2col matrix
 // (c*kh*kw rows), one matrix X of c*kw rows over all oh + kh - 1 padded input rows; kernel row
 // i's patch matrix is X shifted by i output rows (a strided view, ld = (oh + kh - 1) * ow), so
 // the convolution is kh GEMMs with k = c*kw and X is kh times smaller than im2col's matrix.
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "runtime/detail/im2col.h"
+#include "runtime/kernels/im2col.h"
 
 namespace xs::detail {
 

@@ -1,9 +1,9 @@
-#include "runtime/detail/passes.h"
+#include "runtime/compiler/passes.h"
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "runtime/detail/loop.h"
+#include "runtime/kernels/loop.h"
 #include "runtime/element.h"
 #include "runtime/hash.h"
 #include "runtime/node.h"

@@ -19,10 +19,10 @@
 #include <spdlog/spdlog.h>
 
 #include "base/check.h"
-#include "runtime/detail/conv_rows.h"
-#include "runtime/detail/float_args.h"
-#include "runtime/detail/im2col.h"
-#include "runtime/detail/kernels.h"
+#include "runtime/kernels/conv_rows.h"
+#include "runtime/kernels/float_args.h"
+#include "runtime/kernels/im2col.h"
+#include "runtime/kernels/kernels.h"
 
 namespace xs::detail {
 namespace {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "base/check.h"
-#include "runtime/detail/float_args.h"
-#include "runtime/detail/kernels.h"
-#include "runtime/detail/pool_simd.h"
+#include "runtime/kernels/float_args.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/kernels/pool_simd.h"
 
 namespace xs::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
-#include "runtime/detail/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/element.h"
 #include "runtime/hash.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "runtime/detail/kernels.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/element.h"
 
 namespace xs::detail {

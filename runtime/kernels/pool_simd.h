@@ -1,5 +1,5 @@
 #pragma once
-// The window choices shared by the 2x2 max-pool kernels (detail/pool.cpp): the running-maximum
+// The window choices shared by the 2x2 max-pool kernels (kernels/pool.cpp): the running-maximum
 // rule (first maximum wins, a NaN takes over), the pooled input relu(x + bias), and their
 // AVX-512 forms on 16 windows at once (bit for bit the scalar ones).
 //

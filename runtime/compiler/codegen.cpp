@@ -11,7 +11,7 @@
 // before storing it. Ops are emitted with the interpreter's exact formulas; libm functions are
 // called lane by lane through absolute symbols bound to this process's libm, so `exp` here is
 // the very `expf` the interpreter calls.
-#include "runtime/detail/codegen.h"
+#include "runtime/compiler/codegen.h"
 
 #include <algorithm>
 #include <cmath>

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/detail/loop.h"
-#include "runtime/detail/object_cache.h"
+#include "runtime/kernels/loop.h"
+#include "runtime/compiler/object_cache.h"
 
 namespace xs::detail {
 

@@ -1,5 +1,5 @@
 // Dispatcher and the data-movement and reduction kernels.
-#include "runtime/detail/kernels.h"
+#include "runtime/kernels/kernels.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "runtime/detail/object_cache.h"
+#include "runtime/compiler/object_cache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

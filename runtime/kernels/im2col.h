@@ -1,5 +1,5 @@
 #pragma once
-// im2col and col2im for the convolution kernels (detail/linalg.cpp): the patch matrix of one
+// im2col and col2im for the convolution kernels (kernels/linalg.cpp): the patch matrix of one
 // NCHW sample, cols[(c*kh + i)*kw + j][oy*ow + ox] = x[c][oy*sh - ph + i][ox*sw - pw + j]
 // (0 outside), and its adjoint. Unit stride has fast paths (AVX-512 where built for it).
 //

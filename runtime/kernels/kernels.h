@@ -1,6 +1,6 @@
 #pragma once
 // Kernel entry points used by the program executor. Every non-elementwise op has one
-// function here; elementwise ops run through the blocked loop interpreter (detail/loop.h).
+// function here; elementwise ops run through the blocked loop interpreter (kernels/loop.h).
 // Buffers are contiguous row-major; `out` never aliases an input unless the op is marked
 // in-place capable by the planner (reshape, all_reduce).
 

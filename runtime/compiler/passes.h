@@ -3,6 +3,7 @@
 // x*1, x+0, x-0, x/1 and no-op casts/reshapes), common-subexpression elimination and
 // dead-code elimination. Each rewrites `nodes`/`roots` and records what it did in `stats`.
 
+#include <cstdint>
 #include <vector>
 
 #include "runtime/graph.h"
@@ -61,5 +62,9 @@ void fuse_conv_pool_grad(Work& w);
 // bit those of fuse_conv_pool_grad; pooled values too, except that a NaN in y is now skipped
 // as relu(NaN) = 0 (as unfused), instead of making its window 0. Run after fuse_conv_pool_grad.
 void fuse_conv_pool_forward(Work& w);
+
+// Lowering (lower.cpp): elementwise fusion into loop kernels and matmul epilogues, then
+// storage planning by liveness; `donated[i]`: graph input i may be overwritten.
+void lower_graph(Work& work, const std::vector<uint8_t>& donated, Program& program);
 
 }  // namespace xs::detail

@@ -1,4 +1,4 @@
-#include "runtime/detail/loop.h"
+#include "runtime/kernels/loop.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,74 @@
+#include "runtime/compiler/compile.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/compiler/codegen.h"
+#include "runtime/compiler/passes.h"
+
+namespace xs {
+namespace {
+
+// Records the scope's duration in `metrics` (when set) under `timer`.
+class OptionalTimer {
+ public:
+  OptionalTimer(Metrics* metrics, std::string_view timer)
+      : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
+  ~OptionalTimer() {
+    if (metrics_ == nullptr) return;
+    metrics_->record_ns(timer_, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start_).count());
+  }
+  OptionalTimer(const OptionalTimer&) = delete;
+  OptionalTimer& operator=(const OptionalTimer&) = delete;
+
+ private:
+  Metrics* metrics_;
+  std::string_view timer_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions& options) {
+  auto program = std::make_shared<Program>();
+  {
+    OptionalTimer timer(options.metrics, kTimerCompilePassesTime);
+    program->stats.nodes_in = static_cast<int64_t>(graph.nodes.size());
+    for (const GNode& n : graph.nodes)
+      if (n.op == Op::kData) program->input_types.resize(std::max<size_t>(program->input_types.size(), n.input + 1));
+    for (const GNode& n : graph.nodes)
+      if (n.op == Op::kData) program->input_types[n.input] = n.type;
+    detail::Work work{graph.nodes, graph.roots};
+    detail::fold_constants(work, program->stats);
+    detail::eliminate_common_subexpressions(work, program->stats);
+    detail::fuse_gemm_accumulate(work, program->stats);
+    detail::fuse_pool_grad_mask(work);
+    detail::fuse_pool_bias_relu(work);
+    detail::fuse_conv_pool_grad(work);
+    detail::fuse_conv_pool_forward(work);
+    detail::eliminate_dead_code(work, program->stats);
+    detail::lower_graph(work, graph.donated, *program);
+    if (options.alias_views) alias_views(*program);
+  }
+  if (options.codegen) {
+    OptionalTimer timer(options.metrics, kTimerCodegenTime);
+    generate_native_code(*program, options.cache);
+    if (options.metrics != nullptr) {
+      const detail::NativeLoops::Source source = program->native->source();
+      if (source == detail::NativeLoops::Source::kCompiled) options.metrics->increment(kCounterNativeCompile);
+      if (source == detail::NativeLoops::Source::kDiskCache) options.metrics->increment(kCounterPersistentCacheHit);
+    }
+  }
+  return program;
+}
+
+void generate_native_code(Program& program, const detail::ObjectCache* cache) {
+  std::vector<const detail::LoopKernel*> loops;
+  for (const Kernel& k : program.kernels) loops.push_back(k.loop.steps.empty() ? nullptr : &k.loop);
+  program.native = detail::compile_native_loops(loops, cache);
+  program.stats.native_loops = program.native->compiled();
+  program.stats.interpreted_loops = 0;
+  for (size_t i = 0; i < loops.size(); ++i) program.stats.interpreted_loops += loops[i] != nullptr && !program.native->fn(i);
+}
+
+}  // namespace xs
