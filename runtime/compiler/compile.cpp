@@ -1,38 +1,18 @@
 #include "runtime/compiler/compile.h"
 
 #include <algorithm>
-#include <chrono>
+#include <optional>
+#include <string_view>
 
 #include "runtime/compiler/codegen.h"
 #include "runtime/compiler/passes.h"
 
 namespace xs {
-namespace {
-
-// Records the scope's duration in `metrics` (when set) under `timer`.
-class OptionalTimer {
- public:
-  OptionalTimer(Metrics* metrics, std::string_view timer)
-      : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
-  ~OptionalTimer() {
-    if (metrics_ == nullptr) return;
-    metrics_->record_ns(timer_, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start_).count());
-  }
-  OptionalTimer(const OptionalTimer&) = delete;
-  OptionalTimer& operator=(const OptionalTimer&) = delete;
-
- private:
-  Metrics* metrics_;
-  std::string_view timer_;
-  std::chrono::steady_clock::time_point start_;
-};
-
-}  // namespace
-
 std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions& options) {
   auto program = std::make_shared<Program>();
   {
-    OptionalTimer timer(options.metrics, kTimerCompilePassesTime);
+    std::optional<ScopedTimer> timer;  // steps 1-3
+    if (options.metrics != nullptr) timer.emplace(*options.metrics, kTimerCompilePassesTime);
     program->stats.nodes_in = static_cast<int64_t>(graph.nodes.size());
     for (const GNode& n : graph.nodes)
       if (n.op == Op::kData) program->input_types.resize(std::max<size_t>(program->input_types.size(), n.input + 1));
@@ -51,7 +31,8 @@ std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions&
     if (options.alias_views) alias_views(*program);
   }
   if (options.codegen) {
-    OptionalTimer timer(options.metrics, kTimerCodegenTime);
+    std::optional<ScopedTimer> timer;  // step 4
+    if (options.metrics != nullptr) timer.emplace(*options.metrics, kTimerCodegenTime);
     generate_native_code(*program, options.cache);
     if (options.metrics != nullptr) {
       const detail::NativeLoops::Source source = program->native->source();
