@@ -432,10 +432,12 @@ class LoopEmitter {
       case Op::kAdd: return b_.CreateAdd(x, y);
       case Op::kSub: return b_.CreateSub(x, y);
       case Op::kMul: return b_.CreateMul(x, y);
-      case Op::kDiv: {  // x / 0 is 0, as int_div: divide by 1 in those lanes, then pick 0
+      case Op::kDiv: {  // as int_div: x / 0 is 0, x / -1 is -x wrapping; divide by 1 in those lanes
         llvm::Value* by_zero = b_.CreateICmpEQ(y, zero);
-        llvm::Value* q = b_.CreateSDiv(x, b_.CreateSelect(by_zero, llvm::ConstantInt::get(y->getType(), 1), y));
-        return b_.CreateSelect(by_zero, zero, q);
+        llvm::Value* by_minus_one = b_.CreateICmpEQ(y, llvm::ConstantInt::getSigned(y->getType(), -1));
+        llvm::Value* safe = b_.CreateSelect(b_.CreateOr(by_zero, by_minus_one), llvm::ConstantInt::get(y->getType(), 1), y);
+        llvm::Value* q = b_.CreateSDiv(x, safe);
+        return b_.CreateSelect(by_zero, zero, b_.CreateSelect(by_minus_one, b_.CreateSub(zero, x), q));
       }
       case Op::kMaximum: return b_.CreateSelect(b_.CreateICmpSGT(x, y), x, y);
       case Op::kMinimum: return b_.CreateSelect(b_.CreateICmpSLT(x, y), x, y);
@@ -536,9 +538,10 @@ uint64_t hash_shape(uint64_t h, const Shape& shape) {
 }
 
 // The persistent cache's key: everything the object depends on. The loops themselves (the
-// graph as the compiler lowered it, storage indices included), this generator's source
-// (XS_CODEGEN_SOURCE_HASH, made by CMake from the files that decide the generated code), the
-// CPU and the LLVM version. Computed from the loops, so a hit builds no IR at all.
+// graph as the compiler lowered it, storage indices included; ops and dtypes by name, not by
+// enum position), this generator's source (XS_CODEGEN_SOURCE_HASH, made by CMake from the
+// files that decide the generated code and the op and dtype lists), the CPU and the LLVM
+// version. Computed from the loops, so a hit builds no IR at all.
 uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::string& cpu) {
   uint64_t h = hash_text(kHashSeed, XS_CODEGEN_SOURCE_HASH);
   h = hash_text(h, cpu + " LLVM " LLVM_VERSION_STRING);
@@ -547,17 +550,17 @@ uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::stri
     h = hash_combine(h, loop == nullptr ? ~uint64_t{0} : i);
     if (loop == nullptr) continue;
     h = hash_shape(h, loop->shape);
-    for (DType d : loop->reg_dtype) h = hash_combine(h, static_cast<uint64_t>(d));
+    for (DType d : loop->reg_dtype) h = hash_text(h, dtype_name(d));
     for (const LoopLoad& l : loop->loads) {
-      h = hash_combine(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), static_cast<uint64_t>(l.dtype));
+      h = hash_text(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), dtype_name(l.dtype));
       h = hash_double(hash_shape(h, l.shape), l.constant);
     }
     for (const LoopStep& st : loop->steps) {
-      h = hash_combine(hash_combine(h, static_cast<uint64_t>(st.op)), static_cast<uint64_t>(st.out));
+      h = hash_combine(hash_text(h, op_name(st.op)), static_cast<uint64_t>(st.out));
       for (int in : st.in) h = hash_combine(h, static_cast<uint64_t>(in));
     }
     for (const LoopStore& st : loop->stores) {
-      h = hash_combine(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), static_cast<uint64_t>(st.dtype));
+      h = hash_text(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), dtype_name(st.dtype));
     }
   }
   return h;

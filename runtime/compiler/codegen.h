@@ -36,8 +36,9 @@ class NativeLoops {
 };
 
 // Compiles every loop of `loops` it can (null entries are skipped) into one object. With a
-// `cache`, the object is looked up there first, keyed by the generated IR (so by the graph and
-// the compiler that lowered it), the CPU and the LLVM version, and stored there once compiled.
+// `cache`, the object is looked up there first, keyed by the loops as lowered (so by the graph
+// and the compiler that lowered it), the generator's source, the CPU and the LLVM version, and
+// stored there once compiled.
 // Never null.
 std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops,
                                                   const ObjectCache* cache = nullptr);

@@ -4,6 +4,9 @@
 #include <optional>
 #include <string_view>
 
+#include <spdlog/spdlog.h>
+
+#include "base/error.h"
 #include "runtime/compiler/codegen.h"
 #include "runtime/compiler/passes.h"
 
@@ -35,7 +38,8 @@ std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions&
     if (options.metrics != nullptr) timer.emplace(*options.metrics, kTimerCodegenTime);
     generate_native_code(*program, options.cache);
     if (options.metrics != nullptr) {
-      const detail::NativeLoops::Source source = program->native->source();
+      const detail::NativeLoops::Source source =
+          program->native ? program->native->source() : detail::NativeLoops::Source::kNone;
       if (source == detail::NativeLoops::Source::kCompiled) options.metrics->increment(kCounterNativeCompile);
       if (source == detail::NativeLoops::Source::kDiskCache) options.metrics->increment(kCounterPersistentCacheHit);
     }
@@ -46,7 +50,16 @@ std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions&
 void generate_native_code(Program& program, const detail::ObjectCache* cache) {
   std::vector<const detail::LoopKernel*> loops;
   for (const Kernel& k : program.kernels) loops.push_back(k.loop.steps.empty() ? nullptr : &k.loop);
-  program.native = detail::compile_native_loops(loops, cache);
+  try {
+    program.native = detail::compile_native_loops(loops, cache);
+  } catch (const InternalError& e) {  // the interpreter is the reference: fall back, loudly
+    spdlog::warn("runtime: native code failed ({}); this program's loops run on the interpreter", e.what());
+    program.native.reset();
+    program.stats.native_loops = 0;
+    program.stats.interpreted_loops = 0;
+    for (const detail::LoopKernel* loop : loops) program.stats.interpreted_loops += loop != nullptr;
+    return;
+  }
   program.stats.native_loops = program.native->compiled();
   program.stats.interpreted_loops = 0;
   for (size_t i = 0; i < loops.size(); ++i) program.stats.interpreted_loops += loops[i] != nullptr && !program.native->fn(i);

@@ -11,8 +11,8 @@
 // warning, and the caller's store replaces it. A store writes a temporary file and renames it
 // over the entry, so replicas storing the same entry at once never expose a partial file. The
 // objects are code this process will run, so a directory that is not this user's own, or that
-// others may write, is refused (warned once, then no disk cache), and entries are opened
-// without following symlinks. Storing is best effort: a full disk costs a warning, not the job.
+// others may write, is refused (warned once, then no disk cache), and an entry that is a
+// symlink is not followed (the directory path itself is taken as given). Storing is best effort: a full disk costs a warning, not the job.
 
 #include <cstdint>
 #include <optional>

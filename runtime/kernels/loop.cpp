@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -49,10 +50,16 @@ bool is_nan(T x) {
   else return false;
 }
 
+// No SIGFPE: x / 0 is 0, and x / -1 is -x wrapping (INT_MIN / -1 traps in hardware).
 template <typename T>
 T int_div(T x, T y) {
-  if constexpr (std::is_floating_point_v<T>) return x / y;
-  else return y == 0 ? T(0) : static_cast<T>(x / y);  // no SIGFPE on integer division by 0
+  if constexpr (std::is_floating_point_v<T>) {
+    return x / y;
+  } else {
+    if (y == 0) return T(0);
+    if (y == T(-1)) return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
+    return static_cast<T>(x / y);
+  }
 }
 
 template <typename T>

@@ -30,7 +30,7 @@ double edge_value(DType dtype, int64_t i, int salt) {
   static const double kFloats[] = {0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.140625, 1e30, -1e30,
                                    INFINITY, -INFINITY, NAN, 1e-40, 100.0, -100.0, 0.1, 88.7, -88.7,
                                    1.00390625 /* a bf16 tie */, 1.01171875 /* another */, 7.0, -7.25, 2.0, 1e-3};
-  static const double kInts[] = {0, 1, -1, 2, -3, 7, 100, -100, 39999, -40000, 5, 12, -12, 3};
+  static const double kInts[] = {0, 1, -1, 2, -3, 7, 100, -100, 39999, -40000, 5, 12, -12, 3, -2147483648.0};
   const int64_t k = i * 7 + salt * 5 + i / 3;
   switch (dtype) {
     case DType::kF32: case DType::kF64: case DType::kBF16: return kFloats[k % std::size(kFloats)];
@@ -173,6 +173,31 @@ TEST(CodegenWalk, EveryElementwiseOpOnEveryDtypeMatchesTheInterpreterBitForBit) 
     }
   }
   EXPECT_GT(walked, 100) << "the walk reached too few (op, dtype) pairs: is ops.def read?";
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// INT_MIN / -1 traps in hardware (SIGFPE); both paths define it as the wrapped -x, as x / 0
+// is defined as 0.
+TEST(CodegenWalk, IntegerDivisionByMinusOneWrapsOnBothPathsInsteadOfTrapping) {
+  for (bool codegen : {true, false}) {
+    RuntimeOptions options = RuntimeOptions::from_env();
+    options.codegen = codegen;
+    ScopedRuntime rt(options);
+    const std::vector<int32_t> xs = {INT32_MIN, 7, INT32_MIN, -9, 5};
+    const std::vector<int32_t> ys = {-1, -1, 0, 2, -1};
+    Tensor q = div(Tensor::from_vector<int32_t>(xs, {5}), Tensor::from_vector<int32_t>(ys, {5}));
+    const std::vector<int64_t> xl = {INT64_MIN, 3};
+    const std::vector<int64_t> yl = {-1, -1};
+    Tensor ql = div(Tensor::from_vector<int64_t>(xl, {2}), Tensor::from_vector<int64_t>(yl, {2}));
+    mark_step();
+    EXPECT_EQ(q.to_vector<int32_t>(), (std::vector<int32_t>{INT32_MIN, -7, 0, -4, -5})) << "codegen " << codegen;
+    EXPECT_EQ(ql.to_vector<int64_t>(), (std::vector<int64_t>{INT64_MIN, -3})) << "codegen " << codegen;
+  }
 }
 
 }  // namespace
