@@ -5,8 +5,10 @@
 //
 //   uint64_t h = hash_combine(hash_combine(kSeed, op), operand_hash);
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include "base/splitmix64.h"
 
@@ -23,6 +25,16 @@ inline uint64_t hash_double(uint64_t h, double v) {
   uint64_t bits;
   std::memcpy(&bits, &v, sizeof bits);
   return hash_combine(h, bits);
+}
+
+// Folds `bytes` (8 at a time, the last word zero-padded) and their count into `h`.
+inline uint64_t hash_bytes(uint64_t h, std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size(); i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + i, std::min<size_t>(8, bytes.size() - i));
+    h = hash_combine(h, word);
+  }
+  return hash_combine(h, bytes.size());
 }
 
 }  // namespace xs

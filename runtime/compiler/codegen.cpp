@@ -170,7 +170,7 @@ class LoopEmitter {
     fn_->addFnAttr("min-legal-vector-width", "512");
   }
 
-  // False (and the function removed) when some step has no generated form.
+  // False when some step has no generated form (a bug: the ops.def walk covers every step).
   bool emit() {
     int64_t cols = 0;
     std::vector<LoadPlan> plans;
@@ -178,10 +178,7 @@ class LoopEmitter {
     plans_ = std::move(plans);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
     const int64_t n = numel(loop_.shape);
-    if (n > 0 && !emit_body_loops(n, cols)) {
-      fn_->eraseFromParent();
-      return false;
-    }
+    if (n > 0 && !emit_body_loops(n, cols)) return false;
     b_.CreateRetVoid();
     return true;
   }
@@ -523,15 +520,6 @@ class JitLoops final : public NativeLoops {
   Source source_;
 };
 
-uint64_t hash_text(uint64_t h, std::string_view text) {
-  for (size_t i = 0; i < text.size(); i += 8) {
-    uint64_t word = 0;
-    std::memcpy(&word, text.data() + i, std::min<size_t>(8, text.size() - i));
-    h = hash_combine(h, word);
-  }
-  return hash_combine(h, text.size());
-}
-
 uint64_t hash_shape(uint64_t h, const Shape& shape) {
   for (int64_t d : shape) h = hash_combine(h, static_cast<uint64_t>(d));
   return hash_combine(h, shape.size());
@@ -543,24 +531,24 @@ uint64_t hash_shape(uint64_t h, const Shape& shape) {
 // files that decide the generated code and the op and dtype lists), the CPU and the LLVM
 // version. Computed from the loops, so a hit builds no IR at all.
 uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::string& cpu) {
-  uint64_t h = hash_text(kHashSeed, XS_CODEGEN_SOURCE_HASH);
-  h = hash_text(h, cpu + " LLVM " LLVM_VERSION_STRING);
+  uint64_t h = hash_bytes(kHashSeed, XS_CODEGEN_SOURCE_HASH);
+  h = hash_bytes(h, cpu + " LLVM " LLVM_VERSION_STRING);
   for (size_t i = 0; i < loops.size(); ++i) {
     const LoopKernel* loop = loops[i];
     h = hash_combine(h, loop == nullptr ? ~uint64_t{0} : i);
     if (loop == nullptr) continue;
     h = hash_shape(h, loop->shape);
-    for (DType d : loop->reg_dtype) h = hash_text(h, dtype_name(d));
+    for (DType d : loop->reg_dtype) h = hash_bytes(h, dtype_name(d));
     for (const LoopLoad& l : loop->loads) {
-      h = hash_text(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), dtype_name(l.dtype));
+      h = hash_bytes(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), dtype_name(l.dtype));
       h = hash_double(hash_shape(h, l.shape), l.constant);
     }
     for (const LoopStep& st : loop->steps) {
-      h = hash_combine(hash_text(h, op_name(st.op)), static_cast<uint64_t>(st.out));
+      h = hash_combine(hash_bytes(h, op_name(st.op)), static_cast<uint64_t>(st.out));
       for (int in : st.in) h = hash_combine(h, static_cast<uint64_t>(in));
     }
     for (const LoopStore& st : loop->stores) {
-      h = hash_text(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), dtype_name(st.dtype));
+      h = hash_bytes(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), dtype_name(st.dtype));
     }
   }
   return h;
@@ -611,11 +599,6 @@ bool loop_has_native_form(const LoopKernel& loop) {
 }
 
 void start_native_jit() { Jit::get(); }
-
-std::string native_target_description() {
-  Jit& jit = Jit::get();
-  return jit.description;
-}
 
 std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops,
                                                   const ObjectCache* cache) {

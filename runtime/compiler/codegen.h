@@ -50,7 +50,4 @@ void start_native_jit();
 // Whether compile_native_loops would compile `loop` (its loads have a form it generates).
 bool loop_has_native_form(const LoopKernel& loop);
 
-// The CPU the code is generated for ("znver4 +avx512f,..."): part of a cache entry's key.
-std::string native_target_description();
-
 }  // namespace xs::detail

@@ -55,14 +55,11 @@ void generate_native_code(Program& program, const detail::ObjectCache* cache) {
   } catch (const InternalError& e) {  // the interpreter is the reference: fall back, loudly
     spdlog::warn("runtime: native code failed ({}); this program's loops run on the interpreter", e.what());
     program.native.reset();
-    program.stats.native_loops = 0;
-    program.stats.interpreted_loops = 0;
-    for (const detail::LoopKernel* loop : loops) program.stats.interpreted_loops += loop != nullptr;
-    return;
   }
-  program.stats.native_loops = program.native->compiled();
+  program.stats.native_loops = program.native ? program.native->compiled() : 0;
   program.stats.interpreted_loops = 0;
-  for (size_t i = 0; i < loops.size(); ++i) program.stats.interpreted_loops += loops[i] != nullptr && !program.native->fn(i);
+  for (size_t i = 0; i < loops.size(); ++i)
+    program.stats.interpreted_loops += loops[i] != nullptr && !(program.native && program.native->fn(i));
 }
 
 }  // namespace xs

@@ -27,16 +27,7 @@ struct Header {
 static_assert(sizeof(Header) == 32);
 
 uint64_t payload_hash(std::span<const char> bytes) {
-  uint64_t h = kHashSeed;
-  size_t i = 0;
-  for (; i + 8 <= bytes.size(); i += 8) {
-    uint64_t word;
-    std::memcpy(&word, bytes.data() + i, 8);
-    h = hash_combine(h, word);
-  }
-  uint64_t tail = 0;
-  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
-  return hash_combine(hash_combine(h, tail), bytes.size());
+  return hash_bytes(kHashSeed, std::string_view(bytes.data(), bytes.size()));
 }
 
 // Reads exactly `n` bytes; false at end of file or on an error.
