@@ -164,6 +164,21 @@ TEST(ObjectCache, ACorruptOrForeignEntryIsRebuiltWithAWarning) {
       "cannot open");
 }
 
+// Another user's entry or directory: ownership can only be given away as root.
+TEST(ObjectCache, AnotherUsersEntryIsRebuiltAndAnotherUsersDirectoryRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user (chown)";
+  constexpr uid_t kNobody = 65534;
+  expect_rebuilt([](const fs::path& p) { ASSERT_EQ(::chown(p.c_str(), kNobody, kNobody), 0); }, "belongs to uid 65534");
+  TempDir dir;
+  fs::create_directories(dir.cache());
+  ASSERT_EQ(::chown(dir.cache().c_str(), kNobody, kNobody), 0);
+  CapturedLog log;
+  const StepRun r = run_step(dir.cache());
+  EXPECT_EQ(r.native_compiles, 1);
+  EXPECT_TRUE(dir.entries().empty()) << "nothing is written to another user's directory";
+  EXPECT_NE(log.text().find("belongs to uid 65534"), std::string::npos) << log.text();
+}
+
 TEST(ObjectCache, ADirectoryOthersCanWriteIsRefusedWithAWarning) {
   TempDir dir;
   fs::create_directories(dir.cache());
