@@ -253,6 +253,24 @@ Grads grad_gather(const Ctx& c, const Tensor& g) {
   return {scatter_add(in(c, 1), g, c.attrs.ints[0], in(c, 0).shape()), Tensor()};
 }
 
+Grads grad_embedding(const Ctx& c, const Tensor& g) {
+  return {embedding_grad(in(c, 1), g, in(c, 0).shape()[0]), Tensor()};
+}
+
+Grads grad_embedding_grad(const Ctx& c, const Tensor& g) {
+  return {Tensor(), embedding(g, in(c, 0))};
+}
+
+// gamma's and beta's gradients sum over every axis but the last.
+Grads grad_layer_norm(const Ctx& c, const Tensor& g) {
+  const Tensor &x = in(c, 0), &gamma = in(c, 1);
+  std::vector<int64_t> rows(static_cast<size_t>(x.dim() - 1));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  const Tensor dbeta = rows.empty() ? g : sum(g, rows);
+  return {layer_norm_grad_input(x, gamma, g, c.attrs.scalar),
+          layer_norm_grad_gamma(x, gamma, g, c.attrs.scalar), dbeta};
+}
+
 // Sum and mean are linear and the same on every replica's gradient; max/min are not supported.
 Grads grad_all_reduce(const Ctx& c, const Tensor& g) {
   const auto op = static_cast<ReduceOp>(c.attrs.flag);

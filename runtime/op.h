@@ -19,7 +19,7 @@ namespace xs {
 
 enum class OpKind : uint8_t {
   kLeaf, kUnary, kBinary, kWhere, kCast,  // kUnary..kCast are elementwise (fusable)
-  kReduce, kLayout, kMatmul, kConv, kIndex, kRandom, kCollective
+  kReduce, kLayout, kMatmul, kConv, kIndex, kNorm, kRandom, kCollective
 };
 
 enum class Op : uint8_t {
@@ -49,6 +49,9 @@ inline constexpr int kNumOps = 0
 //   kAvgPool2dGrad (grad_out): ints as kAvgPool2d, then {in_h, in_w}.
 //   kScatterAdd (index, src): ints = {axis, result shape...}; result[.. index ..] += src.
 //   kGather: ints = {axis}.             kOneHot: ints = {num_classes}, dtype = result.
+//   kEmbedding (table, index).          kEmbeddingGrad (index, grad): ints = {rows of the table}.
+//   kLayerNorm (x, gamma, beta): scalar = eps.
+//   kLayerNormGrad (x, gamma, grad_y): scalar = eps; flag 0 = grad of x, 1 = grad of gamma.
 //   kRandUniform/kRandNormal: ints = shape, dtype = result.  kBernoulli: ints = shape, dtype.
 //   kAllReduce: flag = ReduceOp.
 struct Attrs {

@@ -289,6 +289,35 @@ Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype) {
   return record(Op::kOneHot, {index}, std::move(a));
 }
 
+Tensor embedding(const Tensor& table, const Tensor& index) {
+  return record(Op::kEmbedding, {table, index});
+}
+
+Tensor embedding_grad(const Tensor& index, const Tensor& grad, int64_t rows) {
+  Attrs a;
+  a.ints = {rows};
+  return record(Op::kEmbeddingGrad, {index, grad}, std::move(a));
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+  Attrs a;
+  a.scalar = eps;
+  return record(Op::kLayerNorm, {x, gamma, beta}, std::move(a));
+}
+
+Tensor layer_norm_grad_input(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps) {
+  Attrs a;
+  a.scalar = eps;
+  return record(Op::kLayerNormGrad, {x, gamma, grad_y}, std::move(a));
+}
+
+Tensor layer_norm_grad_gamma(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps) {
+  Attrs a;
+  a.scalar = eps;
+  a.flag = 1;
+  return record(Op::kLayerNormGrad, {x, gamma, grad_y}, std::move(a));
+}
+
 Tensor rand_uniform(const Shape& shape, DType dtype, Tensor seed) { return random(Op::kRandUniform, shape, dtype, std::move(seed), {}); }
 Tensor rand_normal(const Shape& shape, DType dtype, Tensor seed) { return random(Op::kRandNormal, shape, dtype, std::move(seed), {}); }
 

@@ -118,6 +118,17 @@ Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const S
 // out[i][j] = x[index[i][j]][j] (axis 0), like torch.gather; index is i32/i64.
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype = DType::kF32);
+// table [V, D], index (i32/i64) of any shape -> [index shape..., D]: row index[i] of the table.
+Tensor embedding(const Tensor& table, const Tensor& index);
+// The adjoint of embedding: a [rows, D] table of zeros with each grad row added at its index.
+Tensor embedding_grad(const Tensor& index, const Tensor& grad, int64_t rows);
+
+// Normalises x over its last axis: (x - mean) / sqrt(var + eps) * gamma + beta, with the
+// biased variance as PyTorch's LayerNorm; gamma and beta have x's last dimension.
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps = 1e-5);
+// Its gradients (for autograd's rule): of x, or of gamma (sum over rows of grad_y * xhat).
+Tensor layer_norm_grad_input(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps);
+Tensor layer_norm_grad_gamma(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps);
 
 // In-graph RNG. Without a seed, the runtime's seed stream supplies a fresh one (a data
 // input: no recompile). bernoulli's p is a data scalar too.

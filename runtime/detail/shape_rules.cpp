@@ -252,6 +252,45 @@ ValueType rule_one_hot(Op op, std::span<const ValueType> in, const Attrs& attrs)
   return {out, attrs.dtype};
 }
 
+ValueType rule_embedding(Op op, std::span<const ValueType> in, const Attrs&) {
+  if (in[0].shape.size() != 2 || !is_float(in[0].dtype)) fail(op, in, "the table must be a floating [rows, dim] matrix");
+  if (in[1].dtype != DType::kI32 && in[1].dtype != DType::kI64) fail(op, in, "index must be i32 or i64");
+  Shape out = in[1].shape;
+  out.push_back(in[0].shape[1]);
+  return {out, in[0].dtype};
+}
+
+ValueType rule_embedding_grad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  if (in[0].dtype != DType::kI32 && in[0].dtype != DType::kI64) fail(op, in, "index must be i32 or i64");
+  if (!is_float(in[1].dtype)) fail(op, in, "grad must be floating");
+  const Shape& is = in[0].shape;
+  const Shape& gs = in[1].shape;
+  if (gs.size() != is.size() + 1 || !std::equal(is.begin(), is.end(), gs.begin()))
+    fail(op, in, "grad must have the index's shape plus one trailing axis");
+  if (attrs.ints.size() != 1 || attrs.ints[0] < 1) fail(op, in, "needs {rows of the table} >= 1");
+  return {{attrs.ints[0], gs.back()}, in[1].dtype};
+}
+
+ValueType rule_layer_norm(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype (f32, f64, bf16)");
+  if (in[0].shape.empty()) fail(op, in, "x needs at least one axis");
+  const Shape features{in[0].shape.back()};
+  if (in[1].shape != features || in[2].shape != features)
+    fail(op, in, "gamma and beta must be vectors of x's last axis");
+  if (!(attrs.scalar > 0)) fail(op, in, fmt::format("eps must be > 0, got {}", attrs.scalar));
+  return in[0];
+}
+
+ValueType rule_layer_norm_grad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype (f32, f64, bf16)");
+  if (in[0].shape.empty() || in[2].shape != in[0].shape) fail(op, in, "grad_y must have x's shape");
+  if (in[1].shape != Shape{in[0].shape.back()}) fail(op, in, "gamma must be a vector of x's last axis");
+  if (attrs.flag != 0 && attrs.flag != 1) fail(op, in, "flag must be 0 (grad of x) or 1 (grad of gamma)");
+  return attrs.flag == 0 ? in[0] : in[1];
+}
+
 ValueType rule_random(Op op, std::span<const ValueType> in, const Attrs& attrs) {
   if (in[0].dtype != DType::kI64 || !in[0].shape.empty()) fail(op, in, "seed must be an i64 scalar");
   if (!is_float(attrs.dtype)) fail(op, in, "result dtype must be floating");

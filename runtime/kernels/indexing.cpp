@@ -1,4 +1,5 @@
 // Gather, one-hot and the counter-based random number kernels.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -6,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "runtime/kernels/float_args.h"
 #include "runtime/kernels/kernels.h"
 #include "runtime/element.h"
 #include "runtime/hash.h"
@@ -83,6 +85,42 @@ void random_kernel(Op op, const Attrs&, std::span<const Arg> ins, const Arg& out
 }  // namespace xs::detail
 
 namespace xs::detail {
+namespace {
+
+int64_t table_row(const Arg& index, int64_t i, int64_t rows, const char* op) {
+  const int64_t k = load_element_i64(index.data, index.type->dtype, i);
+  if (k < 0 || k >= rows) {
+    throw InvalidArgument(fmt::format("{}: index {} at position {} is out of range [0, {}) (the table's rows)",
+                                      op, k, i, rows));
+  }
+  return k;
+}
+
+}  // namespace
+
+void embedding_kernel(const Arg& table, const Arg& index, const Arg& out) {
+  const int64_t rows = table.type->shape[0];
+  const size_t row_bytes = static_cast<size_t>(table.type->shape[1]) * dtype_size(table.type->dtype);
+  const int64_t n = numel(index.type->shape);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = table_row(index, i, rows, "embedding");
+    std::memcpy(static_cast<char*>(out.data) + i * row_bytes,
+                static_cast<const char*>(table.data) + k * row_bytes, row_bytes);
+  }
+}
+
+void embedding_grad_kernel(const Arg& index, const Arg& grad, const Arg& out) {
+  const int64_t rows = out.type->shape[0], d = out.type->shape[1];
+  const int64_t n = numel(index.type->shape);
+  with_float(out.type->dtype, std::span<const Arg>(&grad, 1), out, [&](const auto& in, auto* table) {
+    std::fill(table, table + rows * d, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      auto* row = table + table_row(index, i, rows, "embedding_grad") * d;
+      const auto* g = in[0] + i * d;
+      for (int64_t j = 0; j < d; ++j) row[j] += g[j];
+    }
+  });
+}
 
 void scatter_add_kernel(const Attrs& attrs, const Arg& index, const Arg& src, const Arg& out) {
   fill_kernel(0, out);

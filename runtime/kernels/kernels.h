@@ -80,6 +80,10 @@ void max_pool2d_route_planes(const T* idx, const T* g, int64_t channels, int64_t
 void scatter_add_kernel(const Attrs& attrs, const Arg& index, const Arg& src, const Arg& out);
 void gather_kernel(const Attrs& attrs, const Arg& x, const Arg& index, const Arg& out);
 void one_hot_kernel(const Attrs& attrs, const Arg& index, const Arg& out);
+void embedding_kernel(const Arg& table, const Arg& index, const Arg& out);
+void embedding_grad_kernel(const Arg& index, const Arg& grad, const Arg& out);
+void layer_norm_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+void layer_norm_grad_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void random_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 
 // Row-major single-precision GEMM through Eigen (EIGEN_USE_BLAS -> OpenBLAS):

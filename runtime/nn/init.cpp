@@ -1,6 +1,7 @@
 #include "runtime/nn/init.h"
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include <fmt/format.h>
@@ -12,6 +13,15 @@ namespace xs {
 Tensor uniform_tensor(const Shape& shape, double lo, double hi, Generator& gen) {
   std::vector<float> v(numel(shape));
   for (float& x : v) x = static_cast<float>(gen.uniform(lo, hi));
+  return Tensor::from_vector<float>(v, shape);
+}
+
+Tensor normal_tensor(const Shape& shape, double mean, double std, Generator& gen) {
+  std::vector<float> v(numel(shape));
+  for (float& x : v) {
+    const double u1 = 1.0 - gen.uniform(0, 1), u2 = gen.uniform(0, 1);
+    x = static_cast<float>(mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
+  }
   return Tensor::from_vector<float>(v, shape);
 }
 

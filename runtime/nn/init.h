@@ -15,6 +15,10 @@ namespace xs {
 // A materialised f32 tensor of `shape` with values U(lo, hi), drawn in row-major order.
 Tensor uniform_tensor(const Shape& shape, double lo, double hi, Generator& gen);
 
+// A materialised f32 tensor of `shape` with values N(mean, std), by Box-Muller on pairs of
+// uniform draws, in row-major order (GPT-2's initialisation uses N(0, 0.02)).
+Tensor normal_tensor(const Shape& shape, double mean, double std, Generator& gen);
+
 // PyTorch's kaiming_uniform_(a, mode=fan_in, nonlinearity=leaky_relu): bound =
 // sqrt(2 / (1 + a^2)) * sqrt(3 / fan_in).
 Tensor kaiming_uniform(const Shape& shape, int64_t fan_in, Generator& gen,

@@ -7,7 +7,13 @@
 
 namespace xs {
 
-Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias) {
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias,
+               double init_std) {
+  if (init_std > 0) {
+    weight_ = &register_parameter("weight", normal_tensor({out_features, in_features}, 0, init_std, gen));
+    if (bias) bias_ = &register_parameter("bias", Tensor::full_data({out_features}, 0.0));
+    return;
+  }
   weight_ =
       &register_parameter("weight", kaiming_uniform({out_features, in_features}, in_features, gen));
   if (bias) {

@@ -1,5 +1,6 @@
 #include "runtime/optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -9,10 +10,21 @@
 
 namespace xs {
 
-Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay)
+std::vector<bool> decay_matrices_only(const std::vector<Tensor>& params) {
+  std::vector<bool> decay;
+  for (const Tensor& p : params) decay.push_back(p.dim() >= 2);
+  return decay;
+}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay,
+           std::vector<bool> decay)
     : Optimizer(std::move(params), options.lr),
       options_(options),
-      decoupled_(decoupled_weight_decay) {
+      decoupled_(decoupled_weight_decay),
+      masked_(std::find(decay.begin(), decay.end(), false) != decay.end()) {
+  if (!decay.empty() && decay.size() != params_.size()) {
+    throw InvalidArgument(fmt::format("Adam: {} weight-decay flags for {} parameters", decay.size(), params_.size()));
+  }
   if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1 &&
         options.eps >= 0 && options.weight_decay >= 0)) {
     throw InvalidArgument(
@@ -26,6 +38,16 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weigh
   eps_ = Tensor::full_data({}, options.eps);
   weight_decay_ = Tensor::full_data({}, options.weight_decay);
   init_state();
+  if (masked_) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      state_[i][2] = Tensor::full_data(params_[i].shape(), decay[i] ? 1.0 : 0.0, params_[i].dtype());
+    }
+  }
+}
+
+std::vector<std::string> Adam::state_names() const {
+  if (masked_) return {"exp_avg", "exp_avg_sq", "decay_mask"};
+  return {"exp_avg", "exp_avg_sq"};
 }
 
 void Adam::begin_step() {
@@ -34,17 +56,19 @@ void Adam::begin_step() {
   step_size_ = Tensor::full_data({}, lr() / bc1);
   sqrt_bias_correction2_ = Tensor::full_data({}, std::sqrt(bc2));
   decay_ = Tensor::full_data({}, 1 - lr() * options_.weight_decay);
+  lr_decay_ = Tensor::full_data({}, lr() * options_.weight_decay);
 }
 
 void Adam::update(Tensor& param, const Tensor& grad, std::vector<Tensor>& state) {
   Tensor g = grad;
-  if (options_.weight_decay != 0 && !decoupled_) g = g + param * weight_decay_;
+  if (options_.weight_decay != 0 && !decoupled_) g = g + (masked_ ? param * state[2] : param) * weight_decay_;
   Tensor& m = state[0];
   Tensor& v = state[1];
   m.assign(m * beta1_ + g * one_minus_beta1_);
   v.assign(v * beta2_ + square(g) * one_minus_beta2_);
   const Tensor denom = sqrt(v) / sqrt_bias_correction2_ + eps_;
-  const Tensor p = (options_.weight_decay != 0 && decoupled_) ? param * decay_ : param;
+  Tensor p = param;
+  if (options_.weight_decay != 0 && decoupled_) p = masked_ ? param - param * state[2] * lr_decay_ : param * decay_;
   param.assign(p - m / denom * step_size_);
 }
 

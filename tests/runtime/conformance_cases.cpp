@@ -39,6 +39,37 @@ Host ref_gather(const Host& x, int64_t axis, const Host& idx) {
   return out;
 }
 
+// Naive layer norm over the last axis and its gradients, straight from the definitions:
+// y = xhat * gamma + beta; dx = (1/D) rstd (D g - sum g - xhat sum(g xhat)), g = dy * gamma.
+struct LayerNormRef {
+  Host y, dx, dgamma;
+};
+
+LayerNormRef ref_layer_norm(const Host& x, const Host& gamma, const Host& beta, const Host& dy, double eps) {
+  const int64_t d = x.shape.back(), rows = numel(x.shape) / d;
+  LayerNormRef r{{x.shape, x.dtype, {}}, {x.shape, x.dtype, {}}, {gamma.shape, x.dtype, std::vector<double>(d, 0)}};
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* row = &x.v[i * d];
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < d; ++j) mean += row[j] / d;
+    for (int64_t j = 0; j < d; ++j) var += (row[j] - mean) * (row[j] - mean) / d;
+    const double rstd = 1 / std::sqrt(var + eps);
+    double g_sum = 0, gx_sum = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double xhat = (row[j] - mean) * rstd, g = dy.v[i * d + j] * gamma.v[j];
+      r.y.v.push_back(xhat * gamma.v[j] + beta.v[j]);
+      g_sum += g;
+      gx_sum += g * xhat;
+      r.dgamma.v[j] += dy.v[i * d + j] * xhat;
+    }
+    for (int64_t j = 0; j < d; ++j) {
+      const double xhat = (row[j] - mean) * rstd;
+      r.dx.v.push_back(rstd / d * (d * dy.v[i * d + j] * gamma.v[j] - g_sum - xhat * gx_sum));
+    }
+  }
+  return r;
+}
+
 Host ref_matmul(const Host& a, const Host& b, bool ta, bool tb) {
   auto at = [](const Host& h, const std::vector<int64_t>& batch, int64_t r, int64_t c, bool t) {
     std::vector<int64_t> full(batch.end() - (h.shape.size() - 2), batch.end());
@@ -373,6 +404,50 @@ void add_structural_cases(std::map<Op, Case>& c) {
     for (int k = 0; k < 18; ++k) i0.v.push_back(k % 4);
     exact(gather(to_tensor(x), 1, to_tensor(i1)), ref_gather(x, 1, i1), "gather axis 1");
     exact(gather(to_tensor(x), 0, to_tensor(i0)), ref_gather(x, 0, i0), "gather axis 0");
+  };
+  c[Op::kEmbedding] = [](std::mt19937& rng) {
+    const Host table = random_host({6, 5}, DType::kF32, rng);
+    const Host idx{{2, 3}, DType::kI32, {5, 0, 5, 2, 1, 0}};
+    Host want{{2, 3, 5}, DType::kF32, {}};
+    for (double k : idx.v) {
+      for (int j = 0; j < 5; ++j) want.v.push_back(table.v[static_cast<int>(k) * 5 + j]);
+    }
+    exact(embedding(to_tensor(table), to_tensor(idx)), want, "embedding");
+    EXPECT_THROW(run_public(embedding(to_tensor(table), to_tensor(Host{{1}, DType::kI64, {6}}))), InvalidArgument)
+        << "an index past the table's rows";
+  };
+  c[Op::kEmbeddingGrad] = [](std::mt19937& rng) {
+    const Host g = random_host({4, 3}, DType::kF64, rng);
+    const Host idx{{4}, DType::kI64, {2, 0, 2, 2}};
+    Host want{{3, 3}, DType::kF64, std::vector<double>(9, 0)};
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 3; ++j) want.v[static_cast<int>(idx.v[i]) * 3 + j] += g.v[i * 3 + j];
+    }
+    expect_close_public(run_public(embedding_grad(to_tensor(idx), to_tensor(g), 3)), want, 1e-15, 0,
+                        "embedding_grad (row 1 untouched, row 2 sums three)");
+  };
+  c[Op::kLayerNorm] = [](std::mt19937& rng) {
+    for (const DType dt : {DType::kF32, DType::kF64}) {
+      const double tol = dt == DType::kF32 ? 2e-5 : 1e-12;
+      const Host x = random_host({3, 4, 33}, dt, rng), gamma = random_host({33}, dt, rng),
+                 beta = random_host({33}, dt, rng);
+      const LayerNormRef r = ref_layer_norm(x, gamma, beta, x, 1e-5);
+      expect_close_public(run_public(layer_norm(to_tensor(x), to_tensor(gamma), to_tensor(beta), 1e-5)), r.y, tol,
+                          tol, fmt::format("layer_norm ({})", dtype_name(dt)));
+    }
+  };
+  c[Op::kLayerNormGrad] = [](std::mt19937& rng) {
+    for (const DType dt : {DType::kF32, DType::kF64}) {
+      const double tol = dt == DType::kF32 ? 2e-5 : 1e-12;
+      const Host x = random_host({5, 17}, dt, rng), gamma = random_host({17}, dt, rng),
+                 dy = random_host({5, 17}, dt, rng);
+      const LayerNormRef r = ref_layer_norm(x, gamma, gamma, dy, 1e-5);
+      const std::string what = fmt::format(" ({})", dtype_name(dt));
+      expect_close_public(run_public(layer_norm_grad_input(to_tensor(x), to_tensor(gamma), to_tensor(dy), 1e-5)),
+                          r.dx, tol, tol, "layer_norm_grad of x" + what);
+      expect_close_public(run_public(layer_norm_grad_gamma(to_tensor(x), to_tensor(gamma), to_tensor(dy), 1e-5)),
+                          r.dgamma, tol, tol, "layer_norm_grad of gamma" + what);
+    }
   };
   c[Op::kOneHot] = [](std::mt19937&) {
     const Host idx{{2, 3}, DType::kI64, {0, 6, 3, 3, 1, 5}};

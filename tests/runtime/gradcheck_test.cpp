@@ -130,6 +130,17 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kScatterAdd] = {{{5, 3}}, [](const Inputs& x) {
                           return scatter_add(index_tensor({5, 3}, 2, 9), x[0], 0, {2, 3});
                         }};
+  // Repeated rows in the index: their gradients must add up in the table.
+  c[Op::kEmbedding] = {{{5, 3}}, [](const Inputs& x) {
+                         return embedding(x[0], index_tensor({2, 4}, 5, 11));
+                       }};
+  c[Op::kEmbeddingGrad] = {{{2, 4, 3}}, [](const Inputs& x) {
+                             return embedding_grad(index_tensor({2, 4}, 5, 13), x[0], 5);
+                           }};
+  // gamma and beta are random too, so all three gradients are checked away from 1 and 0.
+  c[Op::kLayerNorm] = {{{2, 3, 5}, {5}, {5}}, [](const Inputs& x) {
+                         return layer_norm(x[0], x[1], x[2], 1e-5);
+                       }};
   c[Op::kAllReduce] = unary(rng, [](const Tensor& x) { return all_reduce(x, ReduceOp::kSum); });
   return c;
 }

@@ -1,0 +1,85 @@
+// Layer normalisation over the last axis and its two gradients. Every row is computed on its
+// own, its sums taken in double in index order, so results do not depend on how rows are split
+// and replicas agree bit for bit. The gradients recompute a row's mean and inverse standard
+// deviation (two passes over D elements) instead of keeping them from the forward.
+#include <cmath>
+#include <vector>
+
+#include "runtime/kernels/float_args.h"
+#include "runtime/kernels/kernels.h"
+
+namespace xs::detail {
+namespace {
+
+struct RowStats {
+  double mean, rstd;
+};
+
+template <typename T>
+RowStats row_stats(const T* x, int64_t d, double eps) {
+  double sum = 0;
+  for (int64_t j = 0; j < d; ++j) sum += x[j];
+  const double mean = sum / static_cast<double>(d);
+  double sq = 0;
+  for (int64_t j = 0; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
+  return {mean, 1.0 / std::sqrt(sq / static_cast<double>(d) + eps)};
+}
+
+template <typename T>
+void forward_rows(const T* x, const T* gamma, const T* beta, T* y, int64_t rows, int64_t d, double eps) {
+  for (int64_t r = 0; r < rows; ++r, x += d, y += d) {
+    const RowStats s = row_stats(x, d, eps);
+    for (int64_t j = 0; j < d; ++j) y[j] = static_cast<T>((x[j] - s.mean) * s.rstd * gamma[j] + beta[j]);
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = grad_y * gamma.
+template <typename T>
+void grad_input_rows(const T* x, const T* gamma, const T* gy, T* dx, int64_t rows, int64_t d, double eps) {
+  for (int64_t r = 0; r < rows; ++r, x += d, gy += d, dx += d) {
+    const RowStats s = row_stats(x, d, eps);
+    double g_sum = 0, gx_sum = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      const double g = static_cast<double>(gy[j]) * gamma[j];
+      g_sum += g;
+      gx_sum += g * (x[j] - s.mean) * s.rstd;
+    }
+    const double g_mean = g_sum / static_cast<double>(d), gx_mean = gx_sum / static_cast<double>(d);
+    for (int64_t j = 0; j < d; ++j) {
+      const double xhat = (x[j] - s.mean) * s.rstd;
+      dx[j] = static_cast<T>(s.rstd * (static_cast<double>(gy[j]) * gamma[j] - g_mean - xhat * gx_mean));
+    }
+  }
+}
+
+// dgamma[j] = sum over rows of grad_y * xhat, rows added in order.
+template <typename T>
+void grad_gamma_rows(const T* x, const T* gy, T* dgamma, int64_t rows, int64_t d, double eps) {
+  std::vector<double> acc(static_cast<size_t>(d), 0.0);
+  for (int64_t r = 0; r < rows; ++r, x += d, gy += d) {
+    const RowStats s = row_stats(x, d, eps);
+    for (int64_t j = 0; j < d; ++j) acc[j] += static_cast<double>(gy[j]) * ((x[j] - s.mean) * s.rstd);
+  }
+  for (int64_t j = 0; j < d; ++j) dgamma[j] = static_cast<T>(acc[j]);
+}
+
+}  // namespace
+
+void layer_norm_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
+  const Shape& xs = ins[0].type->shape;
+  const int64_t d = xs.back(), rows = d == 0 ? 0 : numel(xs) / d;
+  with_float(out.type->dtype, ins, out, [&](const auto& in, auto* y) {
+    forward_rows(in[0], in[1], in[2], y, rows, d, attrs.scalar);
+  });
+}
+
+void layer_norm_grad_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
+  const Shape& xs = ins[0].type->shape;
+  const int64_t d = xs.back(), rows = d == 0 ? 0 : numel(xs) / d;
+  with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+    if (attrs.flag == 0) return grad_input_rows(in[0], in[1], in[2], o, rows, d, attrs.scalar);
+    grad_gamma_rows(in[0], in[2], o, rows, d, attrs.scalar);
+  });
+}
+
+}  // namespace xs::detail

@@ -1,0 +1,142 @@
+// The transformer pieces against naive host references: causal attention (values, and that no
+// position sees a later one), the attention layer's shapes and gradients, LayerNorm's module
+// defaults, and AdamW decaying only the parameters it is told to.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "base/error.h"
+#include "runtime/autograd.h"
+#include "runtime/nn/attention.h"
+#include "runtime/nn/embedding.h"
+#include "runtime/nn/layer_norm.h"
+#include "runtime/ops.h"
+#include "runtime/optim/adam.h"
+#include "runtime/runtime.h"
+
+namespace xs {
+namespace {
+
+std::vector<double> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(rng);
+  return v;
+}
+
+// out[b][t] = sum_{s <= t} softmax_s(q[b][t] . k[b][s] / sqrt(d)) v[b][s], in double.
+std::vector<double> naive_attention(const std::vector<double>& q, const std::vector<double>& k,
+                                    const std::vector<double>& v, int64_t batch, int64_t t, int64_t d) {
+  std::vector<double> out(q.size(), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t base = b * t * d;
+    for (int64_t i = 0; i < t; ++i) {
+      std::vector<double> w(static_cast<size_t>(i + 1));
+      double top = -1e300, total = 0;
+      for (int64_t s = 0; s <= i; ++s) {
+        double dot = 0;
+        for (int64_t j = 0; j < d; ++j) dot += q[base + i * d + j] * k[base + s * d + j];
+        w[s] = dot / std::sqrt(static_cast<double>(d));
+        top = std::max(top, w[s]);
+      }
+      for (double& x : w) total += (x = std::exp(x - top));
+      for (int64_t s = 0; s <= i; ++s) {
+        for (int64_t j = 0; j < d; ++j) out[base + i * d + j] += w[s] / total * v[base + s * d + j];
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CausalAttention, MatchesTheNaiveReferenceOverBatchAndHeads) {
+  const int64_t b = 2, h = 3, t = 7, d = 5;
+  const Shape shape{b, h, t, d};
+  const size_t n = static_cast<size_t>(b * h * t * d);
+  const std::vector<double> q = random_values(n, 1), k = random_values(n, 2), v = random_values(n, 3);
+  const Tensor y = causal_attention(Tensor::from_vector<double>(q, shape), Tensor::from_vector<double>(k, shape),
+                                    Tensor::from_vector<double>(v, shape), causal_mask(t, DType::kF64));
+  const std::vector<double> got = y.to_vector<double>(), want = naive_attention(q, k, v, b * h, t, d);
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-12) << "element " << i;
+}
+
+TEST(CausalAttention, APositionNeverSeesALaterOne) {
+  const int64_t t = 6, d = 4;
+  const size_t n = static_cast<size_t>(t * d);
+  const std::vector<double> q = random_values(n, 4), k = random_values(n, 5), v = random_values(n, 6);
+  std::vector<double> k2 = k, v2 = v;
+  for (int64_t j = 0; j < d; ++j) k2[(t - 1) * d + j] += 3, v2[(t - 1) * d + j] -= 5;  // the last position
+  auto run = [&](const std::vector<double>& kk, const std::vector<double>& vv) {
+    return causal_attention(Tensor::from_vector<double>(q, {1, t, d}), Tensor::from_vector<double>(kk, {1, t, d}),
+                            Tensor::from_vector<double>(vv, {1, t, d}), causal_mask(t, DType::kF64))
+        .to_vector<double>();
+  };
+  const std::vector<double> a = run(k, v), b = run(k2, v2);
+  for (size_t i = 0; i < static_cast<size_t>((t - 1) * d); ++i) EXPECT_EQ(a[i], b[i]) << "element " << i;
+  EXPECT_NE(a.back(), b.back()) << "the last position must see its own key and value";
+}
+
+TEST(CausalAttention, RejectsAMaskOfAnotherLength) {
+  const Tensor q = Tensor::zeros({1, 4, 2});
+  EXPECT_THROW(causal_attention(q, q, q, causal_mask(5)), InvalidArgument);
+}
+
+TEST(CausalSelfAttention, KeepsTheShapeAndGivesEveryParameterAGradient) {
+  Generator gen(3);
+  CausalSelfAttention attn(8, 2, gen);
+  const Tensor x = Tensor::from_vector<double>(random_values(2 * 5 * 8, 7), {2, 5, 8}, DType::kF32);
+  const Tensor y = attn(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 5, 8}));
+  backward(sum(square(y)));
+  for (const auto& [name, p] : attn.named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    double norm = 0;
+    for (double g : p.grad().to_vector<double>()) norm += g * g;
+    EXPECT_GT(norm, 0) << name;
+  }
+  EXPECT_THROW(attn(Tensor::zeros({2, 5, 6})), InvalidArgument) << "d_model 8, input 6";
+  EXPECT_THROW(CausalSelfAttention(10, 3, gen), InvalidArgument) << "10 does not split into 3 heads";
+}
+
+TEST(LayerNormModule, StartsAsPlainStandardisationPerRow) {
+  LayerNorm ln(6);
+  const std::vector<double> x = random_values(4 * 6, 8);
+  const std::vector<double> y = ln(Tensor::from_vector<double>(x, {4, 6}, DType::kF32)).to_vector<double>();
+  for (int r = 0; r < 4; ++r) {
+    double mean = 0, var = 0;
+    for (int j = 0; j < 6; ++j) mean += y[r * 6 + j] / 6;
+    for (int j = 0; j < 6; ++j) var += (y[r * 6 + j] - mean) * (y[r * 6 + j] - mean) / 6;
+    EXPECT_NEAR(mean, 0, 1e-6) << "row " << r;
+    EXPECT_NEAR(var, 1, 1e-4) << "row " << r << " (eps 1e-5 keeps it just under 1)";
+  }
+}
+
+TEST(EmbeddingModule, LooksUpRowsAndRejectsAnIndexPastTheTable) {
+  Generator gen(1);
+  Embedding emb(4, 3, gen);
+  const std::vector<float> table = emb.weight().to_vector<float>();
+  const std::vector<float> got =
+      emb(Tensor::from_vector<int64_t>({3, 0, 3}, {3})).to_vector<float>();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], table[9 + i]);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[3 + i], table[i]);
+  EXPECT_THROW(emb(Tensor::from_vector<int64_t>({4}, {1})).to_vector<float>(), InvalidArgument);
+}
+
+// With zero gradients Adam's step is zero, so what is left is the decoupled decay alone.
+TEST(AdamWDecayMask, DecaysMatricesAndLeavesVectorsAlone) {
+  Tensor w = Tensor::full_data({2, 2}, 2.0).set_requires_grad(true);
+  Tensor b = Tensor::full_data({2}, 2.0).set_requires_grad(true);
+  const std::vector<Tensor> params{w, b};
+  EXPECT_EQ(decay_matrices_only(params), (std::vector<bool>{true, false}));
+  AdamW opt(params, {.lr = 0.1, .weight_decay = 0.5}, decay_matrices_only(params));
+  opt.apply({Tensor::zeros({2, 2}), Tensor::zeros({2})});
+  mark_step();
+  for (float v : w.to_vector<float>()) EXPECT_FLOAT_EQ(v, 2.0f * (1 - 0.1f * 0.5f));
+  for (float v : b.to_vector<float>()) EXPECT_EQ(v, 2.0f);
+  EXPECT_THROW(AdamW(params, {}, std::vector<bool>{true}), InvalidArgument) << "one flag for two parameters";
+}
+
+}  // namespace
+}  // namespace xs
