@@ -7,6 +7,7 @@
 #include "replica/divergence_check.h"
 #include "replica/xm.h"
 #include "replica/xm_collectives.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/runtime.h"
 #include "runtime/state_dict.h"
 
@@ -25,10 +26,11 @@ bool sharded_update_enabled() {
   return env_bool(kShardedUpdateEnv).value_or(true);
 }
 
-void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters) {
+Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters, const StepOptions& options) {
   XS_CHECK_ARG(named_parameters.size() == optimizer.params().size(),
                "optimizer_step: {} names for {} parameters", named_parameters.size(),
                optimizer.params().size());
+  Tensor norm;
   {
     // Scoped: a gradient still referenced at mark_step() would be a step output (a copy, and
     // a buffer the backward pass could not share with the flat collective operand).
@@ -36,14 +38,21 @@ void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters) 
     // Once sharded the state stays so (apply() would throw): apply_sharded names the problem.
     if (optimizer.shard_world_size() != 0 ||
         (world_size() > 1 && sharded_update_enabled() && optimizer.can_shard(grads))) {
-      optimizer.apply_sharded(grads, ReduceOp::kMean, world_size());
+      norm = optimizer.apply_sharded(grads, ReduceOp::kMean, world_size(), options.clip_grad_norm);
     } else {
-      optimizer.apply(all_reduce(grads, ReduceOp::kMean));
+      std::vector<Tensor> reduced = all_reduce(grads, ReduceOp::kMean);
+      if (options.clip_grad_norm > 0) norm = clip_gradients(reduced, options.clip_grad_norm);
+      optimizer.apply(reduced);
     }
   }
   optimizer.zero_grad();
   mark_step();
   if (debug_replicas()) check_replicas_identical(named_parameters, optimizer.steps());
+  return norm;
+}
+
+void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters) {
+  optimizer_step(optimizer, named_parameters, StepOptions{});
 }
 
 void optimizer_step(Optimizer& optimizer) {

@@ -33,4 +33,14 @@ void optimizer_step(Optimizer& optimizer);
 // optimizer's parameter order, e.g. model.named_parameters()) instead of "param <index>".
 void optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters);
 
+struct StepOptions {
+  // > 0: clip the mean gradient by its global L2 norm in-graph, never read on the host (the
+  // PyTorch/XLA guide's clip_grad_norm_ without item()); sharded, the chunks' squares are summed
+  // by a 0-d all-reduce in the same graph.
+  double clip_grad_norm = 0;
+};
+// The same with options; returns the gradient norm before clipping (materialised by the step;
+// undefined without clipping).
+Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters, const StepOptions& options);
+
 }  // namespace xs::xm

@@ -13,7 +13,7 @@
 
 #include "examples/train_fmnist/fault_hook.h"
 #include "examples/train_fmnist/options.h"
-#include "examples/train_fmnist/step_timing.h"
+#include "replica/step_timing.h"
 #include "replica/batch_loader.h"
 #include "replica/device_loader.h"
 #include "runtime/nn/module.h"
@@ -51,7 +51,7 @@ class Trainer {
   int64_t global_step_ = 0;  // optimizer steps since the start of training (resumes count)
   int64_t total_steps_ = 0;  // epochs * batches per epoch: the schedule's length
   int64_t start_epoch_ = 0, start_batch_ = 0;
-  StepTimer timer_{!options_.step_timing_csv.empty()};
+  xm::StepTimer timer_{!options_.step_timing_csv.empty()};
   std::unique_ptr<FaultHook> fault_hook_;  // XLA_SPAWN_TEST_FAULT; inactive unless set
   TrainResult result_;
 };

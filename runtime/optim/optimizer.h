@@ -40,7 +40,11 @@ class Optimizer {
   // apply(all_reduce(grads, op)). The first call turns the state into this replica's chunks;
   // from then on named_state() and load_state() gather or split the full state in-graph
   // (collective: every replica must call them alike) and apply() throws.
-  void apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size);
+  // With max_norm > 0 the reduced gradient is first clipped by its global L2 norm, as
+  // clip_gradients does on whole gradients: the chunks' sums of squares are all-reduced
+  // in-graph (a 0-d sum), and the norm before clipping is returned (undefined without).
+  Tensor apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size,
+                       double max_norm = 0);
   // Whether apply_sharded can take `grads`: the update is elementwise_update(), the gradients
   // all defined, of the parameters' shapes and of one dtype (also the parameters').
   bool can_shard(const std::vector<Tensor>& grads) const;

@@ -71,7 +71,8 @@ void Optimizer::shard_state(int64_t world_size) {
   shard_world_size_ = world_size;
 }
 
-void Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size) {
+Tensor Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int64_t world_size,
+                                double max_norm) {
   if (!elementwise_update()) {
     throw InvalidArgument(
         "Optimizer::apply_sharded: this optimizer's update is not declared elementwise "
@@ -91,11 +92,19 @@ void Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, int
   if (shard_world_size_ == 0) shard_state(world_size);
   ++steps_;
   begin_step();
-  const Tensor grad = reduce_scatter(flat_padded(grads, world_size), op, world_size);
+  Tensor grad = reduce_scatter(flat_padded(grads, world_size), op, world_size);
+  Tensor norm;
+  if (max_norm > 0) {  // the padding is zeros: it adds nothing to the sum of squares
+    const Tensor f32 = grad.dtype() == DType::kF32 ? grad : cast(grad, DType::kF32);
+    norm = sqrt(all_reduce(sum(square(f32)), ReduceOp::kSum));
+    const Tensor coef = minimum(Tensor::full_data({}, max_norm) / (norm + 1e-6), Tensor::scalar(1));
+    grad = grad * (grad.dtype() == DType::kF32 ? coef : cast(coef, grad.dtype()));
+  }
   Tensor param = local_shard(flat_parts(params_, world_size, false), world_size);
   update(param, grad, shard_state_);
   const std::vector<Tensor> updated = unflat(all_gather(param, world_size));
   for (size_t i = 0; i < params_.size(); ++i) params_[i].assign(updated[i]);
+  return norm;
 }
 
 NamedTensors Optimizer::gathered_state() const {

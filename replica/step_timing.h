@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace xs::fmnist {
+namespace xs::xm {
 
 class StepTimer {
  public:
@@ -43,4 +43,4 @@ class StepTimer {
   double network_s_ = 0;
 };
 
-}  // namespace xs::fmnist
+}  // namespace xs::xm

@@ -1,4 +1,4 @@
-#include "examples/train_fmnist/step_timing.h"
+#include "replica/step_timing.h"
 
 #include <fstream>
 
@@ -9,7 +9,7 @@
 #include "replica/xm_collectives.h"
 #include "runtime/runtime.h"
 
-namespace xs::fmnist {
+namespace xs::xm {
 namespace {
 
 double total_ns(std::string_view timer) {
@@ -24,7 +24,7 @@ void StepTimer::begin() {
   rendezvous_ns_ = total_ns(kTimerGraphHashCheckTime);
   execute_ns_ = total_ns(kTimerExecuteTime);
   allreduce_ns_ = total_ns(kTimerAllReduceTime);
-  network_s_ = xm::communicator().network_seconds();
+  network_s_ = communicator().network_seconds();
 }
 
 void StepTimer::data_ready() {
@@ -43,7 +43,7 @@ void StepTimer::end(int64_t epoch, int64_t step) {
   const double allreduce_ms = (total_ns(kTimerAllReduceTime) - allreduce_ns_) / 1e6;
   const double rendezvous_ms = (total_ns(kTimerGraphHashCheckTime) - rendezvous_ns_) / 1e6;
   const double trace_ms = step_ms - wait_ms - compile_ms - execute_ms - rendezvous_ms;
-  const double internode_ms = (xm::communicator().network_seconds() - network_s_) * 1e3;
+  const double internode_ms = (communicator().network_seconds() - network_s_) * 1e3;
   for (double v : {static_cast<double>(epoch), static_cast<double>(step), step_ms, wait_ms,
                    trace_ms, compile_ms, execute_ms - allreduce_ms, allreduce_ms, rendezvous_ms,
                    Ms(now.time_since_epoch()).count(), internode_ms}) {
@@ -70,4 +70,4 @@ void StepTimer::write_csv(const std::string& path) const {
   if (!out.flush()) throw IoError(errno_message("writing step timing CSV " + path, errno));
 }
 
-}  // namespace xs::fmnist
+}  // namespace xs::xm

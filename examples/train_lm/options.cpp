@@ -1,0 +1,113 @@
+#include "examples/train_lm/options.h"
+
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <boost/program_options.hpp>
+
+#include "base/error.h"
+
+namespace xs::lm {
+namespace po = boost::program_options;
+namespace {
+
+void require(bool ok, std::string_view flag, std::string_view expected, const std::string& got) {
+  if (!ok) throw InvalidArgument(fmt::format("--{}: expected {}, got {}", flag, expected, got));
+}
+
+std::vector<int64_t> parse_buckets(const std::string& text, int64_t context) {
+  if (text == "none") return {};
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    int64_t v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    require(used == item.size() && v >= 1 && (out.empty() || v > out.back()), "buckets",
+            "ascending lengths like 32,64,128, or none", "'" + text + "'");
+    out.push_back(v);
+  }
+  require(!out.empty() && out.back() == context, "buckets", fmt::format("a list ending at --context {}", context),
+          "'" + text + "'");
+  return out;
+}
+
+}  // namespace
+
+LmOptions parse_lm_options(int argc, const char* const* argv) {
+  LmOptions o;
+  std::string buckets = "32,64,128";
+  po::options_description d("train_lm: trains a character-level GPT on text, alone or under xla-spawn\nOptions");
+  d.add_options()("help,h", "this text")(
+      "corpus", po::value(&o.corpus)->default_value(o.corpus), "kjv (Debian's bible-kjv) or a text file, a document a line")(
+      "batching", po::value(&o.batching)->default_value(o.batching),
+      "pack (fixed windows over the text) or docs (a document a row, padded to a bucket)")(
+      "buckets", po::value(&buckets)->default_value(buckets), "docs: row lengths, ending at --context; none: pad each batch to its longest")(
+      "context", po::value(&o.context)->default_value(o.context), "tokens per row (and position table size)")(
+      "layers", po::value(&o.layers)->default_value(o.layers), "transformer blocks")(
+      "d-model", po::value(&o.d_model)->default_value(o.d_model), "width")(
+      "heads", po::value(&o.heads)->default_value(o.heads), "attention heads")(
+      "dropout", po::value(&o.dropout)->default_value(o.dropout), "dropout after attention and MLP")(
+      "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "sequences per replica")(
+      "steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps")(
+      "lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate (AdamW)")(
+      "min-lr-factor", po::value(&o.min_lr_factor)->default_value(o.min_lr_factor), "cosine floor, times --lr")(
+      "warmup", po::value(&o.warmup)->default_value(o.warmup), "linear warm-up steps")(
+      "weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "AdamW decay of matrices")(
+      "beta2", po::value(&o.beta2)->default_value(o.beta2), "AdamW beta2")(
+      "clip", po::value(&o.clip)->default_value(o.clip), "clip gradients to this global norm (0: off)")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "initialisation and data order")(
+      "checkpoint", po::value(&o.checkpoint), "checkpoint file (and <file>.vocab)")(
+      "checkpoint-every", po::value(&o.checkpoint_every)->default_value(0), "also save every K steps")(
+      "resume", po::bool_switch(&o.resume), "resume from --checkpoint if it exists")(
+      "eval-every", po::value(&o.eval_every)->default_value(0), "validate every K steps (0: each epoch and at the end)")(
+      "eval-batches", po::value(&o.eval_batches)->default_value(0), "validation batches per replica (0: all)")(
+      "sample-chars", po::value(&o.sample_chars)->default_value(o.sample_chars), "characters sampled at the end")(
+      "temperature", po::value(&o.temperature)->default_value(o.temperature), "sampling temperature")(
+      "metrics", po::bool_switch(&o.metrics), "print the runtime's metrics report at the end")(
+      "step-timing-csv", po::value(&o.step_timing_csv), "write per-step, per-ordinal timings");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, d), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw InvalidArgument(fmt::format("{} (see --help)", e.what()));
+  }
+  if (vm.count("help")) {
+    std::ostringstream out;
+    out << d;
+    o.help = true;
+    o.usage = out.str();
+    return o;
+  }
+  require(o.batching == "pack" || o.batching == "docs", "batching", "pack or docs", "'" + o.batching + "'");
+  require(o.context >= 2 && o.context <= 8192, "context", "2..8192", std::to_string(o.context));
+  o.buckets = o.batching == "docs" ? parse_buckets(buckets, o.context) : std::vector<int64_t>{};
+  for (auto [flag, v] : {std::pair{"layers", o.layers}, {"d-model", o.d_model}, {"heads", o.heads},
+                         {"batch-size", o.batch_size}, {"steps", o.steps}}) {
+    require(v >= 1 && v <= 1'000'000, flag, "1..1000000", std::to_string(v));
+  }
+  require(o.d_model % o.heads == 0, "heads", fmt::format("a divisor of --d-model {}", o.d_model),
+          std::to_string(o.heads));
+  require(o.dropout >= 0 && o.dropout < 1, "dropout", "[0, 1)", fmt::format("{}", o.dropout));
+  require(o.lr > 0 && o.lr < 10, "lr", "(0, 10)", fmt::format("{}", o.lr));
+  require(o.min_lr_factor >= 0 && o.min_lr_factor <= 1, "min-lr-factor", "[0, 1]", fmt::format("{}", o.min_lr_factor));
+  require(o.warmup >= 0 && o.warmup < o.steps, "warmup", "0..steps-1", std::to_string(o.warmup));
+  require(o.weight_decay >= 0, "weight-decay", ">= 0", fmt::format("{}", o.weight_decay));
+  require(o.beta2 > 0 && o.beta2 < 1, "beta2", "(0, 1)", fmt::format("{}", o.beta2));
+  require(o.clip >= 0, "clip", ">= 0", fmt::format("{}", o.clip));
+  require(o.temperature > 0, "temperature", "> 0", fmt::format("{}", o.temperature));
+  for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every}, {"eval-every", o.eval_every},
+                         {"eval-batches", o.eval_batches}, {"sample-chars", o.sample_chars}}) {
+    require(v >= 0, flag, "a count >= 0", std::to_string(v));
+  }
+  require(!o.resume || !o.checkpoint.empty(), "resume", "--checkpoint PATH with it", "none");
+  return o;
+}
+
+}  // namespace xs::lm
