@@ -271,6 +271,10 @@ Grads grad_layer_norm(const Ctx& c, const Tensor& g) {
           layer_norm_grad_gamma(x, gamma, g, c.attrs.scalar), dbeta};
 }
 
+Grads grad_softmax(const Ctx& c, const Tensor& g) {
+  return {softmax_grad(c.output, g, c.attrs.flag == 1)};
+}
+
 // Sum and mean are linear and the same on every replica's gradient; max/min are not supported.
 Grads grad_all_reduce(const Ctx& c, const Tensor& g) {
   const auto op = static_cast<ReduceOp>(c.attrs.flag);

@@ -52,6 +52,7 @@ inline constexpr int kNumOps = 0
 //   kEmbedding (table, index).          kEmbeddingGrad (index, grad): ints = {rows of the table}.
 //   kLayerNorm (x, gamma, beta): scalar = eps.
 //   kLayerNormGrad (x, gamma, grad_y): scalar = eps; flag 0 = grad of x, 1 = grad of gamma.
+//   kSoftmax (x), kSoftmaxGrad (y, grad_y): flag 1 = causal over the last two axes.
 //   kRandUniform/kRandNormal: ints = shape, dtype = result.  kBernoulli: ints = shape, dtype.
 //   kAllReduce: flag = ReduceOp.
 struct Attrs {

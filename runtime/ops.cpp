@@ -347,8 +347,21 @@ Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim) {
 }
 
 Tensor softmax(const Tensor& x, int64_t axis) {
+  if (x.dim() > 0 && normalize_axis(axis, x.dim(), "softmax") == x.dim() - 1) return record(Op::kSoftmax, {x});
   const Tensor e = exp(x - detach(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
+}
+
+Tensor causal_softmax(const Tensor& scores) {
+  Attrs a;
+  a.flag = 1;
+  return record(Op::kSoftmax, {scores}, std::move(a));
+}
+
+Tensor softmax_grad(const Tensor& y, const Tensor& grad_y, bool causal) {
+  Attrs a;
+  a.flag = causal ? 1 : 0;
+  return record(Op::kSoftmaxGrad, {y, grad_y}, std::move(a));
 }
 
 Tensor log_softmax(const Tensor& x, int64_t axis) { return x - logsumexp(x, axis, true); }

@@ -141,7 +141,13 @@ Tensor all_reduce(const Tensor& x, ReduceOp op);
 
 // Composites.
 Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim = false);
+// Over the last axis it is one op (stable: shifted by the row max), elsewhere a composite.
 Tensor softmax(const Tensor& x, int64_t axis);
+// Softmax over the last axis of scores [..., T, T] where row t sees only columns 0..t (the
+// causal attention mask, without a mask tensor); masked entries are 0.
+Tensor causal_softmax(const Tensor& scores);
+// The gradient of softmax / causal_softmax from its result y (for autograd's rule).
+Tensor softmax_grad(const Tensor& y, const Tensor& grad_y, bool causal);
 Tensor log_softmax(const Tensor& x, int64_t axis);
 
 }  // namespace xs

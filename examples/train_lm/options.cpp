@@ -54,7 +54,8 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
       "heads", po::value(&o.heads)->default_value(o.heads), "attention heads")(
       "dropout", po::value(&o.dropout)->default_value(o.dropout), "dropout after attention and MLP")(
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "sequences per replica")(
-      "steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps")(
+      "steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps (the schedule's length)")(
+      "max-steps", po::value(&o.max_steps)->default_value(0), "stop at this step, saving a checkpoint (0: at --steps)")(
       "lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate (AdamW)")(
       "min-lr-factor", po::value(&o.min_lr_factor)->default_value(o.min_lr_factor), "cosine floor, times --lr")(
       "warmup", po::value(&o.warmup)->default_value(o.warmup), "linear warm-up steps")(
@@ -102,7 +103,7 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
   require(o.beta2 > 0 && o.beta2 < 1, "beta2", "(0, 1)", fmt::format("{}", o.beta2));
   require(o.clip >= 0, "clip", ">= 0", fmt::format("{}", o.clip));
   require(o.temperature > 0, "temperature", "> 0", fmt::format("{}", o.temperature));
-  for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every}, {"eval-every", o.eval_every},
+  for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every}, {"max-steps", o.max_steps}, {"eval-every", o.eval_every},
                          {"eval-batches", o.eval_batches}, {"sample-chars", o.sample_chars}}) {
     require(v >= 0, flag, "a count >= 0", std::to_string(v));
   }

@@ -18,7 +18,8 @@ struct LmOptions {
   int64_t layers = 4, d_model = 128, heads = 4;
   double dropout = 0;
   int64_t batch_size = 32;  // sequences per replica
-  int64_t steps = 2000;
+  int64_t steps = 2000;     // the schedule's length
+  int64_t max_steps = 0;    // stop (with a checkpoint) at this global step; 0: at --steps
   double lr = 1e-3, min_lr_factor = 0.1, weight_decay = 0.1, beta2 = 0.99, clip = 1.0;
   int64_t warmup = 100;
   uint64_t seed = 0;

@@ -218,7 +218,8 @@ LmResult LmTrainer::run() {
     xm::master_print("step {}/{} ({}): validation loss {:.4f} nats/char, {:.4f} bits/char", global_step_,
                      options_.steps, when, result_.val_loss, result_.val_loss / std::numbers::ln2);
   };
-  while (global_step_ < options_.steps) {
+  const int64_t stop = options_.max_steps > 0 ? std::min(options_.max_steps, options_.steps) : options_.steps;
+  while (global_step_ < stop) {
     const int64_t epoch = global_step_ / per_epoch, index = global_step_ % per_epoch;
     timer_.begin();
     const TokenBatch batch = batcher_->batch(epoch, index);
@@ -231,7 +232,7 @@ LmResult LmTrainer::run() {
     result_.tokens_per_second += static_cast<double>(batch.global_targets);  // a sum until the end
     window_loss += result_.last_loss, window_tokens += static_cast<double>(batch.global_targets);
     window_seconds += seconds, ++window_steps;
-    if (global_step_ % report_every == 0 || global_step_ == options_.steps) {
+    if (global_step_ % report_every == 0 || global_step_ == stop) {
       xm::master_print("step {}/{}: loss {:.4f}, lr {:.2e}, {:.0f} tokens/s", global_step_, options_.steps,
                        window_loss / window_steps, learning_rate(global_step_ - 1), window_tokens / window_seconds);
       window_loss = window_tokens = window_seconds = 0, window_steps = 0;

@@ -291,6 +291,24 @@ ValueType rule_layer_norm_grad(Op op, std::span<const ValueType> in, const Attrs
   return attrs.flag == 0 ? in[0] : in[1];
 }
 
+ValueType rule_softmax(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  require_same_dtype(op, in);
+  if (!is_float(in[0].dtype)) fail(op, in, "needs a floating dtype (f32, f64, bf16)");
+  for (const ValueType& t : in) {
+    if (t.shape != in[0].shape) fail(op, in, "y and grad_y shapes differ");
+  }
+  const Shape& s = in[0].shape;
+  if (s.empty()) fail(op, in, "needs at least one axis");
+  if (attrs.flag != 0 && attrs.flag != 1) fail(op, in, "flag must be 0 or 1 (causal)");
+  if (attrs.flag == 1 && (s.size() < 2 || s[s.size() - 1] != s[s.size() - 2]))
+    fail(op, in, "causal needs square [..., T, T] scores");
+  return in[0];
+}
+
+ValueType rule_softmax_grad(Op op, std::span<const ValueType> in, const Attrs& attrs) {
+  return rule_softmax(op, in, attrs);
+}
+
 ValueType rule_random(Op op, std::span<const ValueType> in, const Attrs& attrs) {
   if (in[0].dtype != DType::kI64 || !in[0].shape.empty()) fail(op, in, "seed must be an i64 scalar");
   if (!is_float(attrs.dtype)) fail(op, in, "result dtype must be floating");

@@ -154,6 +154,7 @@ void run_op_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Ar
     case Op::kEmbeddingGrad: return embedding_grad_kernel(ins[0], ins[1], out);
     case Op::kLayerNorm: return layer_norm_kernel(attrs, ins, out);
     case Op::kLayerNormGrad: return layer_norm_grad_kernel(attrs, ins, out);
+    case Op::kSoftmax: case Op::kSoftmaxGrad: return softmax_kernel(attrs, ins, out);
     case Op::kRandUniform: case Op::kRandNormal: case Op::kBernoulli:
       return random_kernel(op, attrs, ins, out);
     case Op::kAllReduce: {

@@ -84,6 +84,8 @@ void embedding_kernel(const Arg& table, const Arg& index, const Arg& out);
 void embedding_grad_kernel(const Arg& index, const Arg& grad, const Arg& out);
 void layer_norm_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void layer_norm_grad_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
+// softmax (x) or softmax_grad (y, grad_y).
+void softmax_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void random_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 
 // Row-major single-precision GEMM through Eigen (EIGEN_USE_BLAS -> OpenBLAS):

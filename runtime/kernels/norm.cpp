@@ -1,7 +1,9 @@
-// Layer normalisation over the last axis and its two gradients. Every row is computed on its
+// Row-wise kernels over the last axis: layer normalisation and its two gradients, softmax
+// (optionally causal) and its gradient. Every row is computed on its
 // own, its sums taken in double in index order, so results do not depend on how rows are split
 // and replicas agree bit for bit. The gradients recompute a row's mean and inverse standard
 // deviation (two passes over D elements) instead of keeping them from the forward.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -63,7 +65,47 @@ void grad_gamma_rows(const T* x, const T* gy, T* dgamma, int64_t rows, int64_t d
   for (int64_t j = 0; j < d; ++j) dgamma[j] = static_cast<T>(acc[j]);
 }
 
+// Row r of a causal softmax over [..., T, T] is position r % T: columns after it are masked.
+int64_t valid_columns(const Attrs& attrs, int64_t row, int64_t d) {
+  return attrs.flag == 1 ? row % d + 1 : d;
+}
+
+template <typename T>
+void softmax_rows(const Attrs& attrs, const T* x, T* y, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r, x += d, y += d) {
+    const int64_t n = valid_columns(attrs, r, d);
+    T top = x[0];
+    for (int64_t j = 1; j < n; ++j) top = std::max(top, x[j]);
+    double total = 0;
+    for (int64_t j = 0; j < n; ++j) total += (y[j] = std::exp(x[j] - top));
+    const T scale = static_cast<T>(1.0 / total);
+    for (int64_t j = 0; j < n; ++j) y[j] *= scale;
+    std::fill(y + n, y + d, T(0));
+  }
+}
+
+// dx = y * (g - sum(y * g)); masked columns have y = 0 and get 0.
+template <typename T>
+void softmax_grad_rows(const Attrs& attrs, const T* y, const T* g, T* dx, int64_t rows, int64_t d) {
+  for (int64_t r = 0; r < rows; ++r, y += d, g += d, dx += d) {
+    const int64_t n = valid_columns(attrs, r, d);
+    double dot = 0;
+    for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(y[j]) * g[j];
+    const T t = static_cast<T>(dot);
+    for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (g[j] - t);
+    std::fill(dx + n, dx + d, T(0));
+  }
+}
+
 }  // namespace
+
+void softmax_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
+  const int64_t d = ins[0].type->shape.back(), rows = d == 0 ? 0 : numel(ins[0].type->shape) / d;
+  with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
+    if (ins.size() == 1) return softmax_rows(attrs, in[0], o, rows, d);
+    softmax_grad_rows(attrs, in[0], in[1], o, rows, d);
+  });
+}
 
 void layer_norm_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out) {
   const Shape& xs = ins[0].type->shape;

@@ -449,6 +449,42 @@ void add_structural_cases(std::map<Op, Case>& c) {
                           r.dgamma, tol, tol, "layer_norm_grad of gamma" + what);
     }
   };
+  // Naive: exp(x - max) / sum over each row's visible columns (all, or 0..t when causal).
+  auto ref_softmax = [](const Host& x, bool causal) {
+    const int64_t d = x.shape.back();
+    Host y{x.shape, x.dtype, std::vector<double>(x.v.size(), 0)};
+    for (int64_t r = 0; r < numel(x.shape) / d; ++r) {
+      const int64_t n = causal ? r % d + 1 : d;
+      double top = -1e300, total = 0;
+      for (int64_t j = 0; j < n; ++j) top = std::max(top, x.v[r * d + j]);
+      for (int64_t j = 0; j < n; ++j) total += std::exp(x.v[r * d + j] - top);
+      for (int64_t j = 0; j < n; ++j) y.v[r * d + j] = std::exp(x.v[r * d + j] - top) / total;
+    }
+    return y;
+  };
+  c[Op::kSoftmax] = [ref_softmax](std::mt19937& rng) {
+    for (const bool causal : {false, true}) {
+      Host x = random_host({2, 3, 9, 9}, DType::kF32, rng);
+      for (double& v : x.v) v *= 40;  // large logits: the shift by the max must keep exp finite
+      const Tensor t = to_tensor(x);
+      expect_close_public(run_public(causal ? causal_softmax(t) : softmax(t, -1)), ref_softmax(x, causal), 1e-5,
+                          1e-7, causal ? "causal_softmax" : "softmax");
+    }
+  };
+  c[Op::kSoftmaxGrad] = [ref_softmax](std::mt19937& rng) {
+    for (const bool causal : {false, true}) {
+      const Host y = ref_softmax(random_host({4, 6, 6}, DType::kF64, rng), causal);
+      const Host g = random_host({4, 6, 6}, DType::kF64, rng);
+      Host want{y.shape, y.dtype, std::vector<double>(y.v.size(), 0)};
+      for (int64_t r = 0; r < 24; ++r) {
+        double dot = 0;
+        for (int64_t j = 0; j < 6; ++j) dot += y.v[r * 6 + j] * g.v[r * 6 + j];
+        for (int64_t j = 0; j < 6; ++j) want.v[r * 6 + j] = y.v[r * 6 + j] * (g.v[r * 6 + j] - dot);
+      }
+      expect_close_public(run_public(softmax_grad(to_tensor(y), to_tensor(g), causal)), want, 1e-12, 1e-14,
+                          causal ? "softmax_grad causal" : "softmax_grad");
+    }
+  };
   c[Op::kOneHot] = [](std::mt19937&) {
     const Host idx{{2, 3}, DType::kI64, {0, 6, 3, 3, 1, 5}};
     Host want{{2, 3, 7}, DType::kF32, std::vector<double>(42, 0)};

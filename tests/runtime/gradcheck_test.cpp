@@ -141,6 +141,11 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kLayerNorm] = {{{2, 3, 5}, {5}, {5}}, [](const Inputs& x) {
                          return layer_norm(x[0], x[1], x[2], 1e-5);
                        }};
+  // Plain and causal (the masked half must get no gradient and pass none on).
+  const bool causal = rng() % 2 == 0;
+  c[Op::kSoftmax] = {{{2, 4, 4}}, [causal](const Inputs& x) {
+                       return causal ? causal_softmax(x[0]) : softmax(x[0], -1);
+                     }};
   c[Op::kAllReduce] = unary(rng, [](const Tensor& x) { return all_reduce(x, ReduceOp::kSum); });
   return c;
 }
