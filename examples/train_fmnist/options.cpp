@@ -1,14 +1,14 @@
 #include "examples/train_fmnist/options.h"
 
-#include <sstream>
-
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
 #include "base/error.h"
+#include "examples/cli.h"
 
 namespace xs::fmnist {
 namespace po = boost::program_options;
+using examples::require;
 namespace {
 
 po::options_description describe(TrainOptions& o) {
@@ -43,10 +43,6 @@ po::options_description describe(TrainOptions& o) {
   return d;
 }
 
-void require(bool ok, std::string_view flag, std::string_view expected, const std::string& got) {
-  if (!ok) throw InvalidArgument(fmt::format("--{}: expected {}, got {}", flag, expected, got));
-}
-
 void validate(TrainOptions& o, const po::variables_map& vm) {
   require(o.model == "mlp" || o.model == "cnn", "model", "mlp or cnn", "'" + o.model + "'");
   require(o.optimizer == "sgd" || o.optimizer == "adam" || o.optimizer == "adamw", "optimizer",
@@ -79,17 +75,9 @@ TrainOptions parse_train_options(int argc, const char* const* argv) {
   TrainOptions o;
   po::options_description d = describe(o);
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, d), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream out;
-    out << d;
+  if (std::optional<std::string> usage = examples::parse_command_line(argc, argv, d, vm)) {
     o.help = true;
-    o.usage = out.str();
+    o.usage = *usage;
     return o;
   }
   validate(o, vm);

@@ -123,11 +123,6 @@ const LmBatcher::Plan& LmBatcher::plan(int64_t epoch) {
 
 int64_t LmBatcher::batches_per_epoch() const { return batches_per_epoch_; }
 
-std::vector<int64_t> LmBatcher::lengths() const {
-  if (options_.pack) return {options_.context};
-  return options_.buckets;
-}
-
 TokenBatch LmBatcher::batch(int64_t epoch, int64_t index) {
   const Plan& p = plan(epoch);
   XS_CHECK(index >= 0 && index < static_cast<int64_t>(p.rows.size()), "LmBatcher: batch {} of {}", index,

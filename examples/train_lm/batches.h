@@ -48,8 +48,6 @@ class LmBatcher {
   int64_t batches_per_epoch() const;
   // The `index`-th global batch of `epoch`, this replica's rows of it.
   TokenBatch batch(int64_t epoch, int64_t index);
-  // The distinct row lengths batches can have (the buckets, or the context when packing).
-  std::vector<int64_t> lengths() const;
 
  private:
   struct Plan;

@@ -58,10 +58,7 @@ std::vector<std::string> documents_of(std::string_view text, bool strip_referenc
   return docs;
 }
 
-void check_text(std::string_view text, const std::string& source) {
-  if (documents_of(text, false).empty()) {
-    throw InvalidArgument(fmt::format("corpus {}: no text (every line is empty)", source));
-  }
+void check_not_binary(std::string_view text, const std::string& source) {
   size_t control = 0;
   for (size_t i = 0; i < text.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
@@ -95,8 +92,12 @@ TextCorpus load_text_corpus(const std::string& source) {
     const std::vector<uint8_t> raw = detail::read_file_bytes(source, "corpus", kMaxCorpusBytes);
     text.assign(raw.begin(), raw.end());
   }
-  check_text(text, source);
-  return {source, documents_of(text, kjv)};
+  check_not_binary(text, source);
+  TextCorpus corpus{source, documents_of(text, kjv)};
+  if (corpus.documents.empty()) {
+    throw InvalidArgument(fmt::format("corpus {}: no text (every line is empty)", source));
+  }
+  return corpus;
 }
 
 CorpusSplit split_corpus(const TextCorpus& corpus, double validation_fraction) {

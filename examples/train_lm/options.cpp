@@ -7,14 +7,12 @@
 #include <boost/program_options.hpp>
 
 #include "base/error.h"
+#include "examples/cli.h"
 
 namespace xs::lm {
 namespace po = boost::program_options;
+using examples::require;
 namespace {
-
-void require(bool ok, std::string_view flag, std::string_view expected, const std::string& got) {
-  if (!ok) throw InvalidArgument(fmt::format("--{}: expected {}, got {}", flag, expected, got));
-}
 
 std::vector<int64_t> parse_buckets(const std::string& text, int64_t context) {
   if (text == "none") return {};
@@ -73,17 +71,9 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
       "metrics", po::bool_switch(&o.metrics), "print the runtime's metrics report at the end")(
       "step-timing-csv", po::value(&o.step_timing_csv), "write per-step, per-ordinal timings");
   po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, d), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw InvalidArgument(fmt::format("{} (see --help)", e.what()));
-  }
-  if (vm.count("help")) {
-    std::ostringstream out;
-    out << d;
+  if (std::optional<std::string> usage = examples::parse_command_line(argc, argv, d, vm)) {
     o.help = true;
-    o.usage = out.str();
+    o.usage = *usage;
     return o;
   }
   require(o.batching == "pack" || o.batching == "docs", "batching", "pack or docs", "'" + o.batching + "'");

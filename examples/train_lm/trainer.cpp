@@ -17,7 +17,6 @@
 #include "runtime/loss.h"
 #include "runtime/nn/generator.h"
 #include "runtime/ops.h"
-#include "runtime/optim/lr_schedule.h"
 #include "runtime/runtime.h"
 
 namespace xs::lm {
@@ -51,15 +50,19 @@ LmTrainer::LmTrainer(LmOptions options) : options_(std::move(options)) {
   const TextCorpus corpus = load_text_corpus(options_.corpus);
   const CorpusSplit split = split_corpus(corpus);
   tokenizer_ = CharTokenizer::from_documents(corpus.documents);
-  validation_ = encode_all(tokenizer_, split.validation);
-  batcher_ = std::make_unique<LmBatcher>(encode_all(tokenizer_, split.train), tokenizer_.separator(),
-                                         BatcherOptions{.context = options_.context,
-                                                        .batch = options_.batch_size,
-                                                        .ordinal = xm::ordinal(),
-                                                        .world_size = xm::world_size(),
-                                                        .pack = options_.batching == "pack",
-                                                        .buckets = options_.buckets,
-                                                        .seed = options_.seed});
+  const BatcherOptions train{.context = options_.context,
+                             .batch = options_.batch_size,
+                             .ordinal = xm::ordinal(),
+                             .world_size = xm::world_size(),
+                             .pack = options_.batching == "pack",
+                             .buckets = options_.buckets,
+                             .seed = options_.seed};
+  batcher_ = std::make_unique<LmBatcher>(encode_all(tokenizer_, split.train), tokenizer_.separator(), train);
+  BatcherOptions validation = train;
+  validation.pack = true, validation.buckets = {}, validation.shuffle = false;
+  validation_ = std::make_unique<LmBatcher>(encode_all(tokenizer_, split.validation), tokenizer_.separator(),
+                                            validation);
+  schedule_ = warmup(options_.warmup, cosine_decay(options_.steps - options_.warmup, options_.min_lr_factor));
   model_ = std::make_unique<Gpt>(GptConfig{.vocab = tokenizer_.size(),
                                            .layers = options_.layers,
                                            .d_model = options_.d_model,
@@ -74,10 +77,7 @@ LmTrainer::LmTrainer(LmOptions options) : options_(std::move(options)) {
   xm::broadcast_parameters(model_->named_state());
 }
 
-double LmTrainer::learning_rate(int64_t step) const {
-  const LrFactor f = warmup(options_.warmup, cosine_decay(options_.steps - options_.warmup, options_.min_lr_factor));
-  return options_.lr * f(step);
-}
+double LmTrainer::learning_rate(int64_t step) const { return options_.lr * schedule_(step); }
 
 void LmTrainer::resume() {
   const std::optional<Checkpoint> found = load_checkpoint_if_exists(options_.checkpoint);
@@ -138,20 +138,11 @@ double LmTrainer::train_step(const TokenBatch& b) {
 double LmTrainer::evaluate() {
   model_->eval();
   NoGradGuard no_grad;
-  LmBatcher val(validation_, tokenizer_.separator(),
-                BatcherOptions{.context = options_.context,
-                               .batch = options_.batch_size,
-                               .ordinal = xm::ordinal(),
-                               .world_size = xm::world_size(),
-                               .pack = true,
-                               .buckets = {},
-                               .seed = 0,
-                               .shuffle = false});
-  int64_t n = val.batches_per_epoch();
+  int64_t n = validation_->batches_per_epoch();
   if (options_.eval_batches > 0) n = std::min(n, options_.eval_batches);
   double totals[2] = {0, 0};  // nats, targets
   for (int64_t i = 0; i < n; ++i) {
-    const TokenBatch b = val.batch(0, i);
+    const TokenBatch b = validation_->batch(0, i);
     const Tensor nll = cross_entropy_per_sample((*model_)(token_tensor(b.inputs, b.rows, b.length)),
                                                 Tensor::from_vector<int64_t>(b.targets, {b.rows * b.length}));
     const Tensor total = sum(nll * Tensor::from_vector<float>(b.weights, {b.rows * b.length}));
@@ -211,7 +202,7 @@ LmResult LmTrainer::run() {
                    options_.corpus, xm::world_size(), options_.batch_size, options_.context,
                    buckets_name(options_), per_epoch, options_.steps);
   const int64_t report_every = std::max<int64_t>(1, options_.steps / 20);
-  double window_loss = 0, window_tokens = 0, window_seconds = 0;
+  double tokens = 0, window_loss = 0, window_tokens = 0, window_seconds = 0;
   int64_t window_steps = 0;
   auto validate = [&](const char* when) {
     result_.val_loss = evaluate();
@@ -229,7 +220,7 @@ LmResult LmTrainer::run() {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     timer_.end(epoch, index);
     result_.train_seconds += seconds;
-    result_.tokens_per_second += static_cast<double>(batch.global_targets);  // a sum until the end
+    tokens += static_cast<double>(batch.global_targets);
     window_loss += result_.last_loss, window_tokens += static_cast<double>(batch.global_targets);
     window_seconds += seconds, ++window_steps;
     if (global_step_ % report_every == 0 || global_step_ == stop) {
@@ -246,7 +237,7 @@ LmResult LmTrainer::run() {
   }
   validate("end of training");
   save();
-  result_.tokens_per_second = result_.train_seconds > 0 ? result_.tokens_per_second / result_.train_seconds : 0;
+  result_.tokens_per_second = result_.train_seconds > 0 ? tokens / result_.train_seconds : 0;
   if (options_.sample_chars > 0 && xm::is_master()) {
     result_.sample = sample("", options_.sample_chars, options_.temperature, options_.seed);
   }

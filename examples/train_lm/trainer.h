@@ -18,6 +18,7 @@
 #include "examples/train_lm/options.h"
 #include "replica/step_timing.h"
 #include "runtime/optim/adam.h"
+#include "runtime/optim/lr_schedule.h"
 
 namespace xs::lm {
 
@@ -51,8 +52,8 @@ class LmTrainer {
 
   LmOptions options_;
   CharTokenizer tokenizer_{"\n"};
-  std::vector<std::vector<int64_t>> validation_;  // encoded documents
-  std::unique_ptr<LmBatcher> batcher_;
+  std::unique_ptr<LmBatcher> batcher_, validation_;  // validation: packed windows, in order
+  LrFactor schedule_;
   std::unique_ptr<Gpt> model_;
   std::unique_ptr<AdamW> optimizer_;
   int64_t global_step_ = 0;

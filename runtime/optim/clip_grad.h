@@ -15,5 +15,10 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 // The same on a gradient list (undefined entries skipped), e.g. between Optimizer::gradients()
 // and Optimizer::apply().
 Tensor clip_gradients(std::vector<Tensor>& grads, double max_norm);
+// The parts, for gradients held in pieces: the f32 sum of squares of a list (undefined when
+// every entry is), and the scaling by min(1, max_norm / (norm + 1e-6)) given the whole sum
+// (the sharded update all-reduces its chunk's sum first); returns the norm.
+Tensor sum_of_squares(const std::vector<Tensor>& grads);
+Tensor clip_to_norm(std::vector<Tensor>& grads, const Tensor& sum_of_squares, double max_norm);
 
 }  // namespace xs

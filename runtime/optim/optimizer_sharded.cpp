@@ -10,6 +10,7 @@
 #include "runtime/autograd.h"
 #include "runtime/collective_ops.h"
 #include "runtime/ops.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/optim/optimizer.h"
 
 namespace xs {
@@ -95,10 +96,9 @@ Tensor Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, i
   Tensor grad = reduce_scatter(flat_padded(grads, world_size), op, world_size);
   Tensor norm;
   if (max_norm > 0) {  // the padding is zeros: it adds nothing to the sum of squares
-    const Tensor f32 = grad.dtype() == DType::kF32 ? grad : cast(grad, DType::kF32);
-    norm = sqrt(all_reduce(sum(square(f32)), ReduceOp::kSum));
-    const Tensor coef = minimum(Tensor::full_data({}, max_norm) / (norm + 1e-6), Tensor::scalar(1));
-    grad = grad * (grad.dtype() == DType::kF32 ? coef : cast(coef, grad.dtype()));
+    std::vector<Tensor> chunk{grad};
+    norm = clip_to_norm(chunk, all_reduce(sum_of_squares(chunk), ReduceOp::kSum), max_norm);
+    grad = chunk[0];
   }
   Tensor param = local_shard(flat_parts(params_, world_size, false), world_size);
   update(param, grad, shard_state_);
