@@ -161,6 +161,55 @@ TEST_P(ShardedUpdate, GivesTheSameBitsAsTheAllReduceOnEveryReplica) {
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
 }
 
+// AdamW that decays only matrices (its decay mask is a state buffer, cut into chunks like the
+// moments) and, with max_norm > 0, the in-graph clipping by global norm; the step's norms.
+std::vector<float> train_adamw(Net& net, Optimizer& opt, double max_norm) {
+  NamedTensors named;
+  for (const Tensor& p : net.params()) named.emplace_back("p", p);
+  std::vector<float> norms;
+  for (int s = 0; s < 5; ++s) {
+    std::vector<float> x(4 * 40);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * xm::ordinal() + 0.3f * s + 0.11f * i);
+    backward(sum(square(net.fc2(relu(net.fc1(Tensor::from_vector<float>(x, {4, 40})))))));
+    const Tensor norm = xm::optimizer_step(opt, named, {.clip_grad_norm = max_norm});
+    if (norm.defined()) norms.push_back(norm.item());
+  }
+  return norms;
+}
+
+TEST_P(ShardedUpdate, DecaysOnlyMatricesAndClipsByTheGlobalNormAsTheAllReducePathDoes) {
+  const int n = GetParam();
+  const auto job = run_replicas(n, [n](int) {
+    for (const double max_norm : {0.0, 0.01}) {
+      std::vector<float> values[2], norms[2];
+      for (int sharded = 0; sharded < 2; ++sharded) {
+        testing::ScopedEnv env(xm::kShardedUpdateEnv, sharded ? "1" : "0");
+        Net net;
+        const std::vector<Tensor> params = net.params();
+        AdamW opt(params, {.lr = 0.01, .weight_decay = 0.5}, decay_matrices_only(params));
+        norms[sharded] = train_adamw(net, opt, max_norm);
+        expect(opt.shard_world_size() == (sharded ? n : 0), "sharded only when asked");
+        values[sharded] = net.values();
+      }
+      if (max_norm == 0) {
+        expect(same_bits(values[0], values[1]), "decay mask: sharded parameters == all-reduce parameters");
+        continue;
+      }
+      // The squares are summed in another order (chunks, then across replicas): close, not equal.
+      expect(norms[0].size() == 5 && norms[1].size() == 5, "a norm per step on both paths");
+      for (size_t i = 0; i < 5; ++i) {
+        expect(norms[0][i] > 0.01f, "the gradients are above the clip, so clipping acts");
+        expect(std::abs(norms[1][i] / norms[0][i] - 1) < 1e-5, "the same global norm on both paths");
+      }
+      for (size_t i = 0; i < values[0].size(); ++i) {
+        expect(std::abs(values[1][i] - values[0][i]) <= 1e-5f * (1 + std::abs(values[0][i])),
+               "clipped sharded parameters == clipped all-reduce parameters");
+      }
+    }
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
+
 TEST_P(ShardedUpdate, CheckpointHoldsTheWholeStateAndResumesToTheSameBits) {
   const int n = GetParam();
   testing::TempDir dir;
