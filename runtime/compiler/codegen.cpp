@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <bit>
 #include <functional>
+#include <limits>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -38,6 +40,7 @@
 #include "base/check.h"
 #include "base/error.h"
 #include "runtime/hash.h"
+#include "runtime/kernels/elementary.h"
 #include "runtime/shape.h"
 
 namespace xs::detail {
@@ -362,6 +365,54 @@ class LoopEmitter {
     return out;
   }
 
+  // exp and erf: elementary.h's f32 formulas operation for operation (in its order, no FMA);
+  // libm for f64 as the interpreter does.
+  bool is_f32(llvm::Value* x) { return x->getType()->getScalarType()->isFloatTy(); }
+  llvm::Value* fselect_gt(llvm::Value* x, float bound, llvm::Value* then) {
+    return b_.CreateSelect(b_.CreateFCmpOGT(x, fconst(x, bound)), then, x);
+  }
+  llvm::Value* fselect_lt(llvm::Value* x, float bound, llvm::Value* then) {
+    return b_.CreateSelect(b_.CreateFCmpOLT(x, fconst(x, bound)), then, x);
+  }
+
+  llvm::Value* exp_of(llvm::Value* x) {
+    if (!is_f32(x)) return libm("exp", x);
+    using E = ExpF32;
+    llvm::Value* c = fselect_lt(fselect_gt(x, E::kHi, fconst(x, E::kHi)), E::kLo, fconst(x, E::kLo));
+    llvm::Value* t = b_.CreateFAdd(b_.CreateFMul(c, fconst(x, E::kLog2e)), fconst(x, E::kRound));
+    llvm::Value* n = b_.CreateFSub(t, fconst(x, E::kRound));
+    llvm::Value* r = b_.CreateFSub(b_.CreateFSub(c, b_.CreateFMul(n, fconst(x, E::kLn2Hi))),
+                                   b_.CreateFMul(n, fconst(x, E::kLn2Lo)));
+    llvm::Value* p = fconst(x, E::kP[0]);
+    for (int i = 1; i < 6; ++i) p = b_.CreateFAdd(b_.CreateFMul(p, r), fconst(x, E::kP[i]));
+    llvm::Value* y = b_.CreateFAdd(b_.CreateFAdd(b_.CreateFMul(p, b_.CreateFMul(r, r)), r), fconst(x, 1));
+    llvm::Type* i32 = lanes(b_.getInt32Ty(), width(x));
+    auto int_const = [&](int32_t v) { return llvm::ConstantInt::getSigned(i32, v); };
+    llvm::Value* ni = b_.CreateSub(b_.CreateBitCast(t, i32), int_const(std::bit_cast<int32_t>(E::kRound)));
+    llvm::Value* n1 = b_.CreateAShr(ni, int_const(1));
+    llvm::Value* n2 = b_.CreateSub(ni, n1);
+    auto scale = [&](llvm::Value* k) {
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(k, int_const(127)), int_const(23)), x->getType());
+    };
+    llvm::Value* v = b_.CreateFMul(b_.CreateFMul(y, scale(n1)), scale(n2));
+    llvm::Value* inf = fconst(x, std::numeric_limits<float>::infinity());
+    return b_.CreateSelect(b_.CreateFCmpOGT(x, fconst(x, E::kHi)), inf,
+                           b_.CreateSelect(b_.CreateFCmpOLT(x, fconst(x, E::kLo)), zero_like(x), v));
+  }
+
+  llvm::Value* erf_of(llvm::Value* x) {
+    if (!is_f32(x)) return libm("erf", x);
+    using E = ErfF32;
+    llvm::Value* c = fselect_lt(fselect_gt(x, E::kClamp, fconst(x, E::kClamp)), -E::kClamp, fconst(x, -E::kClamp));
+    llvm::Value* c2 = b_.CreateFMul(c, c);
+    llvm::Value* p = fconst(x, E::kP[0]);
+    for (int i = 1; i < 7; ++i) p = b_.CreateFAdd(b_.CreateFMul(p, c2), fconst(x, E::kP[i]));
+    llvm::Value* q = fconst(x, E::kQ[0]);
+    for (int i = 1; i < 5; ++i) q = b_.CreateFAdd(b_.CreateFMul(q, c2), fconst(x, E::kQ[i]));
+    llvm::Value* e = b_.CreateFDiv(b_.CreateFMul(c, p), q);
+    return fselect_lt(fselect_gt(e, 1.0f, fconst(x, 1)), -1.0f, fconst(x, -1));
+  }
+
   // The interpreter's float_fn / numeric_fn / bool_fn, formula for formula.
   llvm::Value* step(Op op, Kind kind, llvm::Value* x, llvm::Value* y, llvm::Value* c) {
     switch (kind) {
@@ -384,18 +435,18 @@ class LoopEmitter {
       }
       case Op::kSquare: return b_.CreateFMul(x, x);
       case Op::kRelu: return b_.CreateSelect(b_.CreateFCmpOGT(x, zero), x, zero);
-      case Op::kExp: return libm("exp", x);
+      case Op::kExp: return exp_of(x);
       case Op::kLog: return libm("log", x);
       case Op::kSqrt: return b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x);
       case Op::kRsqrt: return b_.CreateFDiv(fconst(x, 1), b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, x));
       case Op::kReciprocal: return b_.CreateFDiv(fconst(x, 1), x);
       case Op::kTanh: return libm("tanh", x);
-      case Op::kSigmoid: return b_.CreateFDiv(fconst(x, 1), b_.CreateFAdd(fconst(x, 1), libm("exp", b_.CreateFNeg(x))));
+      case Op::kSigmoid: return b_.CreateFDiv(fconst(x, 1), b_.CreateFAdd(fconst(x, 1), exp_of(b_.CreateFNeg(x))));
       case Op::kGelu: {
-        llvm::Value* e = libm("erf", b_.CreateFMul(x, fconst(x, 0.70710678118654752)));
+        llvm::Value* e = erf_of(b_.CreateFMul(x, fconst(x, 0.70710678118654752)));
         return b_.CreateFMul(b_.CreateFMul(fconst(x, 0.5), x), b_.CreateFAdd(fconst(x, 1), e));
       }
-      case Op::kErf: return libm("erf", x);
+      case Op::kErf: return erf_of(x);
       case Op::kSin: return libm("sin", x);
       case Op::kCos: return libm("cos", x);
       case Op::kPow: return libm("pow", x, y);

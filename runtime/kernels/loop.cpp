@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "runtime/kernels/elementary.h"
 #include "runtime/shape.h"
 
 namespace xs::detail {
@@ -97,15 +98,15 @@ BlockFn numeric_fn(Op op) {
 template <typename T>
 BlockFn float_fn(Op op) {
   switch (op) {
-    case Op::kExp: return XS_MAP1(T, std::exp(x));
+    case Op::kExp: return XS_MAP1(T, exp_of(x));
     case Op::kLog: return XS_MAP1(T, std::log(x));
     case Op::kSqrt: return XS_MAP1(T, std::sqrt(x));
     case Op::kRsqrt: return XS_MAP1(T, T(1) / std::sqrt(x));
     case Op::kReciprocal: return XS_MAP1(T, T(1) / x);
     case Op::kTanh: return XS_MAP1(T, std::tanh(x));
-    case Op::kSigmoid: return XS_MAP1(T, T(1) / (T(1) + std::exp(-x)));
-    case Op::kGelu: return XS_MAP1(T, T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752))));
-    case Op::kErf: return XS_MAP1(T, std::erf(x));
+    case Op::kSigmoid: return XS_MAP1(T, T(1) / (T(1) + exp_of(-x)));
+    case Op::kGelu: return XS_MAP1(T, T(0.5) * x * (T(1) + erf_of(x * T(0.70710678118654752))));
+    case Op::kErf: return XS_MAP1(T, erf_of(x));
     case Op::kSin: return XS_MAP1(T, std::sin(x));
     case Op::kCos: return XS_MAP1(T, std::cos(x));
     case Op::kPow: return XS_MAP2(T, std::pow(x, y));

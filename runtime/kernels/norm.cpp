@@ -1,14 +1,17 @@
 // Row-wise kernels over the last axis: layer normalisation and its two gradients, softmax
-// (optionally causal) and its gradient. Every row is computed on its
-// own, its sums taken in double in index order, so results do not depend on how rows are split
-// and replicas agree bit for bit. The gradients recompute a row's mean and inverse standard
+// (optionally causal) and its gradient. Every row is computed on its own, its sums taken in
+// double in a fixed order that depends only on the row's length (row_sum.h), so results do not
+// depend on how rows are split and replicas agree bit for bit. The gradients recompute a row's mean and inverse standard
 // deviation (two passes over D elements) instead of keeping them from the forward.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "runtime/kernels/elementary.h"
 #include "runtime/kernels/float_args.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/kernels/row_sum.h"
 
 namespace xs::detail {
 namespace {
@@ -19,11 +22,8 @@ struct RowStats {
 
 template <typename T>
 RowStats row_stats(const T* x, int64_t d, double eps) {
-  double sum = 0;
-  for (int64_t j = 0; j < d; ++j) sum += x[j];
-  const double mean = sum / static_cast<double>(d);
-  double sq = 0;
-  for (int64_t j = 0; j < d; ++j) sq += (x[j] - mean) * (x[j] - mean);
+  const double mean = row_sum(d, [&](int64_t j) { return static_cast<double>(x[j]); }) / static_cast<double>(d);
+  const double sq = row_sum(d, [&](int64_t j) { return (x[j] - mean) * (x[j] - mean); });
   return {mean, 1.0 / std::sqrt(sq / static_cast<double>(d) + eps)};
 }
 
@@ -40,12 +40,10 @@ template <typename T>
 void grad_input_rows(const T* x, const T* gamma, const T* gy, T* dx, int64_t rows, int64_t d, double eps) {
   for (int64_t r = 0; r < rows; ++r, x += d, gy += d, dx += d) {
     const RowStats s = row_stats(x, d, eps);
-    double g_sum = 0, gx_sum = 0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double g = static_cast<double>(gy[j]) * gamma[j];
-      g_sum += g;
-      gx_sum += g * (x[j] - s.mean) * s.rstd;
-    }
+    const double g_sum = row_sum(d, [&](int64_t j) { return static_cast<double>(gy[j]) * gamma[j]; });
+    const double gx_sum = row_sum(d, [&](int64_t j) {
+      return static_cast<double>(gy[j]) * gamma[j] * (x[j] - s.mean) * s.rstd;
+    });
     const double g_mean = g_sum / static_cast<double>(d), gx_mean = gx_sum / static_cast<double>(d);
     for (int64_t j = 0; j < d; ++j) {
       const double xhat = (x[j] - s.mean) * s.rstd;
@@ -76,8 +74,8 @@ void softmax_rows(const Attrs& attrs, const T* x, T* y, int64_t rows, int64_t d)
     const int64_t n = valid_columns(attrs, r, d);
     T top = x[0];
     for (int64_t j = 1; j < n; ++j) top = std::max(top, x[j]);
-    double total = 0;
-    for (int64_t j = 0; j < n; ++j) total += (y[j] = std::exp(x[j] - top));
+    for (int64_t j = 0; j < n; ++j) y[j] = exp_of(x[j] - top);
+    const double total = row_sum(n, [&](int64_t j) { return static_cast<double>(y[j]); });
     const T scale = static_cast<T>(1.0 / total);
     for (int64_t j = 0; j < n; ++j) y[j] *= scale;
     std::fill(y + n, y + d, T(0));
@@ -89,9 +87,7 @@ template <typename T>
 void softmax_grad_rows(const Attrs& attrs, const T* y, const T* g, T* dx, int64_t rows, int64_t d) {
   for (int64_t r = 0; r < rows; ++r, y += d, g += d, dx += d) {
     const int64_t n = valid_columns(attrs, r, d);
-    double dot = 0;
-    for (int64_t j = 0; j < n; ++j) dot += static_cast<double>(y[j]) * g[j];
-    const T t = static_cast<T>(dot);
+    const T t = static_cast<T>(row_sum(n, [&](int64_t j) { return static_cast<double>(y[j]) * g[j]; }));
     for (int64_t j = 0; j < n; ++j) dx[j] = y[j] * (g[j] - t);
     std::fill(dx + n, dx + d, T(0));
   }

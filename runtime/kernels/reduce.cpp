@@ -1,6 +1,7 @@
 // Reductions (sum, mean, max, min, argmax) over any set of axes. Reduced axes are first
 // brought to the [outer, reduced, inner] form (one contiguous run of axes, or a permuted
-// copy otherwise); sums accumulate in double (floats) or int64 (integers).
+// copy otherwise); sums accumulate in double (floats) or int64 (integers), a whole contiguous
+// run in row_sum.h's fixed lane order.
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -9,6 +10,7 @@
 
 #include "base/check.h"
 #include "runtime/kernels/kernels.h"
+#include "runtime/kernels/row_sum.h"
 #include "runtime/element.h"
 
 namespace xs::detail {
@@ -44,9 +46,13 @@ void reduce_typed(Op op, const Form& f, const S* x, S* out) {
   for (int64_t o = 0; o < f.outer; ++o) {
     const S* base = x + o * f.reduced * f.inner;
     if (op == Op::kSum || op == Op::kMean) {
-      std::fill(acc.begin(), acc.end(), Acc<S>(0));
-      for (int64_t r = 0; r < f.reduced; ++r)
-        for (int64_t i = 0; i < f.inner; ++i) acc[i] += value_of(base[r * f.inner + i]);
+      if (f.inner == 1) {  // a whole run: lane sums, as an index-order sum is one long chain
+        acc[0] = row_sum<Acc<S>>(f.reduced, [&](int64_t r) { return value_of(base[r]); });
+      } else {
+        std::fill(acc.begin(), acc.end(), Acc<S>(0));
+        for (int64_t r = 0; r < f.reduced; ++r)
+          for (int64_t i = 0; i < f.inner; ++i) acc[i] += value_of(base[r * f.inner + i]);
+      }
       if (op == Op::kMean)
         for (auto& a : acc) a = f.reduced ? a / static_cast<Acc<S>>(f.reduced) : std::numeric_limits<double>::quiet_NaN();
     } else {
@@ -104,16 +110,7 @@ bool sum_around(Op op, const std::vector<int64_t>& axes, const Shape& s, const S
   for (int64_t p = 0; p < pre; ++p)
     for (int64_t m = 0; m < mid; ++m) {
       const S* run = x + (p * mid + m) * post;
-      // Eight independent partial sums: the compiler can keep them in one vector register
-      // (a single running sum is a serial dependency chain it may not reorder).
-      double lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 8 <= post; i += 8)
-        for (int k = 0; k < 8; ++k) lanes[k] += run[i + k];
-      double a = 0;
-      for (; i < post; ++i) a += run[i];
-      for (double lane : lanes) a += lane;
-      acc[m] += a;
+      acc[m] += row_sum(post, [&](int64_t i) { return static_cast<double>(run[i]); });
     }
   const double count = static_cast<double>(pre * post);
   for (int64_t m = 0; m < mid; ++m) out[m] = static_cast<S>(op == Op::kMean ? acc[m] / count : acc[m]);
