@@ -7,17 +7,24 @@ a pre-LayerNorm GPT with separate q/k/v projections, exact GELU, no weight tying
 initialisation, AdamW decaying only matrices, warm-up then cosine decay to --min-lr-factor,
 and gradient clipping at global norm --clip. Prints one CSV line:
     torch,<steps>,<tokens_per_s>,<final_val_loss>
-(tokens/s over the steps after the first five).
+(tokens/s of all replicas over the steps after the first five). --replicas N trains as N
+processes under DistributedDataParallel with the gloo backend on 127.0.0.1, each on its
+--batch-size rows of a global batch of N x --batch-size (as xla-spawn -n N train_lm does).
 
     OMP_NUM_THREADS=1 /usr/bin/python3 bench/lm/torch_gpt.py --steps 200
+    OMP_NUM_THREADS=1 /usr/bin/python3 bench/lm/torch_gpt.py --steps 200 --replicas 2
 """
 import argparse
 import math
+import os
+import socket
 import subprocess
 import sys
 import time
 
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -90,7 +97,19 @@ class Gpt(nn.Module):
 
 
 def main():
+    a = parse()
+    if a.replicas == 1:
+        train(0, a, None)
+        return
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(train, args=(a, port), nprocs=a.replicas, join=True)
+
+
+def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--context", type=int, default=128)
@@ -105,13 +124,21 @@ def main():
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--eval-batches", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
+    return p.parse_args()
+
+
+def train(rank, a, port):
+    torch.set_num_threads(1)
+    if port is not None:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=a.replicas)
     torch.manual_seed(a.seed)
     docs = kjv_documents()
     ids = {c: i for i, c in enumerate(sorted(set("\n" + "".join(docs))))}
     train_docs, val_docs = split(docs)
     train, val = stream(train_docs, ids), stream(val_docs, ids)
     model = Gpt(len(ids), a.layers, a.d_model, a.heads, a.context)
+    net = model if port is None else torch.nn.parallel.DistributedDataParallel(model)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     rest = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": rest, "weight_decay": 0}],
@@ -130,15 +157,16 @@ def main():
     for step in range(a.steps):
         if step == 5:
             start = time.perf_counter()
-        if at + a.batch_size > windows:
+        rows_per_step = a.batch_size * a.replicas  # this rank's rows follow the ranks before it
+        if at + rows_per_step > windows:
             epoch += 1
             order, at = torch.randperm(windows), 0
-        w = order[at:at + a.batch_size] * ctx
-        at += a.batch_size
+        w = order[at + rank * a.batch_size:at + (rank + 1) * a.batch_size] * ctx
+        at += rows_per_step
         rows = torch.stack([train[s:s + ctx + 1] for s in w.tolist()])
         for g in opt.param_groups:
             g["lr"] = a.lr * factor(step)
-        logits = model(rows[:, :-1])
+        logits = net(rows[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -146,10 +174,13 @@ def main():
             nn.utils.clip_grad_norm_(model.parameters(), a.clip)
         opt.step()
         if step >= 5:
-            timed_tokens += rows.shape[0] * ctx
-        if (step + 1) % max(1, a.steps // 10) == 0:
+            timed_tokens += rows.shape[0] * ctx * a.replicas
+        if rank == 0 and (step + 1) % max(1, a.steps // 10) == 0:
             print(f"torch step {step + 1}: loss {loss.item():.4f}", file=sys.stderr, flush=True)
     seconds = time.perf_counter() - start if start else 0
+    if rank != 0:
+        dist.destroy_process_group()
+        return
     model.eval()
     total, count = 0.0, 0
     with torch.no_grad():
@@ -164,7 +195,9 @@ def main():
             total += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), rows[:, 1:].reshape(-1),
                                      reduction="sum").item()
             count += rows.shape[0] * ctx
-    print(f"torch,{a.steps},{timed_tokens / seconds if seconds else 0:.0f},{total / count:.4f}")
+    print(f"torch,{a.steps},{timed_tokens / seconds if seconds else 0:.0f},{total / count:.4f}", flush=True)
+    if port is not None:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@
 // k = 800 per product for 5 of k = 160, which OpenBLAS runs a few percent slower, so the CNN
 // is also timed against a second floor with conv2's products at im2col's shapes (the column
 // "im2col x": step / that floor), lest a slower floor flatter the ratio.
+// GPT (train_lm's defaults: 4 blocks, d_model 128, 4 heads, context 128, batch 32, vocabulary
+// 64): one AdamW step with in-graph clipping against its 99 products: per block 6 linear layers
+// (forward, weight and input gradient) and 6 batched attention products of 128 (batch x head)
+// GEMMs each, every one on its own matrices as in the step, plus the head (bar 1.5, issue 17).
 #include <cblas.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@
 
 #include "base/error.h"
 #include "bench/runtime/timing.h"
+#include "examples/train_lm/model.h"
 #include "runtime/autograd.h"
 #include "runtime/loss.h"
 #include "runtime/nn/activation.h"
@@ -43,6 +48,7 @@
 #include "runtime/nn/sequential.h"
 #include "runtime/ops.h"
 #include "runtime/optim/adam.h"
+#include "runtime/optim/clip_grad.h"
 #include "runtime/optim/sgd.h"
 #include "runtime/runtime.h"
 
@@ -62,6 +68,7 @@ struct Gemm {
   bool accumulate = false;
   int64_t parts = 1, a_step = 0, b_step = 0, c_step = 0, lda = 0, ldb = 0, ldc = 0;
   bool sum_parts = false;
+  bool distinct = false;  // each of the `count` GEMMs on its own A, B and C (a batched matmul)
 
   int64_t ld_a() const { return lda ? lda : ta ? m : k; }
   int64_t ld_b() const { return ldb ? ldb : tb ? k : n; }
@@ -98,26 +105,46 @@ class AlignedFloats {
 
 class Floor {
  public:
-  explicit Floor(std::vector<Gemm> gemms, int64_t copy_floats = 0)
+  // `shared`: every GEMM uses one A, B and C sized for the largest, as the step's products
+  // reuse its arena (a floor of 99 GEMMs over 300 MB of their own operands ran a GPT's
+  // products from memory, 25% slower than the step's own, flattering the ratio).
+  explicit Floor(std::vector<Gemm> gemms, int64_t copy_floats = 0, bool shared = false)
       : gemms_(std::move(gemms)), copy_from_(copy_floats, 1.0f), copy_to_(copy_floats) {
+    int64_t a_max = 0, b_max = 0, c_max = 0;
     for (const Gemm& g : gemms_) {
-      a_.emplace_back(g.a_size(), 0.01f, 45 * 64);
-      b_.emplace_back(g.b_size(), 0.02f, 0);
-      c_.emplace_back(g.c_size(), 0.0f, 9 * 64);
+      const int64_t copies = g.distinct ? g.count : 1;
+      a_max = std::max(a_max, g.a_size() * copies);
+      b_max = std::max(b_max, g.b_size() * copies);
+      c_max = std::max(c_max, g.c_size() * copies);
+      if (shared) continue;
+      a_.emplace_back(g.a_size() * copies, 0.01f, 45 * 64);
+      b_.emplace_back(g.b_size() * copies, 0.02f, 0);
+      c_.emplace_back(g.c_size() * copies, 0.0f, 9 * 64);
+    }
+    if (shared) {
+      a_.emplace_back(a_max, 0.01f, 45 * 64);
+      b_.emplace_back(b_max, 0.02f, 0);
+      c_.emplace_back(c_max, 0.0f, 9 * 64);
     }
   }
   void run() {
     if (!copy_from_.empty()) std::memcpy(copy_to_.data(), copy_from_.data(), copy_from_.size() * sizeof(float));
     for (size_t i = 0; i < gemms_.size(); ++i) {
       const Gemm& g = gemms_[i];
-      for (int64_t r = 0; r < g.count; ++r)
+      for (int64_t r = 0; r < g.count; ++r) {
+        const int64_t copy = g.distinct ? r : 0;
+        const size_t buf = a_.size() == 1 ? 0 : i;
+        float* a = a_[buf].data() + copy * g.a_size();
+        float* b = b_[buf].data() + copy * g.b_size();
+        float* c = c_[buf].data() + copy * g.c_size();
         for (int64_t part = 0; part < g.parts; ++part) {
           const bool add = (g.accumulate && r > 0) || (g.sum_parts && part > 0);
           cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
-                      g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f,
-                      a_[i].data() + part * g.a_step, g.ld_a(), b_[i].data() + part * g.b_step,
-                      g.ld_b(), add ? 1.0f : 0.0f, c_[i].data() + part * g.c_step, g.ld_c());
+                      g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a + part * g.a_step,
+                      g.ld_a(), b + part * g.b_step, g.ld_b(), add ? 1.0f : 0.0f,
+                      c + part * g.c_step, g.ld_c());
         }
+      }
     }
   }
 
@@ -259,6 +286,69 @@ Result bench_model(const Model& model, int reps, Only only) {
           m.counter(kCounterUncachedCompile), m.counter(kCounterCachedCompile)};
 }
 
+// train_lm's step at its defaults on random tokens, and the floor of its products. A linear
+// layer x W^T (x [M, in]) has gradients g W and g^T x; attention's q k^T and p v have
+// dq = ds k, dk = ds^T q, dp = dy v^T and dv = p^T dy, each over batch x heads matrices.
+Result bench_gpt(int reps, Only only) {
+  const lm::GptConfig c{.vocab = 64};
+  const int64_t batch = 32, t = c.context, m = batch * t, d = c.d_model, f = 4 * d, dh = d / c.heads;
+  const int64_t bh = batch * c.heads;
+  std::vector<Gemm> floor;
+  auto linear = [&](int64_t in, int64_t out) {
+    floor.push_back({false, true, m, out, in, 1});
+    floor.push_back({true, false, out, in, m, 1});
+    floor.push_back({false, false, m, in, out, 1});
+  };
+  auto batched = [&](bool ta, bool tb, int64_t rows, int64_t cols, int64_t inner) {
+    Gemm g{ta, tb, rows, cols, inner, bh};
+    g.distinct = true;
+    floor.push_back(g);
+  };
+  for (int64_t l = 0; l < c.layers; ++l) {
+    for (int i = 0; i < 4; ++i) linear(d, d);  // q, k, v, attention projection
+    linear(d, f);
+    linear(f, d);
+    batched(false, true, t, t, dh);    // s = q k^T
+    batched(false, false, t, dh, t);   // y = p v
+    batched(false, false, t, dh, t);   // dq = ds k
+    batched(true, false, t, dh, t);    // dk = ds^T q
+    batched(false, true, t, t, dh);    // dp = dy v^T
+    batched(true, false, t, dh, t);    // dv = p^T dy
+  }
+  linear(d, c.vocab);
+  lm::Gpt model(c, 0);
+  std::vector<int64_t> tokens(static_cast<size_t>(m)), next(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    tokens[i] = static_cast<int64_t>((i * 2654435761u) % 64);
+    next[i] = static_cast<int64_t>(((i + 1) * 2654435761u) % 64);
+  }
+  const Tensor x = Tensor::from_vector<int64_t>(tokens, {batch, t});
+  const Tensor y = Tensor::from_vector<int64_t>(next, {m});
+  AdamW opt(model.parameters(), AdamOptions{.lr = 1e-3});
+  Tensor loss;
+  auto step = [&] {
+    loss = cross_entropy(model(x), y);
+    backward(loss);
+    clip_grad_norm(model.parameters(), 1.0);
+    opt.step();
+    opt.zero_grad();
+    mark_step();
+  };
+  step();
+  const double first = loss.item();
+  for (int i = 0; i < 3; ++i) step();
+  if (!(loss.item() < first)) throw Error(fmt::format("GPT: loss did not fall ({} -> {})", first, loss.item()));
+  Floor gemms(floor, 0, true);
+  const std::vector<double> ts = bench::interleaved(reps, {[&] {
+                                                          if (only != Only::kFloor) step();
+                                                        },
+                                                        [&] {
+                                                          if (only != Only::kStep) gemms.run();
+                                                        }});
+  const Metrics& mt = runtime().metrics();
+  return {ts[0] * 1e3, ts[1] * 1e3, 0.0, mt.counter(kCounterUncachedCompile), mt.counter(kCounterCachedCompile)};
+}
+
 }  // namespace
 }  // namespace xs
 
@@ -279,7 +369,7 @@ int main(int argc, char** argv) {
              std::strcmp(argv[i + 1], "floor") == 0)
       only = Only::kFloor, ++i;
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn] [--only step|floor]\n",
+      std::fprintf(stderr, "usage: %s [--reps N] [--filter mlp|cnn|gpt] [--only step|floor]\n",
                    argv[0]);
       return 2;
     }
@@ -300,6 +390,13 @@ int main(int argc, char** argv) {
     std::printf("%-64s %10.3f %10.3f %7.3f %4lld+%-4lld  <= 1.15  %9s\n", model.name.c_str(),
                 r.step_ms, r.floor_ms, r.step_ms / r.floor_ms, static_cast<long long>(r.uncached),
                 static_cast<long long>(r.cached), im2col_ratio.c_str());
+  }
+  if (filter.empty() || filter == "gpt") {
+    ScopedRuntime rt;
+    const Result r = bench_gpt(std::max(3, reps / 3), only);
+    std::printf("%-64s %10.3f %10.3f %7.3f %4lld+%-4lld  <= 1.5   %9s\n",
+                "GPT L4-D128-H4 32x128 tokens AdamW + clip step", r.step_ms, r.floor_ms,
+                r.step_ms / r.floor_ms, static_cast<long long>(r.uncached), static_cast<long long>(r.cached), "-");
   }
   return 0;
 }

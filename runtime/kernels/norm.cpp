@@ -72,8 +72,7 @@ template <typename T>
 void softmax_rows(const Attrs& attrs, const T* x, T* y, int64_t rows, int64_t d) {
   for (int64_t r = 0; r < rows; ++r, x += d, y += d) {
     const int64_t n = valid_columns(attrs, r, d);
-    T top = x[0];
-    for (int64_t j = 1; j < n; ++j) top = std::max(top, x[j]);
+    const T top = row_max(x, n);
     for (int64_t j = 0; j < n; ++j) y[j] = exp_of(x[j] - top);
     const double total = row_sum(n, [&](int64_t j) { return static_cast<double>(y[j]); });
     const T scale = static_cast<T>(1.0 / total);

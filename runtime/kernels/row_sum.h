@@ -24,4 +24,19 @@ Acc row_sum(int64_t n, const Term& term) {
   return total;
 }
 
+// The largest of x[0, n), n >= 1, by the same lanes (max is exact, so only speed differs from
+// an index-order scan; a NaN may or may not be returned, which softmax turns into NaN anyway).
+template <typename T>
+T row_max(const T* x, int64_t n) {
+  T lane[kSumLanes];
+  for (int64_t l = 0; l < kSumLanes; ++l) lane[l] = x[0];
+  int64_t j = 0;
+  for (; j + kSumLanes <= n; j += kSumLanes)
+    for (int64_t l = 0; l < kSumLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  T top = x[0];
+  for (; j < n; ++j) top = x[j] > top ? x[j] : top;
+  for (T v : lane) top = v > top ? v : top;
+  return top;
+}
+
 }  // namespace xs::detail
