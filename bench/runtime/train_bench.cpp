@@ -18,6 +18,9 @@
 // k = 800 per product for 5 of k = 160, which OpenBLAS runs a few percent slower, so the CNN
 // is also timed against a second floor with conv2's products at im2col's shapes (the column
 // "im2col x": step / that floor), lest a slower floor flatter the ratio.
+// Plain products in the floor go through the runtime's own GEMM (detail::gemm_f32: OpenBLAS, or
+// oneDNN for large ones), as the step's do; accumulating ones and kernel rows call cblas_sgemm
+// as the convolution kernels do.
 // GPT (train_lm's defaults: 4 blocks, d_model 128, 4 heads, context 128, batch 32, vocabulary
 // 64): one AdamW step with in-graph clipping against its 99 products: per block 6 linear layers
 // (forward, weight and input gradient) and 6 batched attention products of 128 (batch x head)
@@ -41,6 +44,7 @@
 #include "bench/runtime/timing.h"
 #include "examples/train_lm/model.h"
 #include "runtime/autograd.h"
+#include "runtime/kernels/kernels.h"
 #include "runtime/loss.h"
 #include "runtime/nn/activation.h"
 #include "runtime/nn/conv2d.h"
@@ -139,6 +143,10 @@ class Floor {
         float* c = c_[buf].data() + copy * g.c_size();
         for (int64_t part = 0; part < g.parts; ++part) {
           const bool add = (g.accumulate && r > 0) || (g.sum_parts && part > 0);
+          if (!add && g.lda == 0 && g.ldb == 0 && g.ldc == 0) {  // as the step's matmul: the runtime's GEMM
+            detail::gemm_f32(g.ta, g.tb, g.m, g.n, g.k, a + part * g.a_step, b + part * g.b_step, c + part * g.c_step);
+            continue;
+          }
           cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
                       g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a + part * g.a_step,
                       g.ld_a(), b + part * g.b_step, g.ld_b(), add ? 1.0f : 0.0f,

@@ -88,7 +88,7 @@ void layer_norm_grad_kernel(const Attrs& attrs, std::span<const Arg> ins, const 
 void softmax_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 void random_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 
-// Row-major single-precision GEMM through Eigen (EIGEN_USE_BLAS -> OpenBLAS):
+// The runtime's row-major single-precision GEMM (OpenBLAS, or oneDNN for large products):
 // c[m x n] = op(a) * op(b), leading dimensions = row lengths of the stored matrices.
 void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
               float* c);
