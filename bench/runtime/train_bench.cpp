@@ -143,7 +143,9 @@ class Floor {
         float* c = c_[buf].data() + copy * g.c_size();
         for (int64_t part = 0; part < g.parts; ++part) {
           const bool add = (g.accumulate && r > 0) || (g.sum_parts && part > 0);
-          if (!add && g.lda == 0 && g.ldb == 0 && g.ldc == 0) {  // as the step's matmul: the runtime's GEMM
+          // Plain products as the step's matmul does them, through the runtime's GEMM; the
+          // convolutions' accumulating and kernel-row GEMMs call OpenBLAS, as their kernels do.
+          if (!g.accumulate && !g.sum_parts && g.parts == 1 && g.lda == 0 && g.ldb == 0 && g.ldc == 0) {
             detail::gemm_f32(g.ta, g.tb, g.m, g.n, g.k, a + part * g.a_step, b + part * g.b_step, c + part * g.c_step);
             continue;
           }

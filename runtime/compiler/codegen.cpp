@@ -8,9 +8,10 @@
 // The vectors are explicit (kLanes elements of every register's compute type), so no
 // optimiser has to prove the loop free of dependences: an in-place loop (output over its
 // dying input) loads each vector before it stores it, as the interpreter loads each block
-// before storing it. Ops are emitted with the interpreter's exact formulas; libm functions are
-// called lane by lane through absolute symbols bound to this process's libm, so `exp` here is
-// the very `expf` the interpreter calls.
+// before storing it. Ops are emitted with the interpreter's exact formulas: f32 exp and erf as
+// kernels/elementary.h's arithmetic, operation for operation; other libm functions (and f64)
+// called lane by lane through absolute symbols bound to this process's libm, so `log` here is
+// the very `logf` the interpreter calls.
 #include "runtime/compiler/codegen.h"
 
 #include <algorithm>

@@ -7,8 +7,9 @@
 //   float y = xs::detail::exp_f32(x);   // within 1 ulp of exp, as expf is; NaN, +-inf, denormals kept
 //   float e = xs::detail::erf_f32(x);   // within 7 ulp (4e-7) of erf; NaN, +-inf, -0 kept
 //
-// Both need the translation unit built with -ffp-contract=off (runtime/CMakeLists.txt): a fused
-// multiply-add rounds once where the generated code rounds twice.
+// Every translation unit that includes this needs -ffp-contract=off (xs_runtime passes it on to
+// its users): a fused multiply-add rounds once where the generated code rounds twice, and the
+// linker keeps one copy of an inline function for all of them.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -21,7 +22,7 @@ namespace xs::detail {
 // exp(r) by Cephes' degree-6 polynomial on |r| <= ln 2 / 2. 2^n is applied as 2^(n/2) twice,
 // so results down to the smallest denormal (n = -150) come out as libm's do.
 struct ExpF32 {
-  static constexpr float kHi = 88.72283935546875f;  // largest x whose expf is finite
+  static constexpr float kHi = 88.72283935546875f;  // above this expf overflows to inf
   static constexpr float kLo = -103.972084045410156f;  // below this expf is 0
   static constexpr float kLog2e = 1.44269504088896341f;
   static constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer

@@ -124,6 +124,7 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
 
 void init_blas_threads() {
   openblas_set_num_threads(1);
+  use_onednn(0, 0, 0);  // reads XLA_SPAWN_GEMM now: a bad value fails the runtime's start, not a step
   // Under a hypervisor OpenBLAS may not recognise the CPU and fall back to its SSE3
   // (Prescott) kernels: about 4x slower GEMM on an AVX-512 machine (see bench/runtime). The
   // choice is made when the library loads, so only the environment can fix it: say how, once.

@@ -165,5 +165,14 @@ TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
   }
 }
 
+TEST(TrainLmBadInput, AnUnknownGemmBackendFailsAtStartNamingTheVariable) {
+  testing::TempDir dir;
+  const std::string corpus = write_corpus(dir, "text", "abcdefgh");
+  const CommandResult r = run_command("XLA_SPAWN_GEMM=mkl " + train(corpus, "--max-steps 1 --sample-chars 0"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("XLA_SPAWN_GEMM=mkl: expected auto or openblas"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("step 1"), std::string::npos) << "trained before refusing: " << r.output;
+}
+
 }  // namespace
 }  // namespace xs
