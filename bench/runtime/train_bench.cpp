@@ -113,7 +113,7 @@ class Floor {
   // reuse its arena (a floor of 99 GEMMs over 300 MB of their own operands ran a GPT's
   // products from memory, 25% slower than the step's own, flattering the ratio).
   explicit Floor(std::vector<Gemm> gemms, int64_t copy_floats = 0, bool shared = false)
-      : gemms_(std::move(gemms)), copy_from_(copy_floats, 1.0f), copy_to_(copy_floats) {
+      : gemms_(std::move(gemms)), shared_(shared), copy_from_(copy_floats, 1.0f), copy_to_(copy_floats) {
     int64_t a_max = 0, b_max = 0, c_max = 0;
     for (const Gemm& g : gemms_) {
       const int64_t copies = g.distinct ? g.count : 1;
@@ -137,7 +137,7 @@ class Floor {
       const Gemm& g = gemms_[i];
       for (int64_t r = 0; r < g.count; ++r) {
         const int64_t copy = g.distinct ? r : 0;
-        const size_t buf = a_.size() == 1 ? 0 : i;
+        const size_t buf = shared_ ? 0 : i;
         float* a = a_[buf].data() + copy * g.a_size();
         float* b = b_[buf].data() + copy * g.b_size();
         float* c = c_[buf].data() + copy * g.c_size();
@@ -145,8 +145,8 @@ class Floor {
           const bool add = (g.accumulate && r > 0) || (g.sum_parts && part > 0);
           // Plain products as the step's matmul does them, through the runtime's GEMM; the
           // convolutions' accumulating and kernel-row GEMMs call OpenBLAS, as their kernels do.
-          if (!g.accumulate && !g.sum_parts && g.parts == 1 && g.lda == 0 && g.ldb == 0 && g.ldc == 0) {
-            detail::gemm_f32(g.ta, g.tb, g.m, g.n, g.k, a + part * g.a_step, b + part * g.b_step, c + part * g.c_step);
+          if (!g.accumulate && g.parts == 1 && g.lda == 0 && g.ldb == 0 && g.ldc == 0) {
+            detail::gemm_f32(g.ta, g.tb, g.m, g.n, g.k, a, b, c);
             continue;
           }
           cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
@@ -160,6 +160,7 @@ class Floor {
 
  private:
   std::vector<Gemm> gemms_;
+  bool shared_;  // one A, B and C for every GEMM
   std::vector<AlignedFloats> a_, b_, c_;
   std::vector<float> copy_from_, copy_to_;  // the memory floor
 };

@@ -1,6 +1,6 @@
 // Matmul (batched, with transpose flags; accumulating form with beta) and conv2d (im2col +
 // GEMM) with its gradients. f32/f64 GEMMs call OpenBLAS directly, except large f32 products
-// with beta = 0, which go to oneDNN (see f32_gemm_backend); other dtypes go through Eigen.
+// with beta = 0, which go to oneDNN (use_onednn); other dtypes go through Eigen.
 // im2col/col2im are in im2col.h, pooling in pool.cpp.
 #define EIGEN_USE_BLAS
 #include <Eigen/Core>

@@ -1,11 +1,11 @@
 // Row-wise kernels over the last axis: layer normalisation and its two gradients, softmax
 // (optionally causal) and its gradient. Every row is computed on its own, its sums taken in
 // double in a fixed order that depends only on the row's length (row_sum.h), so results do not
-// depend on how rows are split and replicas agree bit for bit. The gradients recompute a row's mean and inverse standard
-// deviation (two passes over D elements) instead of keeping them from the forward.
+// depend on how rows are split and replicas agree bit for bit. The gradients recompute a row's
+// mean and inverse standard deviation (two passes over D elements) instead of keeping them
+// from the forward.
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "runtime/kernels/elementary.h"
