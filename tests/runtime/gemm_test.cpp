@@ -3,6 +3,9 @@
 // naive double reference for every transpose, at odd sizes on both sides of the threshold.
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <iterator>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -41,6 +44,28 @@ TEST_P(GemmTest, MatchesANaiveReferenceForEveryTranspose) {
       }
     }
   }
+}
+
+int64_t threads_of_this_process() {
+  return std::distance(std::filesystem::directory_iterator("/proc/self/task"), std::filesystem::directory_iterator{});
+}
+
+// oneDNN's runtime is OpenMP, whose default is a thread per core in every replica: a large
+// product, from the main thread or a new one, must run on the calling thread alone.
+TEST(GemmThreads, ALargeProductStartsNoThreadFromAnyCallingThread) {
+  const int64_t m = 512, n = 256, k = 256;  // 32 Mi multiply-adds: oneDNN
+  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
+  const int64_t before = threads_of_this_process();
+  gemm_f32(false, false, m, n, k, a.data(), b.data(), c.data());
+  EXPECT_EQ(threads_of_this_process(), before);
+  EXPECT_FLOAT_EQ(c[0], 0.5f * 0.25f * k);
+  int64_t seen_inside = -1;
+  std::thread other([&] {
+    gemm_f32(true, false, k, n, m, a.data(), b.data(), c.data());
+    seen_inside = threads_of_this_process();
+  });
+  other.join();
+  EXPECT_EQ(seen_inside, before + 1) << "the calling thread and no other";
 }
 
 INSTANTIATE_TEST_SUITE_P(BothBackends, GemmTest,
