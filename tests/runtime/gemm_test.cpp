@@ -60,12 +60,14 @@ TEST(GemmThreads, ALargeProductStartsNoThreadFromAnyCallingThread) {
   EXPECT_EQ(threads_of_this_process(), before);
   EXPECT_FLOAT_EQ(c[0], 0.5f * 0.25f * k);
   int64_t seen_inside = -1;
+  std::vector<float> b_tall(m * n, 0.25f);  // the second product is (k x m)(m x n)
   std::thread other([&] {
-    gemm_f32(true, false, k, n, m, a.data(), b.data(), c.data());
+    gemm_f32(true, false, k, n, m, a.data(), b_tall.data(), c.data());
     seen_inside = threads_of_this_process();
   });
   other.join();
   EXPECT_EQ(seen_inside, before + 1) << "the calling thread and no other";
+  EXPECT_FLOAT_EQ(c[0], 0.5f * 0.25f * m);
 }
 
 INSTANTIATE_TEST_SUITE_P(BothBackends, GemmTest,
