@@ -4,7 +4,7 @@
 //
 //   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick] [--filter matmul|chain|compile|mlp]
 //
-// 1. matmul through the lazy runtime (trace, cut, hash, cache lookup, Eigen -> OpenBLAS
+// 1. matmul through the lazy runtime (trace, cut, hash, cache lookup, OpenBLAS
 //    sgemm) vs cblas_sgemm called directly, GFLOP/s, at MLP shapes and 1024^3.
 // 2. an 8-op elementwise chain on 16 Mi floats: one fused loop vs one step per op, and vs a
 //    memcpy of the bytes the fused loop moves.

@@ -1,10 +1,7 @@
 // Matmul (batched, with transpose flags; accumulating form with beta) and conv2d (im2col +
 // GEMM) with its gradients. f32/f64 GEMMs call OpenBLAS directly, except large f32 products
-// with beta = 0, which go to oneDNN (use_onednn); other dtypes go through Eigen.
+// with beta = 0, which go to oneDNN (use_onednn); integer products are a plain loop.
 // im2col/col2im are in im2col.h, pooling in pool.cpp.
-#define EIGEN_USE_BLAS
-#include <Eigen/Core>
-
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -31,9 +28,6 @@
 
 namespace xs::detail {
 namespace {
-
-template <typename T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // Large f32 products (beta = 0) go to oneDNN's sgemm: on one thread it ran the GPT's linear
 // layers ([4096, 128] x [128, 128 or 512] and their gradients) 15-19% faster than OpenBLAS's
@@ -63,17 +57,33 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   }
 }
 
+// Integer products (index arithmetic, never a model's hot path): a plain loop that wraps on
+// overflow as two's complement does, the sum taken in the unsigned type so wrapping is defined.
+template <typename T>
+void gemm_integer(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
+  using U = std::make_unsigned_t<T>;
+  std::vector<U> row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill(row.begin(), row.end(), U{0});
+    for (int64_t p = 0; p < k; ++p) {
+      const U x = static_cast<U>(ta ? a[p * m + i] : a[i * k + p]);
+      for (int64_t j = 0; j < n; ++j) row[j] += x * static_cast<U>(tb ? b[j * k + p] : b[p * n + j]);
+    }
+    for (int64_t j = 0; j < n; ++j) c[i * n + j] = static_cast<T>(row[j]);
+  }
+}
+
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T* b, T* c) {
   if (m == 0 || n == 0) return;
-  Eigen::Map<RowMat<T>> cm(c, m, n);
-  if (k == 0) {
-    cm.setZero();
-    return;
-  }
-  // f32/f64 straight to OpenBLAS with beta = 0: Eigen's BLAS path zeroes C and then calls
-  // gemm with beta = 1, an extra write and read of the whole output.
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+  if constexpr (std::is_integral_v<T>) {
+    return gemm_integer(ta, tb, m, n, k, a, b, c);
+  } else {
+    if (k == 0) {
+      std::fill(c, c + m * n, T{0});
+      return;
+    }
+    // f32/f64 straight to the BLAS with beta = 0.
     const auto to = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
     const blasint bm = static_cast<blasint>(m), bn = static_cast<blasint>(n),
                   bk = static_cast<blasint>(k);
@@ -82,20 +92,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
       if (use_onednn(m, n, k)) return onednn_sgemm(ta, tb, m, n, k, a, lda, b, ldb, c);
       cblas_sgemm(CblasRowMajor, to(ta), to(tb), bm, bn, bk, 1.0f, a, lda, b, ldb, 0.0f, c, bn);
     } else {
+      static_assert(std::is_same_v<T, double>);
       cblas_dgemm(CblasRowMajor, to(ta), to(tb), bm, bn, bk, 1.0, a, lda, b, ldb, 0.0, c, bn);
     }
-    return;
   }
-  Eigen::Map<const RowMat<T>> am(a, ta ? k : m, ta ? m : k);
-  Eigen::Map<const RowMat<T>> bm(b, tb ? n : k, tb ? k : n);
-  if (!ta && !tb)
-    cm.noalias() = am * bm;
-  else if (ta && !tb)
-    cm.noalias() = am.transpose() * bm;
-  else if (!ta && tb)
-    cm.noalias() = am * bm.transpose();
-  else
-    cm.noalias() = am.transpose() * bm.transpose();
 }
 
 template <typename T>

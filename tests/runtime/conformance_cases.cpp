@@ -368,7 +368,7 @@ void add_structural_cases(std::map<Op, Case>& c) {
   c[Op::kMatmul] = [](std::mt19937& rng) {
     const std::vector<std::pair<Shape, Shape>> shapes = {{{3, 4}, {4, 5}}, {{17, 33}, {33, 9}}, {{2, 3, 4}, {4, 5}},
                                                         {{2, 1, 3, 4}, {3, 4, 2}}, {{3, 0}, {0, 4}}, {{0, 3}, {3, 2}}};
-    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32})
+    for (DType d : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64})
       for (const auto& [sa, sb] : shapes)
         for (int flags = 0; flags < 4; ++flags) {
           Shape ta = sa, tb = sb;
