@@ -51,6 +51,28 @@ bool is_nan(T x) {
   else return false;
 }
 
+// Signed integers wrap, as the generated code's add, sub and mul (no nsw) do: the arithmetic
+// is done in the unsigned type, where overflow is defined (-INT_MIN is INT_MIN).
+template <typename T>
+T wrap(T x, T y, Op op) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    const U a = static_cast<U>(x), b = static_cast<U>(y);
+    return static_cast<T>(op == Op::kAdd ? a + b : op == Op::kSub ? a - b : a * b);
+  } else {
+    return op == Op::kAdd ? x + y : op == Op::kSub ? x - y : x * y;
+  }
+}
+
+template <typename T>
+T neg_of(T x) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
+  } else {
+    return -x;  // floats: -0.0 from 0.0, as fneg
+  }
+}
+
 // No SIGFPE: x / 0 is 0, and x / -1 is -x wrapping (INT_MIN / -1 traps in hardware).
 template <typename T>
 T int_div(T x, T y) {
@@ -58,7 +80,7 @@ T int_div(T x, T y) {
     return x / y;
   } else {
     if (y == 0) return T(0);
-    if (y == T(-1)) return static_cast<T>(std::make_unsigned_t<T>(0) - static_cast<std::make_unsigned_t<T>>(x));
+    if (y == T(-1)) return neg_of(x);
     return static_cast<T>(x / y);
   }
 }
@@ -66,14 +88,14 @@ T int_div(T x, T y) {
 template <typename T>
 BlockFn numeric_fn(Op op) {
   switch (op) {
-    case Op::kNeg: return XS_MAP1(T, -x);
-    case Op::kAbs: return XS_MAP1(T, x < 0 ? -x : x);
+    case Op::kNeg: return XS_MAP1(T, neg_of(x));
+    case Op::kAbs: return XS_MAP1(T, x < 0 ? neg_of(x) : x);
     case Op::kSign: return XS_MAP1(T, (x > 0) - (x < 0));
-    case Op::kSquare: return XS_MAP1(T, x * x);
+    case Op::kSquare: return XS_MAP1(T, wrap(x, x, Op::kMul));
     case Op::kRelu: return XS_MAP1(T, x > 0 ? x : T(0));
-    case Op::kAdd: return XS_MAP2(T, x + y);
-    case Op::kSub: return XS_MAP2(T, x - y);
-    case Op::kMul: return XS_MAP2(T, x * y);
+    case Op::kAdd: return XS_MAP2(T, wrap(x, y, Op::kAdd));
+    case Op::kSub: return XS_MAP2(T, wrap(x, y, Op::kSub));
+    case Op::kMul: return XS_MAP2(T, wrap(x, y, Op::kMul));
     case Op::kDiv: return XS_MAP2(T, int_div(x, y));
     case Op::kMaximum: return XS_MAP2(T, x > y || is_nan(x) ? x : y);
     case Op::kMinimum: return XS_MAP2(T, x < y || is_nan(x) ? x : y);
@@ -130,6 +152,9 @@ BlockFn bool_fn(Op op) {
     default: return nullptr;
   }
 }
+
+#undef XS_MAP1
+#undef XS_MAP2
 
 template <typename From, typename To, bool kRoundBf16>
 void cast_block(void* o, const void* a, const void*, const void*, int64_t n) {
