@@ -21,6 +21,12 @@ namespace {
 constexpr int kLogLinesPerWindow = 10;
 constexpr auto kLogWindow = std::chrono::seconds(10);
 
+}  // namespace
+
+// Named, not anonymous: Impl below holds one, and a class with external linkage may not hold a
+// member of an anonymous namespace's type once this file is compiled inside a unity file.
+namespace detail {
+
 class RateLimitedLog {
  public:
   explicit RateLimitedLog(FILE* out) : out_(out) {}
@@ -52,7 +58,7 @@ class RateLimitedLog {
   int suppressed_ = 0;
 };
 
-}  // namespace
+}  // namespace detail
 
 class RendezvousServer::Impl {
  public:
@@ -112,7 +118,7 @@ class RendezvousServer::Impl {
   std::unordered_map<int, std::unique_ptr<Client>> clients_;  // by fd
   std::vector<int> node_fds_;                                 // by node; -1 when not connected
   StoreTable store_;
-  RateLimitedLog log_;
+  detail::RateLimitedLog log_;
   std::optional<Clock::time_point> ended_at_;
 };
 

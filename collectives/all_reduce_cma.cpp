@@ -20,7 +20,7 @@ namespace {
 // Rechecked at N = 2, heap operands, three runs each (2 MiB / 8 MiB busbw, GB/s): 64 KiB
 // 9.4-10.4 / 7.8-9.9, 256 KiB 11.0-13.4 / 7.6-11.3, 1 MiB 7.3-7.9 / 4.7-7.9, 4 MiB
 // 6.5-8.3 / 5.3-7.0.
-size_t block_bytes(int world_size) {
+size_t cma_block_bytes(int world_size) {
   return world_size <= 2 ? size_t{256} << 10 : 32 << 10;
 }
 
@@ -96,7 +96,7 @@ void all_reduce_cma(Rounds& rounds, int parity, std::byte* data, size_t n_elems,
   const size_t chunk = chunk_elems(n_elems, n, elem_bytes);
   const size_t begin = std::min(n_elems, chunk * static_cast<size_t>(me));
   const size_t end = std::min(n_elems, begin + chunk);
-  const size_t block_stride = block_bytes(n);
+  const size_t block_stride = cma_block_bytes(n);
   const size_t block_elems = block_stride / elem_bytes;
   std::vector<std::byte>& temp = rounds.scratch(static_cast<size_t>(n) * block_stride);
   std::vector<const void*>& sources = rounds.sources();

@@ -19,7 +19,7 @@ static_assert(kArenaOffsetAt + sizeof(uint64_t) <= shm::kInlineBytes);
 
 // Bytes per source per block: the N source blocks (about 256 KiB in all) stay in L2 while
 // they are reduced, so the copies of the result into peers' operands hit lines just read.
-size_t block_bytes(int world_size) {
+size_t direct_block_bytes(int world_size) {
   const size_t bytes = (size_t{256} << 10) / static_cast<size_t>(world_size);
   return std::max(shm::kCacheLineBytes, bytes / shm::kCacheLineBytes * shm::kCacheLineBytes);
 }
@@ -61,7 +61,7 @@ std::vector<std::byte*> published_arena_operands(Rounds& rounds, int parity, std
 }
 
 size_t direct_block_elems(int world_size, size_t elem_bytes) {
-  return std::max<size_t>(1, block_bytes(world_size) / elem_bytes);
+  return std::max<size_t>(1, direct_block_bytes(world_size) / elem_bytes);
 }
 
 void* published_address(Rounds& rounds, int ordinal, int parity) {

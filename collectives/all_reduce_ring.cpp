@@ -11,10 +11,6 @@ namespace {
 // Slots per ordinal: how many ring steps a sender may run ahead of its successor.
 constexpr uint32_t kRingSlots = 4;
 
-bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
-}
-
 // One ordinal's view of the ring: its predecessor sends to it, it sends to its successor,
 // through slot (step % kRingSlots) of the sender's staging area.
 class RingLink {

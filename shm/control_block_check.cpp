@@ -11,10 +11,9 @@
 namespace xs {
 namespace {
 
-constexpr int kMaxWorldSize = 1024;  // as in replica/context.h and shm/segment.cpp
 // Threads of all replicas inside futex_wait at once: far above any real job (a replica has
 // one or two waiting threads), far below the garbage a scribble leaves.
-constexpr uint32_t kMaxSleepers = 64 * kMaxWorldSize;
+constexpr uint32_t kMaxSleepers = 64 * shm::kMaxWorldSize;
 
 // Header fields are plain data written once; a hostile peer may rewrite them concurrently,
 // so they are read with relaxed atomic loads (no torn reads, no data race for sanitizers).
@@ -190,9 +189,9 @@ std::optional<std::string> check_header(const shm::ControlBlock& c, size_t mappe
                           shm::kSegmentMagic, shm::kSegmentVersion));
   }
   const SegmentHeader h = SegmentHeader::of(c);
-  if (h.world_size < 1 || h.world_size > kMaxWorldSize) {
+  if (h.world_size < 1 || h.world_size > shm::kMaxWorldSize) {
     return at(&c, &c.world_size,
-              fmt::format("world size {}: expected 1..{}", h.world_size, kMaxWorldSize));
+              fmt::format("world size {}: expected 1..{}", h.world_size, shm::kMaxWorldSize));
   }
   if (h.staging_bytes % shm::kPageBytes != 0 || h.staging_bytes < 2 * shm::kPageBytes ||
       h.staging_bytes > (uint64_t{1} << 40)) {

@@ -25,6 +25,8 @@ inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
 inline constexpr size_t kPoisonReasonBytes = 448;
 inline constexpr size_t kInlineBytes = 32;  // payload carried in a mailbox's own cache line
+// Replicas one segment holds: replica/context.h's kMaxLocalWorldSize; catches typos, not limits.
+inline constexpr int kMaxWorldSize = 1024;
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

@@ -23,7 +23,6 @@ namespace {
 
 namespace bip = boost::interprocess;
 
-constexpr int kMaxWorldSize = 1024;  // matches replica/context.h; catches typos, not limits
 constexpr std::string_view kPrefix = "xla-spawn-";
 
 std::string user_prefix() {
@@ -148,8 +147,8 @@ std::string segment_name(const std::string& job_id) {
 std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes,
                            size_t arena_bytes) {
   const std::string name = segment_name(job_id);
-  XS_CHECK_ARG(world_size >= 1 && world_size <= kMaxWorldSize,
-               "create_segment: world size {} outside 1..{}", world_size, kMaxWorldSize);
+  XS_CHECK_ARG(world_size >= 1 && world_size <= shm::kMaxWorldSize,
+               "create_segment: world size {} outside 1..{}", world_size, shm::kMaxWorldSize);
   XS_CHECK_ARG(staging_bytes >= kMinStagingBytes,
                "create_segment: staging {} bytes per ordinal, need at least {}", staging_bytes,
                kMinStagingBytes);

@@ -8,10 +8,6 @@
 namespace xs::detail {
 namespace {
 
-bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;  // wraps correctly past 2^32 rounds
-}
-
 std::string describe(const shm::Mailbox& m) {
   const auto kind = static_cast<CallKind>(m.kind);
   std::string text = fmt::format("{} #{} with {} elements of {}", call_kind_name(kind), m.call_seq,

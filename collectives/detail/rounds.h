@@ -30,6 +30,11 @@
 
 namespace xs::detail {
 
+// Whether a round counter has reached target; wraps correctly past 2^32 rounds.
+inline bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
 enum class CallKind : uint8_t {
   kAllReduce = 1,
   kBroadcast,
