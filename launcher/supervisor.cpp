@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 
 #include "base/check.h"
+#include "base/env.h"
+#include "base/error.h"
+#include "cluster/connection.h"
 #include "launcher/detail/attempt.h"
 #include "launcher/signal_pipe.h"
 #include "replica/context.h"
@@ -50,6 +53,23 @@ void ensure_fd_limit(int nprocs) {
   ::setrlimit(RLIMIT_NOFILE, &limit);
 }
 
+// torch.distributed's env:// rendezvous, as torchrun gives it on one host: rank 0 hosts its
+// store at MASTER_ADDR:MASTER_PORT, a loopback port free when the attempt starts, unless the
+// user set them. Without a usable loopback (a network namespace whose lo is down) the port is
+// left out; only such programs need it, and they then say which variable is missing.
+std::vector<EnvVar> torch_master_env() {
+  namespace n = env_names;
+  std::vector<EnvVar> vars;
+  if (!env_string(n::kTorchMasterAddr)) vars.push_back({n::kTorchMasterAddr, "127.0.0.1"});
+  if (!env_string(n::kTorchMasterPort)) {
+    try {
+      vars.push_back({n::kTorchMasterPort, std::to_string(cluster::pick_free_port("127.0.0.1"))});
+    } catch (const IoError&) {
+    }
+  }
+  return vars;
+}
+
 detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
                                   JobResources* resources) {
   ReleaseGuard guard(resources);
@@ -58,10 +78,8 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
       resources != nullptr
           ? resources->prepare(segment_key(job.job_id, p.node, p.nnodes), job.nprocs, attempt)
           : std::vector<EnvVar>();
-  if (job.options->peers != nullptr) {
-    const std::vector<EnvVar> peers = job.options->peers->env();
-    extra.insert(extra.end(), peers.begin(), peers.end());
-  }
+  const std::vector<EnvVar> more = job.options->peers != nullptr ? job.options->peers->env() : torch_master_env();
+  extra.insert(extra.end(), more.begin(), more.end());
   job.mux->begin_attempt(attempt);
   detail::Attempt run(job, attempt);
   return run.run(extra);

@@ -54,8 +54,21 @@ TEST_P(EnvTest, EachReplicaGetsItsOrdinalWorldSizeAndTheSharedJobId) {
         << vars.at("XLA_SPAWN_SEGMENT");
     EXPECT_EQ(vars.at("XLA_SPAWN_JOB_ID").rfind("xs-", 0), 0u) << vars.at("XLA_SPAWN_JOB_ID");
     job_ids.insert(vars.at("XLA_SPAWN_JOB_ID"));
+    // torch.distributed's env://: the same loopback store address for every replica.
+    EXPECT_EQ(vars.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(vars.at("MASTER_PORT"), env.at(0).at("MASTER_PORT"));
+    EXPECT_GT(std::stoi(vars.at("MASTER_PORT")), 0) << vars.at("MASTER_PORT");
   }
   EXPECT_EQ(job_ids.size(), 1u) << "one job id per job";
+}
+
+TEST(EnvTest, UserSettingsOfTheTorchStoreAddressWin) {
+  const RunResult r = run_xla_spawn({"-n", "1", "--", "/usr/bin/env", "MASTER_ADDR=198.18.0.9",
+                                     "MASTER_PORT=29555", xla_spawn_path(), "-n", "2", "--",
+                                     helper_path(), "--do", "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] [1] ENV MASTER_ADDR=198.18.0.9"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[0] [1] ENV MASTER_PORT=29555"), std::string::npos) << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, EnvTest, ::testing::Range(1, 9),
