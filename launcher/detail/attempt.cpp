@@ -264,10 +264,18 @@ void Attempt::handle_signals() {
 }
 
 bool Attempt::reap(Replica& replica) {
+  // Whatever the replica started in its process group (`cmd &` in a shell, a helper that
+  // ignores SIGTERM) must not outlive it, however it ended. Killed before the wait: while the
+  // replica is an unreaped zombie its pid, and so its group's id, cannot be reused.
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(replica.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+      info.si_pid != replica.pid) {
+    return false;  // not yet (pidfd readiness and waitid agree; EINTR retries)
+  }
+  ::kill(-replica.pid, SIGKILL);
   int status = 0;
   const pid_t pid = ::waitpid(replica.pid, &status, WNOHANG);
-  if (pid != replica.pid)
-    return false;  // not yet (pidfd readiness and waitpid agree; EINTR retries)
+  if (pid != replica.pid) return false;
   replica.reaped = true;
   replica.status = status;
   if (job_.options->observer != nullptr) job_.options->observer->replica_reaped(replica.pid);

@@ -90,6 +90,24 @@ TEST(FailFastTest, StopReachesTheReplicasOwnChildren) {
   EXPECT_EQ(run.err().find("SIGKILL needed"), std::string::npos) << "SIGTERM to the group suffices";
 }
 
+// A replica that exits, successfully or not, while something it started in the background
+// still runs (even ignoring SIGTERM): the background process dies with it, not after the job.
+TEST(FailFastTest, WhatAReplicaLeftRunningDiesWithIt) {
+  for (const char* code : {"0", "3"}) {
+    TempDir dir;
+    const std::string script = "trap '' TERM; (trap '' TERM; exec sleep 300) & echo $! > " + dir.path() +
+                               "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() +
+                               "/pid.$RANK; exit " + code;
+    const RunResult r = run_xla_spawn({"-n", "2", "--", "/bin/sh", "-c", script});
+    EXPECT_EQ(r.exit_code, std::stoi(code)) << r.err;
+    for (const char* k : {"0", "1"}) {
+      const pid_t background = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
+      EXPECT_TRUE(wait_until([&] { return !process_alive(background); }, std::chrono::seconds(2)))
+          << "the sleep ordinal " << k << " started outlived a job that ended with " << code;
+    }
+  }
+}
+
 class ExitCodeTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ExitCodeTest, RootCauseExitCodeBecomesTheExitStatus) {
