@@ -69,7 +69,7 @@ bool same_header(const SegmentHeader& a, const SegmentHeader& b) {
   return a.job_id == b.job_id && a.world_size == b.world_size &&
          a.staging_bytes == b.staging_bytes && a.arena_bytes == b.arena_bytes &&
          a.total_bytes == b.total_bytes && a.launcher_pid == b.launcher_pid &&
-         a.spin_allowed == b.spin_allowed;
+         a.spin_allowed == b.spin_allowed && a.launcher_start == b.launcher_start;
 }
 
 std::string describe(const SegmentHeader& h) {
@@ -173,6 +173,7 @@ SegmentHeader SegmentHeader::of(const shm::ControlBlock& control) {
   h.total_bytes = load(control.total_bytes);
   h.launcher_pid = load(control.launcher_pid);
   h.spin_allowed = load(control.spin_allowed);
+  h.launcher_start = load(control.launcher_start);
   return h;
 }
 

@@ -31,6 +31,7 @@ struct SegmentHeader {
   uint64_t total_bytes = 0;
   int32_t launcher_pid = 0;
   uint32_t spin_allowed = 0;
+  uint64_t launcher_start = 0;
 
   static SegmentHeader of(const shm::ControlBlock& control);  // a snapshot of the header
 };

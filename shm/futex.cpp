@@ -47,4 +47,27 @@ bool process_alive(pid_t pid) {
   return close[2] != 'Z' && close[2] != 'X';
 }
 
+std::optional<uint64_t> process_start_ticks(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  FILE* file = std::fopen(path, "re");
+  if (file == nullptr) return std::nullopt;
+  char buffer[1024] = {};
+  const size_t n = std::fread(buffer, 1, sizeof buffer - 1, file);
+  std::fclose(file);
+  buffer[n] = '\0';
+  // Fields after the command name's last ')': state is field 3, starttime field 22.
+  const char* p = std::strrchr(buffer, ')');
+  if (p == nullptr) return std::nullopt;
+  for (int field = 2; field < 22; ++field) {
+    p = std::strchr(p + 1, ' ');
+    if (p == nullptr) return std::nullopt;
+  }
+  char* end = nullptr;
+  const unsigned long long ticks = std::strtoull(p + 1, &end, 10);
+  if (end == p + 1) return std::nullopt;
+  return static_cast<uint64_t>(ticks);
+}
+
 }  // namespace xs

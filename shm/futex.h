@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 namespace xs {
 
@@ -20,5 +21,9 @@ void futex_wake_all(const std::atomic<uint32_t>* word);
 
 // False when pid no longer exists or is a zombie (exited, not yet reaped by its parent).
 bool process_alive(pid_t pid);
+
+// When pid started, in clock ticks after boot (/proc/<pid>/stat, field 22), or nullopt when
+// that cannot be read. A pid and its start time name one process; a pid alone may be reused.
+std::optional<uint64_t> process_start_ticks(pid_t pid);
 
 }  // namespace xs

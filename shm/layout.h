@@ -19,7 +19,7 @@
 namespace xs::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31306d68732d7378;  // "xs-shm01" little endian
-inline constexpr uint32_t kSegmentVersion = 2;  // 2: buffer arenas
+inline constexpr uint32_t kSegmentVersion = 3;  // 2: buffer arenas; 3: launcher_start
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
@@ -74,6 +74,9 @@ struct alignas(kCacheLineBytes) ControlBlock {
   uint64_t arena_bytes = 0;  // per ordinal; a multiple of kPageBytes, may be 0
   int32_t launcher_pid = 0;
   uint32_t spin_allowed = 0;  // 0 when replicas outnumber cores: waits never spin
+  // The launcher's start time (process_start_ticks): the stale sweep takes a live process
+  // under launcher_pid for the launcher only when its start time is this one.
+  uint64_t launcher_start = 0;
   char job_id[kMaxJobIdBytes] = {};
 
   // 0 while healthy; 1 + the ordinal that poisoned it. `poison_claim` picks the one

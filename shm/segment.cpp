@@ -81,6 +81,7 @@ void init_control_block(void* base, const std::string& job_id, int world_size, s
   control->total_bytes = total_bytes;
   control->arena_bytes = arena_bytes;
   control->launcher_pid = static_cast<int32_t>(::getpid());
+  control->launcher_start = process_start_ticks(::getpid()).value_or(0);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   control->spin_allowed = static_cast<unsigned>(world_size) <= cores ? 1 : 0;
   std::memcpy(control->job_id, job_id.data(), job_id.size());
@@ -204,7 +205,11 @@ std::vector<std::string> remove_stale_segments() {
       const bip::mapped_region region = map_existing(name, bip::read_only);
       const auto& control = *static_cast<const shm::ControlBlock*>(region.get_address());
       if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic) continue;
-      if (process_alive(control.launcher_pid)) continue;
+      // Alive and the same process (a pid reused by another is not the launcher); when the
+      // start time cannot be read, a live pid is taken for the launcher.
+      const pid_t pid = control.launcher_pid;
+      const std::optional<uint64_t> start = process_start_ticks(pid);
+      if (process_alive(pid) && (!start || *start == control.launcher_start)) continue;
     } catch (const Error&) {
       continue;  // unreadable or half-created: not provably stale, leave it
     }

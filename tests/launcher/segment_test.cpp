@@ -3,8 +3,11 @@
 // SIGKILLed launcher is removed by its reaper (or, when the reaper is killed too, at the next
 // start).
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "shm/layout.h"
 #include "tests/launcher/launch_support.h"
 
 namespace xs::testing {
@@ -123,6 +127,33 @@ TEST(SegmentTest, SegmentLeftWhenTheReaperDiesTooIsRemovedAtTheNextStart) {
   const RunResult next = run_xla_spawn({"-n", "1", "--", "true"});
   EXPECT_EQ(next.exit_code, 0) << next.err;
   EXPECT_FALSE(segment_exists(name)) << name << " survived the next start";
+  EXPECT_NE(next.err.find("removed stale segment " + name), std::string::npos) << next.err;
+}
+
+// A stale segment whose launcher's pid now belongs to another live process (pid reuse; here
+// the test itself stands in for it) is still stale: the launcher is known by pid and start time.
+TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
+  const std::string name = started_segment(run);
+  ASSERT_FALSE(name.empty()) << run.out() << run.err();
+  const pid_t reaper = reaper_of(run.pid());
+  ASSERT_GT(reaper, 0) << "no reaper process under launcher " << run.pid();
+  ASSERT_EQ(::kill(reaper, SIGKILL), 0);
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  ASSERT_TRUE(segment_exists(name)) << "with launcher and reaper SIGKILLed, the segment remains";
+  {
+    const int fd = ::open(("/dev/shm" + name).c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    ASSERT_GE(fd, 0) << name;
+    void* base = ::mmap(nullptr, sizeof(shm::ControlBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(base, MAP_FAILED);
+    static_cast<shm::ControlBlock*>(base)->launcher_pid = static_cast<int32_t>(::getpid());
+    ::munmap(base, sizeof(shm::ControlBlock));
+  }
+  const RunResult next = run_xla_spawn({"-n", "1", "--", "true"});
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_FALSE(segment_exists(name)) << name << " (its pid now a live process's) survived the next start";
   EXPECT_NE(next.err.find("removed stale segment " + name), std::string::npos) << next.err;
 }
 

@@ -150,7 +150,7 @@ TEST_P(ScribblingReplica, FailsTheJobWithAClearErrorWithinSeconds) {
 
 INSTANTIATE_TEST_SUITE_P(Fields, ScribblingReplica,
                          ::testing::Values("magic", "world_size", "staging_bytes", "total_bytes",
-                                           "launcher_pid", "job_id", "poisoned", "poison_claim",
+                                           "launcher_pid", "launcher_start", "job_id", "poisoned", "poison_claim",
                                            "sleepers", "barrier_count", "peer_pid", "peer_state",
                                            "peer_round", "arena_bytes", "mailbox_arena_offset"));
 

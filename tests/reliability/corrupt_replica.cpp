@@ -96,6 +96,8 @@ void scribble(const std::string& field, int victim) {
     store(c.total_bytes, kGarbage64);
   else if (field == "launcher_pid")
     store(c.launcher_pid, static_cast<int32_t>(kGarbage32));
+  else if (field == "launcher_start")
+    store(c.launcher_start, kGarbage64);
   else if (field == "job_id")
     std::memset(c.job_id, 'x', sizeof c.job_id);
   else if (field == "poisoned")
