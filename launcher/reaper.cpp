@@ -47,6 +47,11 @@ struct Tracked {
 [[noreturn]] void reaper_main(int read_fd, pid_t launcher) {
   // Only fd 2 (for its one report line) and the pipe stay open.
   const int fd = isolate_helper_process("xla-spawn-reap", read_fd);
+  // Out of the launcher's process group: `kill -9 -- -PGID` (or a shell killing the job) must
+  // not take the reaper with the launcher, since cleaning up after that is its purpose. Job
+  // control no longer reaches it either, so it ignores the stop signals of a background group.
+  ::setpgid(0, 0);
+  for (int signo : {SIGTSTP, SIGTTIN, SIGTTOU}) ::signal(signo, SIG_IGN);
   Tracked tracked;
   std::string pending;
   char buffer[4096];

@@ -157,6 +157,30 @@ TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
   EXPECT_NE(next.err.find("removed stale segment " + name), std::string::npos) << next.err;
 }
 
+// `setsid xla-spawn ... & kill -9 -- -$!`: SIGKILL to the launcher's whole process group still
+// leaves the reaper, which kills what the replicas started and removes the segment.
+TEST(SegmentTest, KillingTheLaunchersWholeGroupStillCleansUp) {
+  TempDir dir;
+  const std::string script = std::string(kReportSegment) + "; sleep 30 & echo $! > " + dir.path() +
+                             "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() +
+                             "/pid.$RANK; wait";
+  Launch run({"/usr/bin/setsid", xla_spawn_path(), "-n", "2", "--", "/bin/sh", "-c", script}, true);
+  const std::string name = started_segment(run);
+  ASSERT_FALSE(name.empty()) << run.out() << run.err();
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir / "pid.0") && std::filesystem::exists(dir / "pid.1"); },
+                         std::chrono::seconds(20)));
+  ASSERT_EQ(::getpgid(run.pid()), run.pid()) << "setsid made xla-spawn a group leader";
+  ASSERT_EQ(::kill(-run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  EXPECT_TRUE(wait_until([&] { return !segment_exists(name); }, std::chrono::seconds(10)))
+      << name << " survived the SIGKILL of its launcher's process group";
+  for (const char* k : {"0", "1"}) {
+    const pid_t sleep_pid = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
+    EXPECT_TRUE(wait_until([&] { return !process_alive(sleep_pid); }, std::chrono::seconds(10)))
+        << "the sleep of ordinal " << k << " outlived its launcher's process group";
+  }
+}
+
 TEST(SegmentTest, TwoJobsAtOnceGetDifferentSegments) {
   Launch a({"-n", "1", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 2"});
   const RunResult b = run_xla_spawn({"-n", "1", "--", "/bin/sh", "-c", kReportSegment});
