@@ -60,10 +60,10 @@ int run(int argc, const char* const* argv) {
   // Forked before any replica, so it holds none of their pipes; removes the segment and kills
   // the replicas' groups if this process dies without doing so (SIGKILL, OOM kill).
   xs::SegmentMonitor monitor(&segment);
-  xs::Reaper reaper(&monitor);
+  xs::Reaper reaper(&monitor, &monitor);
   options.resources = &reaper;
   options.observer = &reaper;
-  options.monitor = &monitor;
+  options.monitor = &reaper;
   return xs::supervise(cl.nprocs, exec_command, options).exit_code;
 }
 

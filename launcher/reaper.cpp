@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "launcher/exit_report.h"
 #include "launcher/helper_process.h"
 #include "launcher/output_mux.h"
 #include "replica/context.h"
@@ -82,7 +83,11 @@ struct Tracked {
 
 }  // namespace
 
-Reaper::Reaper(JobResources* inner) : inner_(inner) {
+Reaper::Reaper(JobResources* inner, JobMonitor* monitor) : inner_(inner), monitor_(monitor) {
+  start();
+}
+
+void Reaper::start() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError(errno_message("reaper pipe", errno));
   const pid_t launcher = ::getpid();
@@ -99,6 +104,33 @@ Reaper::Reaper(JobResources* inner) : inner_(inner) {
   }
   ::close(fds[0]);
   write_fd_ = fds[1];
+}
+
+// A reaper killed on its own (its pid SIGKILLed by a user or the OOM killer) leaves the job
+// unguarded: say so and start another, which learns what is tracked now.
+void Reaper::restart_if_gone() noexcept {
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return;
+  const pid_t old = pid_;
+  if (write_fd_ >= 0) ::close(write_fd_);
+  write_fd_ = -1;
+  try {
+    start();
+  } catch (const Error& e) {
+    write_all(2, fmt::format("xla-spawn: the reaper (pid {}) died ({}) and a new one could not be "
+                             "started: {}; a segment left by a killed launcher is swept at the next start\n",
+                             old, describe_status(status), e.what()));
+    return;
+  }
+  write_all(2, fmt::format("xla-spawn: the reaper (pid {}) died ({}); started a new one (pid {})\n", old,
+                           describe_status(status), pid_));
+  if (!segment_.empty()) send('+', 's', segment_);
+  for (pid_t pgid : groups_) send('+', 'g', std::to_string(pgid));
+}
+
+std::optional<std::string> Reaper::check(std::span<const pid_t> pids_by_ordinal) noexcept {
+  restart_if_gone();
+  return monitor_ != nullptr ? monitor_->check(pids_by_ordinal) : std::nullopt;
 }
 
 Reaper::~Reaper() {
@@ -134,10 +166,12 @@ void Reaper::release() noexcept {
 }
 
 void Reaper::replica_started(pid_t pid) noexcept {
+  groups_.insert(pid);
   send('+', 'g', std::to_string(pid));
 }
 
 void Reaper::replica_reaped(pid_t pid) noexcept {
+  groups_.erase(pid);
   send('-', 'g', std::to_string(pid));
 }
 

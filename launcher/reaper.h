@@ -5,12 +5,18 @@
 // remove the segments the launcher had not released yet, then exit. It ignores SIGINT,
 // SIGTERM, SIGHUP and SIGQUIT (a Ctrl-C reaches the whole foreground group).
 //
-//   xs::Reaper reaper(&segment);                 // forks; wraps the job's resources
-//   options.resources = &reaper;  options.observer = &reaper;
+// A reaper killed on its own is noticed at the next monitor check (every kMonitorIntervalMs)
+// and replaced, with a warning; the new one learns what is tracked.
+//
+//   xs::Reaper reaper(&segment, &monitor);       // forks; wraps the job's resources and monitor
+//   options.resources = &reaper;  options.observer = &reaper;  options.monitor = &reaper;
 //   xs::supervise(n, body, options);             // ~Reaper: closes the pipe, reaps it
 
 #include <sys/types.h>
 
+#include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,12 +25,13 @@
 
 namespace xs {
 
-class Reaper final : public JobResources, public ReplicaObserver {
+class Reaper final : public JobResources, public ReplicaObserver, public JobMonitor {
  public:
   // Forks the reaper. `inner` (not owned, may be null) does the real work of prepare() and
   // release(); the reaper only learns the segment name (XLA_SPAWN_SEGMENT) it returns.
+  // check() replaces a dead reaper, then asks `monitor` (not owned, may be null).
   // Throws xs::IoError when pipe or fork fails.
-  explicit Reaper(JobResources* inner);
+  explicit Reaper(JobResources* inner, JobMonitor* monitor = nullptr);
   // Closes the pipe and waits (at most kExitWaitMs) for the reaper to exit.
   ~Reaper() override;
   Reaper(const Reaper&) = delete;
@@ -34,6 +41,7 @@ class Reaper final : public JobResources, public ReplicaObserver {
   void release() noexcept override;
   void replica_started(pid_t pid) noexcept override;
   void replica_reaped(pid_t pid) noexcept override;
+  std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
 
   pid_t pid() const { return pid_; }
 
@@ -41,9 +49,13 @@ class Reaper final : public JobResources, public ReplicaObserver {
   static constexpr int kExitWaitMs = 5000;
 
  private:
+  void start();
+  void restart_if_gone() noexcept;
   void send(char op, char kind, const std::string& value) noexcept;
 
   JobResources* inner_;
+  JobMonitor* monitor_;
+  std::set<pid_t> groups_;  // replica process groups started and not yet reaped
   pid_t pid_ = -1;
   int write_fd_ = -1;  // -1 when the reaper is gone (EPIPE): cleanup falls back to the sweep
   std::string segment_;

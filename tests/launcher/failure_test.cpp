@@ -95,10 +95,13 @@ TEST(FailFastTest, StopReachesTheReplicasOwnChildren) {
 TEST(FailFastTest, WhatAReplicaLeftRunningDiesWithIt) {
   for (const char* code : {"0", "3"}) {
     TempDir dir;
-    const std::string script = "trap '' TERM; (trap '' TERM; exec sleep 300) & echo $! > " + dir.path() +
-                               "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() +
-                               "/pid.$RANK; exit " + code;
-    const RunResult r = run_xla_spawn({"-n", "2", "--", "/bin/sh", "-c", script});
+    // Each replica exits once both have started their sleep (so a failure cannot stop the
+    // other first); --timeout bounds the wait.
+    const std::string d = dir.path();
+    const std::string script = "trap '' TERM; (trap '' TERM; exec sleep 300) & echo $! > " + d + "/pid.$RANK.tmp; mv " +
+                               d + "/pid.$RANK.tmp " + d + "/pid.$RANK; while [ ! -s " + d + "/pid.0 ] || [ ! -s " + d +
+                               "/pid.1 ]; do sleep 0.01; done; exit " + code;
+    const RunResult r = run_xla_spawn({"-n", "2", "--timeout", "30", "--", "/bin/sh", "-c", script});
     EXPECT_EQ(r.exit_code, std::stoi(code)) << r.err;
     for (const char* k : {"0", "1"}) {
       const pid_t background = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "shm/layout.h"
@@ -178,6 +179,39 @@ TEST(SegmentTest, KillingTheLaunchersWholeGroupStillCleansUp) {
     const pid_t sleep_pid = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
     EXPECT_TRUE(wait_until([&] { return !process_alive(sleep_pid); }, std::chrono::seconds(10)))
         << "the sleep of ordinal " << k << " outlived its launcher's process group";
+  }
+}
+
+// A reaper killed on its own is replaced, with a warning, and the new one does the old one's
+// work when the launcher is SIGKILLed afterwards.
+TEST(SegmentTest, AKilledReaperIsReplacedAndTheNewOneCleansUp) {
+  TempDir dir;
+  const std::string script = std::string(kReportSegment) + "; sleep 30 & echo $! > " + dir.path() +
+                             "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() +
+                             "/pid.$RANK; wait";
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", script});
+  const std::string name = started_segment(run);
+  ASSERT_FALSE(name.empty()) << run.out() << run.err();
+  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir / "pid.0") && std::filesystem::exists(dir / "pid.1"); },
+                         std::chrono::seconds(20)));
+  const pid_t old = reaper_of(run.pid());
+  ASSERT_GT(old, 0) << "no reaper process under launcher " << run.pid();
+  ASSERT_EQ(::kill(old, SIGKILL), 0);
+  EXPECT_TRUE(wait_until([&] {
+    const pid_t now = reaper_of(run.pid());
+    return now > 0 && now != old && process_alive(now);
+  }, std::chrono::seconds(5))) << run.err();
+  EXPECT_TRUE(wait_until([&] { return run.err().find(fmt::format("the reaper (pid {}) died", old)) != std::string::npos; },
+                         std::chrono::seconds(5)))
+      << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  EXPECT_TRUE(wait_until([&] { return !segment_exists(name); }, std::chrono::seconds(10)))
+      << name << " survived its launcher with the replacement reaper";
+  for (const char* k : {"0", "1"}) {
+    const pid_t sleep_pid = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
+    EXPECT_TRUE(wait_until([&] { return !process_alive(sleep_pid); }, std::chrono::seconds(10)))
+        << "the sleep of ordinal " << k << " outlived its launcher with the replacement reaper";
   }
 }
 
