@@ -1,8 +1,14 @@
 #include "collectives/shm_communicator.h"
 
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "base/check.h"
 #include "base/splitmix64.h"
@@ -17,6 +23,36 @@ namespace {
 
 using detail::CallHeader;
 using detail::CallKind;
+
+// The arena is sparse: /dev/shm backs its pages only when first written, and a full /dev/shm
+// then raises SIGBUS in whichever process touches the page. So a block's pages are backed
+// before it is handed out (MADV_POPULATE_WRITE, Linux 5.14): false when /dev/shm cannot back
+// them, after giving back what was backed. On an older kernel (EINVAL) nothing is checked.
+bool back_with_pages(void* block, size_t bytes) {
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
+  const size_t span = (std::max<size_t>(bytes, 1) + BufferArena::kAlignBytes - 1) /
+                      BufferArena::kAlignBytes * BufferArena::kAlignBytes;
+  if (::madvise(block, span, kPopulateWrite) == 0) return true;
+  if (errno == EINVAL) return true;
+  ::madvise(block, span, MADV_REMOVE);  // give back the pages it did back, for other blocks
+  return false;
+}
+
+// Said once per process: which allocations fell back to the heap, and why.
+void warn_arena_unbacked(size_t bytes) {
+  static std::atomic<bool> warned{false};
+  if (warned.exchange(true)) return;
+  struct statvfs fs {};
+  const std::string free_text =
+      ::statvfs("/dev/shm", &fs) == 0
+          ? fmt::format("{:.1f} MiB free of {:.1f} MiB", static_cast<double>(fs.f_bavail) * fs.f_frsize / (1 << 20),
+                        static_cast<double>(fs.f_blocks) * fs.f_frsize / (1 << 20))
+          : std::string("free space unknown");
+  spdlog::warn(
+      "/dev/shm cannot back a {}-byte collective buffer ({}): buffers that do not fit come from the heap, "
+      "and their collectives copy through the segment's staging area (slower); give /dev/shm more space",
+      bytes, free_text);
+}
 
 // Largest tag + payload a rendezvous carries: it must fit one staging half with its lengths.
 size_t rendezvous_capacity(const detail::Rounds& rounds) {
@@ -71,7 +107,11 @@ const Segment& ShmCommunicator::segment() const {
 }
 
 void* ShmCommunicator::alloc_buffer(size_t bytes) {
-  if (void* block = arena_->allocate(bytes)) return block;
+  if (void* block = arena_->allocate(bytes)) {
+    if (back_with_pages(block, bytes)) return block;
+    arena_->deallocate(block);
+    warn_arena_unbacked(bytes);
+  }
   return Communicator::alloc_buffer(bytes);
 }
 
