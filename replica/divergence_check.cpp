@@ -1,5 +1,6 @@
 #include "replica/divergence_check.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -67,6 +68,14 @@ void check_replicas_identical(const NamedTensors& params, int64_t step) {
   }
   spdlog::debug("step {}: graph and {} parameters identical on {} replicas", step, params.size(),
                 all.size());
+}
+
+void check_finite_loss(double loss, int64_t step) {
+  if (std::isfinite(loss)) return;
+  throw Error(fmt::format(
+      "step {}: the loss is {} on ordinal {}: the run diverged (a learning rate too high?) or a parameter "
+      "buffer was overwritten; XLA_SPAWN_DEBUG_REPLICAS=1 compares the replicas' parameters every step",
+      step, loss, ordinal()));
 }
 
 }  // namespace xs::xm

@@ -4,6 +4,10 @@
 // first ordinal whose graph or parameters differ from the master's is named in the error.
 //
 //   xs::xm::check_replicas_identical(model.named_parameters(), step);   // PeerFailure if not
+//
+// Cheaper and always on in the trainers: check_finite_loss(loss, step) on the loss each step
+// already reads back, since a NaN or an infinity in the parameters (a diverging run, or bytes
+// scribbled over a buffer) reaches the loss within a step.
 
 #include <cstdint>
 #include <span>
@@ -22,5 +26,8 @@ std::vector<uint64_t> parameter_hashes(const NamedTensors& params);
 // Collective: throws xs::PeerFailure naming the first ordinal (lowest) whose last graph hash
 // or parameter hashes differ from ordinal 0's, the step, and the first differing parameter.
 void check_replicas_identical(const NamedTensors& params, int64_t step);
+
+// Throws xs::Error naming the step, the ordinal and the value when `loss` is NaN or infinite.
+void check_finite_loss(double loss, int64_t step);
 
 }  // namespace xs::xm

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "examples/train_fmnist/models.h"
+#include "replica/divergence_check.h"
 #include "replica/fashion_mnist.h"
 #include "replica/optimizer_step.h"
 #include "replica/xm.h"
@@ -131,6 +132,7 @@ void Trainer::train_step(const xm::DeviceBatch& batch, double& loss_value) {
   ++global_step_;
   ++result_.steps;
   loss_value = loss.item();  // materialised by the step: a copy, not a second graph
+  xm::check_finite_loss(loss_value, global_step_);
 }
 
 }  // namespace xs::fmnist

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.h"
+#include "replica/divergence_check.h"
 #include "replica/optimizer_step.h"
 #include "replica/xm.h"
 #include "replica/xm_checkpoint.h"
@@ -132,7 +133,9 @@ double LmTrainer::train_step(const TokenBatch& b) {
   xm::optimizer_step(*optimizer_, model_->named_parameters(), {.clip_grad_norm = options_.clip});
   ++global_step_;
   ++result_.steps;
-  return loss.item();
+  const double value = loss.item();
+  xm::check_finite_loss(value, global_step_);
+  return value;
 }
 
 double LmTrainer::evaluate() {

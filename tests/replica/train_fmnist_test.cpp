@@ -85,6 +85,16 @@ TEST(TrainFmnistProgress, ExactlyOneProgressBarForFourReplicas) {
   EXPECT_EQ(count_of(r.output, "epoch 1/1: "), 1) << r.output;  // one epoch summary
 }
 
+// A diverging run stops at the first non-finite loss, naming the step, instead of training on
+// NaN parameters (and saving them in a checkpoint whose CRC is fine).
+TEST(TrainFmnistDivergence, ANanLossStopsTheJobNamingTheStep) {
+  const CommandResult r = run_command(spawn_train(2, "", "--epochs 1 --no-eval --optimizer sgd --lr 99"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(": the loss is nan on ordinal "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train_fmnist: step "), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "done: "), 0) << r.output;
+}
+
 TEST(TrainFmnistOptions, BadValuesAreRejectedNamingTheFlag) {
   CommandResult r = run_command(std::string(XS_TRAIN_FMNIST) + " --model resnet");
   EXPECT_EQ(r.exit_code, 2);
