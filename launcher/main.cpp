@@ -31,6 +31,10 @@ int run(int argc, const char* const* argv) {
     xs::write_all(1, xs::usage_text());
     return 0;
   }
+  if (cl.version) {
+    xs::write_all(1, xs::version_text());
+    return 0;
+  }
   const std::string path = xs::resolve_command(cl.command[0]);
   std::vector<char*> child_argv;
   for (const std::string& arg : cl.command) child_argv.push_back(const_cast<char*>(arg.c_str()));

@@ -28,6 +28,7 @@ po::options_description describe_options() {
   // clang-format off
   desc.add_options()
       ("help,h", "show this help and exit")
+      ("version", "print the version and exit")
       ("nprocs,n", po::value<std::string>()->value_name("N"),
        "number of replicas, 1..1024 (default: the number of CPUs; -np also works)")
       ("no-prefix", po::bool_switch(), "do not prefix console lines with \"[ordinal] \"")
@@ -207,6 +208,10 @@ CommandLine parse_command_line(int argc, const char* const* argv) {
     cl.help = true;
     return cl;
   }
+  if (vm.count("version")) {
+    cl.version = true;
+    return cl;
+  }
   apply_values(vm, cl);
   if (split.command.empty()) {
     throw UsageError("no command given (xla-spawn [options] -- COMMAND)", /*show_usage=*/true);
@@ -224,6 +229,10 @@ std::string usage_text() {
           "--timeout, 128+S when stopped by signal S, 2 usage, 127 command not found.\n\n"
        << describe_options();
   return text.str();
+}
+
+std::string version_text() {
+  return fmt::format("xla-spawn {}\n", XS_VERSION);
 }
 
 }  // namespace xs

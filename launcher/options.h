@@ -34,9 +34,13 @@ struct CommandLine {
   // --show-ordinals as given: in a multi-node job it is resolved once the world is known.
   std::string show_ordinals;
   SupervisorOptions supervisor;
-  std::vector<std::string> command;  // COMMAND [ARGS...]; non-empty unless help
+  std::vector<std::string> command;  // COMMAND [ARGS...]; non-empty unless help or version
   bool help = false;
+  bool version = false;
 };
+
+// "xla-spawn X.Y.Z", the project's version (CMakeLists.txt).
+std::string version_text();
 
 // Parses and validates; argv[0] is the program name. Throws UsageError naming the flag, the
 // value and what was expected.

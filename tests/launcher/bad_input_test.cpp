@@ -109,6 +109,12 @@ TEST(BadInputTest, HelpPrintsUsageAndExitsZero) {
   EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
 }
 
+TEST(BadInputTest, VersionPrintsTheProjectsVersionAndExitsZero) {
+  const RunResult r = run_xla_spawn({"--version"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("xla-spawn ") + XS_PROJECT_VERSION + "\n");
+}
+
 TEST(BadInputTest, CommandWithoutDashDashAndMpirunStyleNp) {
   const RunResult r = run_xla_spawn({"-np", "2", "/bin/echo", "--not-an-option"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
