@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "launcher/command_path.h"
 #include "launcher/node_session.h"
 #include "launcher/options.h"
+#include "launcher/orphans.h"
 #include "launcher/output_mux.h"
 #include "launcher/reaper.h"
 #include "launcher/segment_monitor.h"
@@ -68,6 +70,12 @@ int run(int argc, const char* const* argv) {
   options.resources = &reaper;
   options.observer = &reaper;
   options.monitor = &reaper;
+  // What a replica leaves outside its process group comes back here when its parent exits, and
+  // is killed after the attempt (launcher/orphans.h).
+  xs::become_subreaper();
+  options.helper_pids = [&] {
+    return std::set<pid_t>{reaper.pid(), session ? session->server_pid() : -1};
+  };
   return xs::supervise(cl.nprocs, exec_command, options).exit_code;
 }
 

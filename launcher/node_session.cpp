@@ -120,6 +120,10 @@ NodeSession::NodeSession(const NodeOptions& options, cluster::NodeLink link,
                          std::unique_ptr<RendezvousProcess> server)
     : options_(options), server_(std::move(server)), link_(std::move(link)) {}
 
+pid_t NodeSession::server_pid() const {
+  return server_ != nullptr ? server_->pid() : -1;
+}
+
 std::vector<EnvVar> NodeSession::env() const {
   namespace n = env_names;
   std::vector<EnvVar> vars = {

@@ -46,6 +46,8 @@ class NodeSession final : public JobPeers {
   PeerVerdict end_attempt(int attempt, int exit_code) override;
 
   const cluster::World& world() const { return world_; }
+  // The rendezvous server's process on node 0; -1 elsewhere.
+  pid_t server_pid() const;
 
  private:
   NodeSession(const NodeOptions& options, cluster::NodeLink link,

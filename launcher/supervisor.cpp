@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "cluster/connection.h"
 #include "launcher/detail/attempt.h"
+#include "launcher/orphans.h"
 #include "launcher/signal_pipe.h"
 #include "replica/context.h"
 
@@ -135,6 +136,7 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
   result.job_id = job.job_id;
   for (int attempt = 0;;) {
     const detail::AttemptResult a = run_attempt(job, attempt, options.resources);
+    if (options.helper_pids) kill_orphans(options.helper_pids());
     result.outcome = a.outcome;
     result.exit_code = a.exit_code;
     result.failed_ordinal = a.failed_ordinal;

@@ -13,7 +13,9 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 
@@ -64,6 +66,9 @@ struct SupervisorOptions {
   // The other nodes of a multi-node job (not owned; null on a single node): where this node's
   // replicas sit, job-wide stops, restarts and the end of the job come from there.
   JobPeers* peers = nullptr;
+  // Set when this process is its replicas' subreaper (launcher/orphans.h): the pids of its own
+  // helper children, which are spared when the orphans are killed after each attempt.
+  std::function<std::set<pid_t>()> helper_pids;
 };
 
 struct JobResult {

@@ -111,6 +111,22 @@ TEST(FailFastTest, WhatAReplicaLeftRunningDiesWithIt) {
   }
 }
 
+// Out of the replica's group too: a `setsid` child comes back to xla-spawn (its subreaper) when
+// the replica exits, and is killed after the attempt.
+TEST(FailFastTest, WhatAReplicaStartedInASessionOfItsOwnDiesWithTheJob) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string script = "/usr/bin/setsid sleep 300 & echo $! > " + d + "/pid.$RANK.tmp; mv " + d +
+                             "/pid.$RANK.tmp " + d + "/pid.$RANK; exit 0";
+  const RunResult r = run_xla_spawn({"-n", "2", "--timeout", "30", "--", "/bin/sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  for (const char* k : {"0", "1"}) {
+    const pid_t escaped = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
+    EXPECT_TRUE(wait_until([&] { return !process_alive(escaped); }, std::chrono::seconds(2)))
+        << "the setsid sleep of ordinal " << k << " outlived the job";
+  }
+}
+
 class ExitCodeTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ExitCodeTest, RootCauseExitCodeBecomesTheExitStatus) {
