@@ -8,6 +8,7 @@
 #include "cluster/handshake.h"
 #include "launcher/options.h"
 #include "launcher/output_mux.h"
+#include "launcher/replica_env.h"
 #include "replica/context.h"
 
 namespace xs {
@@ -139,10 +140,10 @@ std::vector<EnvVar> NodeSession::env() const {
   };
   // torch.distributed's env:// rendezvous: rank 0 hosts its store at MASTER_ADDR:MASTER_PORT,
   // a port that was free on node 0 (unless the user chose them).
-  if (!env_string(n::kTorchMasterAddr)) vars.push_back({n::kTorchMasterAddr, options_.master_addr});
-  if (!env_string(n::kTorchMasterPort)) {
-    vars.push_back({n::kTorchMasterPort, std::to_string(world_.torch_port)});
-  }
+  const uint16_t torch_port = static_cast<uint16_t>(world_.torch_port);
+  const std::vector<EnvVar> torch =
+      torch_store_env(options_.master_addr, [torch_port] { return std::optional<uint16_t>(torch_port); });
+  vars.insert(vars.end(), torch.begin(), torch.end());
   return vars;
 }
 

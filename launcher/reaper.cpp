@@ -88,20 +88,25 @@ Reaper::Reaper(JobResources* inner, JobMonitor* monitor) : inner_(inner), monito
 }
 
 void Reaper::start() {
+  pid_ = -1;  // until a new one runs: never a pid that may be reused, nor waitpid(-1)'s "any"
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError(errno_message("reaper pipe", errno));
   const pid_t launcher = ::getpid();
-  pid_ = ::fork();
-  if (pid_ < 0) {
+  const pid_t pid = ::fork();
+  if (pid < 0) {
     const int saved = errno;
     ::close(fds[0]);
     ::close(fds[1]);
     throw IoError(errno_message("fork of the reaper", saved));
   }
-  if (pid_ == 0) {
+  if (pid == 0) {
     ::close(fds[1]);
     reaper_main(fds[0], launcher);
   }
+  // Also done by the child; whichever runs first wins, so no group kill of the launcher's can
+  // take the reaper before it has left. EACCES and ESRCH are harmless here.
+  ::setpgid(pid, pid);
+  pid_ = pid;
   ::close(fds[0]);
   write_fd_ = fds[1];
 }
@@ -109,6 +114,7 @@ void Reaper::start() {
 // A reaper killed on its own (its pid SIGKILLed by a user or the OOM killer) leaves the job
 // unguarded: say so and start another, which learns what is tracked now.
 void Reaper::restart_if_gone() noexcept {
+  if (pid_ <= 0) return;  // none could be started: the stale sweep is the fallback
   int status = 0;
   if (::waitpid(pid_, &status, WNOHANG) != pid_) return;
   const pid_t old = pid_;
@@ -135,6 +141,7 @@ std::optional<std::string> Reaper::check(std::span<const pid_t> pids_by_ordinal)
 
 Reaper::~Reaper() {
   if (write_fd_ >= 0) ::close(write_fd_);
+  if (pid_ <= 0) return;
   // Bounded: the reaper only has to read EOF (and clean whatever is still recorded).
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
   if (pidfd >= 0) {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "base/env.h"
 #include "replica/context.h"
 
 namespace xs {
@@ -73,6 +74,23 @@ std::vector<EnvVar> replica_env(const std::string& job_id, const ReplicaPlace& p
   vars.insert(vars.end(), defaults.begin(), defaults.end());
   vars.insert(vars.end(), extra.begin(), extra.end());
   return vars;
+}
+
+std::vector<EnvVar> torch_store_env(const std::string& default_addr,
+                                    const std::function<std::optional<uint16_t>()>& pick_port) {
+  namespace n = env_names;
+  constexpr const char* kMarker = "XLA_SPAWN_TORCH_PORT";
+  const std::optional<std::string> port = env_string(n::kTorchMasterPort);
+  const std::optional<std::string> marker = env_string(kMarker);
+  const bool inherited = port && marker && *port == *marker;
+  const std::optional<std::string> addr = env_string(n::kTorchMasterAddr);
+  std::optional<std::string> chosen = inherited ? std::nullopt : port;
+  if (!chosen) {
+    if (const std::optional<uint16_t> picked = pick_port()) chosen = std::to_string(*picked);
+  }
+  return {{n::kTorchMasterAddr, addr && !inherited ? *addr : default_addr},
+          {n::kTorchMasterPort, chosen},
+          {kMarker, chosen}};
 }
 
 }  // namespace xs

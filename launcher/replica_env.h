@@ -6,6 +6,8 @@
 //   for (const auto& v : xs::replica_env(job, {.ordinal = 2, .local_ordinal = 2, .world_size = 8,
 //                                              .local_world_size = 8}, 0, {})) ...  // RANK=2...
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,5 +46,13 @@ struct ReplicaPlace {
 // `extra` sets it, so a job started inside another job's replica inherits nothing of it.
 std::vector<EnvVar> replica_env(const std::string& job_id, const ReplicaPlace& place, int attempt,
                                 const std::vector<EnvVar>& extra);
+
+// torch.distributed's env:// store address: MASTER_ADDR and MASTER_PORT as the user set them
+// for this launcher, else `default_addr` and `pick_port()` (nullopt: leave the port unset). The
+// port given is also marked in XLA_SPAWN_TORCH_PORT, so a launcher started inside the job
+// (a replica running xla-spawn) knows an inherited MASTER_PORT is not its user's and picks its
+// own: two jobs sharing a store would join each other's process groups.
+std::vector<EnvVar> torch_store_env(const std::string& default_addr,
+                                    const std::function<std::optional<uint16_t>()>& pick_port);
 
 }  // namespace xs

@@ -12,6 +12,7 @@
 #include "cluster/connection.h"
 #include "launcher/detail/attempt.h"
 #include "launcher/orphans.h"
+#include "launcher/replica_env.h"
 #include "launcher/signal_pipe.h"
 #include "replica/context.h"
 
@@ -59,16 +60,13 @@ void ensure_fd_limit(int nprocs) {
 // user set them. Without a usable loopback (a network namespace whose lo is down) the port is
 // left out; only such programs need it, and they then say which variable is missing.
 std::vector<EnvVar> torch_master_env() {
-  namespace n = env_names;
-  std::vector<EnvVar> vars;
-  if (!env_string(n::kTorchMasterAddr)) vars.push_back({n::kTorchMasterAddr, "127.0.0.1"});
-  if (!env_string(n::kTorchMasterPort)) {
+  return torch_store_env("127.0.0.1", []() -> std::optional<uint16_t> {
     try {
-      vars.push_back({n::kTorchMasterPort, std::to_string(cluster::pick_free_port("127.0.0.1"))});
+      return cluster::pick_free_port("127.0.0.1");
     } catch (const IoError&) {
+      return std::nullopt;
     }
-  }
-  return vars;
+  });
 }
 
 detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,

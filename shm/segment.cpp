@@ -207,8 +207,11 @@ std::vector<std::string> remove_stale_segments() {
       if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic) continue;
       // Alive and the same process (a pid reused by another is not the launcher); when the
       // start time cannot be read, a live pid is taken for the launcher.
+      // A segment of an older version, or whose launcher could not read its own start time,
+      // has no usable launcher_start: a live pid is then taken for its launcher.
       const pid_t pid = control.launcher_pid;
-      const std::optional<uint64_t> start = process_start_ticks(pid);
+      const bool has_start = control.version == shm::kSegmentVersion && control.launcher_start != 0;
+      const std::optional<uint64_t> start = has_start ? process_start_ticks(pid) : std::nullopt;
       if (process_alive(pid) && (!start || *start == control.launcher_start)) continue;
     } catch (const Error&) {
       continue;  // unreadable or half-created: not provably stale, leave it

@@ -62,6 +62,21 @@ TEST_P(EnvTest, EachReplicaGetsItsOrdinalWorldSizeAndTheSharedJobId) {
   EXPECT_EQ(job_ids.size(), 1u) << "one job id per job";
 }
 
+// A job started inside a job (a replica running xla-spawn) gets a store of its own: sharing the
+// outer job's MASTER_PORT, its ranks joined the other job's process group.
+TEST(EnvTest, AJobInsideAJobGetsItsOwnTorchStorePort) {
+  const RunResult r = run_xla_spawn({"-n", "1", "--", "/bin/sh", "-c",
+                                     "echo OUTER $MASTER_PORT; exec " + xla_spawn_path() + " -n 2 -- " +
+                                         helper_path() + " --do print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> outer = lines_with(r.out, "[0] OUTER ");
+  ASSERT_EQ(outer.size(), 1u) << r.out;
+  const std::string outer_port = outer[0].substr(std::string("[0] OUTER ").size());
+  ASSERT_FALSE(outer_port.empty()) << r.out;
+  EXPECT_EQ(r.out.find("ENV MASTER_PORT=" + outer_port + "\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[0] [1] ENV MASTER_PORT="), std::string::npos) << r.out;
+}
+
 TEST(EnvTest, UserSettingsOfTheTorchStoreAddressWin) {
   const RunResult r = run_xla_spawn({"-n", "1", "--", "/usr/bin/env", "MASTER_ADDR=198.18.0.9",
                                      "MASTER_PORT=29555", xla_spawn_path(), "-n", "2", "--",
