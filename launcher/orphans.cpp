@@ -8,19 +8,21 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "base/error.h"
+#include "shm/futex.h"
 
 namespace xs {
 namespace {
 
 // The children of this process, zombies included (they still need reaping): from each of its
 // threads' /proc/self/task/<tid>/children, else (a kernel without CONFIG_PROC_CHILDREN) from
-// every process's /proc/<pid>/stat, whose parent pid follows the command name's last ')'.
+// every process's /proc/<pid>/stat, whose parent pid follows the state.
 std::vector<pid_t> children_of_this_process() {
   std::vector<pid_t> children;
   std::error_code ec;
@@ -38,17 +40,12 @@ std::vector<pid_t> children_of_this_process() {
   for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    FILE* file = std::fopen((entry.path() / "stat").c_str(), "re");
-    if (file == nullptr) continue;
-    char buffer[1024] = {};
-    const size_t n = std::fread(buffer, 1, sizeof buffer - 1, file);
-    std::fclose(file);
-    buffer[n] = '\0';
-    const char* close = std::strrchr(buffer, ')');
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    const std::optional<std::string> fields = process_stat_fields(pid);
     char state = 0;
     int ppid = 0;
-    if (close != nullptr && std::sscanf(close + 1, " %c %d", &state, &ppid) == 2 && ppid == self) {
-      children.push_back(static_cast<pid_t>(std::stol(name)));
+    if (fields && std::sscanf(fields->c_str(), "%c %d", &state, &ppid) == 2 && ppid == self) {
+      children.push_back(pid);
     }
   }
   return children;

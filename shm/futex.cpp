@@ -29,25 +29,7 @@ void futex_wake_all(const std::atomic<uint32_t>* word) {
             nullptr, 0);
 }
 
-bool process_alive(pid_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  // kill() succeeds on a zombie; its state letter in /proc/<pid>/stat is Z (or X).
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  FILE* file = std::fopen(path, "re");
-  if (file == nullptr) return errno != ENOENT;
-  char buffer[512] = {};
-  const size_t n = std::fread(buffer, 1, sizeof buffer - 1, file);
-  std::fclose(file);
-  buffer[n] = '\0';
-  // The command name is in parentheses and may contain spaces: the state follows the last ')'.
-  const char* close = std::strrchr(buffer, ')');
-  if (close == nullptr || close[1] == '\0' || close[2] == '\0') return true;
-  return close[2] != 'Z' && close[2] != 'X';
-}
-
-std::optional<uint64_t> process_start_ticks(pid_t pid) {
+std::optional<std::string> process_stat_fields(pid_t pid) {
   if (pid <= 0) return std::nullopt;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
@@ -57,10 +39,28 @@ std::optional<uint64_t> process_start_ticks(pid_t pid) {
   const size_t n = std::fread(buffer, 1, sizeof buffer - 1, file);
   std::fclose(file);
   buffer[n] = '\0';
-  // Fields after the command name's last ')': state is field 3, starttime field 22.
-  const char* p = std::strrchr(buffer, ')');
-  if (p == nullptr) return std::nullopt;
-  for (int field = 2; field < 22; ++field) {
+  // The command name is in parentheses and may contain spaces: the fields follow the last ')'.
+  const char* close = std::strrchr(buffer, ')');
+  if (close == nullptr || close[1] != ' ') return std::nullopt;
+  return std::string(close + 2);
+}
+
+bool process_alive(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // kill() succeeds on a zombie; its state letter is Z (or X). Unreadable: gone only if absent.
+  errno = 0;
+  const std::optional<std::string> fields = process_stat_fields(pid);
+  if (!fields) return errno != ENOENT;
+  return fields->empty() || ((*fields)[0] != 'Z' && (*fields)[0] != 'X');
+}
+
+std::optional<uint64_t> process_start_ticks(pid_t pid) {
+  const std::optional<std::string> fields = process_stat_fields(pid);
+  if (!fields) return std::nullopt;
+  // State is field 3, starttime field 22.
+  const char* p = fields->c_str() - 1;
+  for (int field = 3; field < 22; ++field) {
     p = std::strchr(p + 1, ' ');
     if (p == nullptr) return std::nullopt;
   }

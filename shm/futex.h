@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace xs {
 
@@ -18,6 +19,10 @@ void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t ti
 
 // Wakes every process sleeping on word.
 void futex_wake_all(const std::atomic<uint32_t>* word);
+
+// The fields of /proc/<pid>/stat after the command name (state first), or nullopt when it
+// cannot be read (errno says why).
+std::optional<std::string> process_stat_fields(pid_t pid);
 
 // False when pid no longer exists or is a zombie (exited, not yet reaped by its parent).
 bool process_alive(pid_t pid);

@@ -158,42 +158,52 @@ TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
   EXPECT_NE(next.err.find("removed stale segment " + name), std::string::npos) << next.err;
 }
 
+// Replica script of the cleanup tests: reports the segment, starts `sleep 30` in its group,
+// writes that sleep's pid to DIR/pid.$RANK (whole, by a rename) and waits for it.
+std::string sleeping_replica(const TempDir& dir) {
+  return std::string(kReportSegment) + "; sleep 30 & echo $! > " + dir.path() + "/pid.$RANK.tmp; mv " +
+         dir.path() + "/pid.$RANK.tmp " + dir.path() + "/pid.$RANK; wait";
+}
+
+bool sleeps_started(const TempDir& dir) {
+  return std::filesystem::exists(dir / "pid.0") && std::filesystem::exists(dir / "pid.1");
+}
+
+// Both ordinals' sleeps end within 10 s; `what` says how one survived.
+void expect_sleeps_die(const TempDir& dir, const std::string& what) {
+  for (const char* k : {"0", "1"}) {
+    const pid_t sleep_pid = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
+    EXPECT_TRUE(wait_until([&] { return !process_alive(sleep_pid); }, std::chrono::seconds(10)))
+        << "the sleep of ordinal " << k << " " << what;
+  }
+}
+
 // `setsid xla-spawn ... & kill -9 -- -$!`: SIGKILL to the launcher's whole process group still
 // leaves the reaper, which kills what the replicas started and removes the segment.
 TEST(SegmentTest, KillingTheLaunchersWholeGroupStillCleansUp) {
   TempDir dir;
-  const std::string script = std::string(kReportSegment) + "; sleep 30 & echo $! > " + dir.path() +
-                             "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() +
-                             "/pid.$RANK; wait";
+  const std::string script = sleeping_replica(dir);
   Launch run({"/usr/bin/setsid", xla_spawn_path(), "-n", "2", "--", "/bin/sh", "-c", script}, true);
   const std::string name = started_segment(run);
   ASSERT_FALSE(name.empty()) << run.out() << run.err();
-  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir / "pid.0") && std::filesystem::exists(dir / "pid.1"); },
-                         std::chrono::seconds(20)));
+  ASSERT_TRUE(wait_until([&] { return sleeps_started(dir); }, std::chrono::seconds(20)));
   ASSERT_EQ(::getpgid(run.pid()), run.pid()) << "setsid made xla-spawn a group leader";
   ASSERT_EQ(::kill(-run.pid(), SIGKILL), 0);
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
   EXPECT_TRUE(wait_until([&] { return !segment_exists(name); }, std::chrono::seconds(10)))
       << name << " survived the SIGKILL of its launcher's process group";
-  for (const char* k : {"0", "1"}) {
-    const pid_t sleep_pid = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
-    EXPECT_TRUE(wait_until([&] { return !process_alive(sleep_pid); }, std::chrono::seconds(10)))
-        << "the sleep of ordinal " << k << " outlived its launcher's process group";
-  }
+  expect_sleeps_die(dir, "outlived its launcher's process group");
 }
 
 // A reaper killed on its own is replaced, with a warning, and the new one does the old one's
 // work when the launcher is SIGKILLed afterwards.
 TEST(SegmentTest, AKilledReaperIsReplacedAndTheNewOneCleansUp) {
   TempDir dir;
-  const std::string script = std::string(kReportSegment) + "; sleep 30 & echo $! > " + dir.path() +
-                             "/pid.$RANK.tmp; mv " + dir.path() + "/pid.$RANK.tmp " + dir.path() +
-                             "/pid.$RANK; wait";
+  const std::string script = sleeping_replica(dir);
   Launch run({"-n", "2", "--", "/bin/sh", "-c", script});
   const std::string name = started_segment(run);
   ASSERT_FALSE(name.empty()) << run.out() << run.err();
-  ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir / "pid.0") && std::filesystem::exists(dir / "pid.1"); },
-                         std::chrono::seconds(20)));
+  ASSERT_TRUE(wait_until([&] { return sleeps_started(dir); }, std::chrono::seconds(20)));
   const pid_t old = reaper_of(run.pid());
   ASSERT_GT(old, 0) << "no reaper process under launcher " << run.pid();
   ASSERT_EQ(::kill(old, SIGKILL), 0);
@@ -208,11 +218,7 @@ TEST(SegmentTest, AKilledReaperIsReplacedAndTheNewOneCleansUp) {
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
   EXPECT_TRUE(wait_until([&] { return !segment_exists(name); }, std::chrono::seconds(10)))
       << name << " survived its launcher with the replacement reaper";
-  for (const char* k : {"0", "1"}) {
-    const pid_t sleep_pid = static_cast<pid_t>(std::stol(read_file(dir / ("pid." + std::string(k)))));
-    EXPECT_TRUE(wait_until([&] { return !process_alive(sleep_pid); }, std::chrono::seconds(10)))
-        << "the sleep of ordinal " << k << " outlived its launcher with the replacement reaper";
-  }
+  expect_sleeps_die(dir, "outlived its launcher with the replacement reaper");
 }
 
 TEST(SegmentTest, TwoJobsAtOnceGetDifferentSegments) {
