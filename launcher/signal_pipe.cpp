@@ -44,7 +44,7 @@ SignalPipe::SignalPipe() {
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
   struct sigaction child_default {};
   child_default.sa_handler = SIG_DFL;
   sigemptyset(&child_default.sa_mask);
@@ -52,7 +52,7 @@ SignalPipe::SignalPipe() {
 }
 
 SignalPipe::~SignalPipe() {
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
   ::sigaction(SIGCHLD, &previous_child_, nullptr);
   g_write_fd.store(-1);
   ::close(read_fd_);

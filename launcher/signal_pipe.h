@@ -1,6 +1,7 @@
 #pragma once
-// Turns SIGINT, SIGTERM and SIGHUP into bytes on a pipe while it lives, so the supervisor's
-// poll() loop sees them like any other event (the self-pipe trick; async-signal-safe).
+// Turns SIGINT, SIGTERM, SIGHUP and SIGTSTP (Ctrl-Z) into bytes on a pipe while it lives, so
+// the supervisor's poll() loop sees them like any other event (the self-pipe trick;
+// async-signal-safe).
 // Also puts SIGCHLD back to SIG_DFL meanwhile: with SIG_IGN the kernel would reap the
 // replicas itself and their exit statuses would be lost.
 //
@@ -28,12 +29,13 @@ class SignalPipe {
   // The signals delivered since the last call, in order (empty if none).
   std::vector<int> drain();
 
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGTSTP};
+  static constexpr int kCount = 4;
 
  private:
   int read_fd_ = -1;
   int write_fd_ = -1;
-  struct sigaction previous_[3] = {};
+  struct sigaction previous_[kCount] = {};
   struct sigaction previous_child_ = {};
 };
 

@@ -242,6 +242,18 @@ std::optional<std::string> check_segment(const void* base, size_t mapped_bytes,
   for (int k = 0; k < expected.world_size; ++k) {
     if (auto bad = check_slot(base, slots[k], k, pids)) return bad;
   }
+  // The poison record's pid is the process that checked in as the ordinal it names (the
+  // slot's pid was just checked to be of that replica): another writer is not believed.
+  if (const uint32_t poisoned = load(control.poisoned); poisoned != 0) {
+    const int32_t pid = load(control.poisoner_pid);
+    const int32_t slot_pid = load(slots[poisoned - 1].pid);
+    if (pid <= 0 || pid != slot_pid) {
+      return at(base, &control.poisoner_pid,
+                fmt::format("poison record of ordinal {} with pid {}: expected that ordinal's "
+                            "pid {}",
+                            poisoned - 1, pid, slot_pid));
+    }
+  }
   return std::nullopt;
 }
 

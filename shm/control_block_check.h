@@ -44,7 +44,8 @@ struct SegmentHeader {
 std::optional<std::string> check_header(const shm::ControlBlock& control, size_t mapped_bytes);
 
 // Everything: check_header, the header equal to `expected`, the poison words (poisoner <=
-// world size, claim 0/1 and set when poisoned), the sleeper count, the central barrier
+// world size, claim 0/1 and set when poisoned, the record's pid the poisoner's slot pid), the
+// sleeper count, the central barrier
 // counters, and per slot: state 0..2, a checked-in slot has a pid, the pid is 0 or a process
 // of that ordinal's replica (when `pids` is non-empty, pids[k] is ordinal k's process: it or a
 // live descendant of it; a pid that no longer exists passes), mailbox round

@@ -19,7 +19,8 @@
 namespace xs::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31306d68732d7378;  // "xs-shm01" little endian
-inline constexpr uint32_t kSegmentVersion = 3;  // 2: buffer arenas; 3: launcher_start
+// 2: buffer arenas; 3: launcher_start; 4: poisoner_pid
+inline constexpr uint32_t kSegmentVersion = 4;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
@@ -80,9 +81,12 @@ struct alignas(kCacheLineBytes) ControlBlock {
   char job_id[kMaxJobIdBytes] = {};
 
   // 0 while healthy; 1 + the ordinal that poisoned it. `poison_claim` picks the one
-  // writer of `poison_reason`, which is complete before `poisoned` is stored.
+  // writer of `poisoner_pid` (its process, as checked in to that ordinal's slot) and
+  // `poison_reason`, which are complete before `poisoned` is stored. A record whose pid is
+  // not the slot's was not written by the ordinal it names and is not believed.
   alignas(kCacheLineBytes) std::atomic<uint32_t> poisoned{0};
   std::atomic<uint32_t> poison_claim{0};
+  std::atomic<int32_t> poisoner_pid{0};
   char poison_reason[kPoisonReasonBytes] = {};
 
   // Central barrier for oversubscribed jobs: total arrivals and the last completed round.

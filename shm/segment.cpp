@@ -210,7 +210,7 @@ std::vector<std::string> remove_stale_segments() {
       // A segment of an older version, or whose launcher could not read its own start time,
       // has no usable launcher_start: a live pid is then taken for its launcher.
       const pid_t pid = control.launcher_pid;
-      const bool has_start = control.version == shm::kSegmentVersion && control.launcher_start != 0;
+      const bool has_start = control.version >= 3 && control.launcher_start != 0;
       const std::optional<uint64_t> start = has_start ? process_start_ticks(pid) : std::nullopt;
       if (process_alive(pid) && (!start || *start == control.launcher_start)) continue;
     } catch (const Error&) {
@@ -288,6 +288,7 @@ void Segment::poison(const std::string& reason) const {
   shm::ControlBlock& control = this->control();
   uint32_t expected = 0;
   if (control.poison_claim.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    control.poisoner_pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
     const size_t n = std::min(reason.size(), shm::kPoisonReasonBytes - 1);
     std::memcpy(control.poison_reason, reason.data(), n);
     control.poison_reason[n] = '\0';
@@ -299,9 +300,22 @@ void Segment::poison(const std::string& reason) const {
 std::optional<std::string> Segment::poison_message() const {
   const uint32_t poisoner = control().poisoned.load(std::memory_order_acquire);
   if (poisoner == 0) return std::nullopt;
+  // A record another process wrote (a replica scribbling over the control block) names an
+  // ordinal whose checked-in pid is not the record's: reported as corruption, not believed.
+  const int32_t pid = control().poisoner_pid.load(std::memory_order_relaxed);
+  const uint32_t ordinal = poisoner - 1;
+  const int32_t slot_pid = ordinal < static_cast<uint32_t>(world_size())
+                               ? slot(static_cast<int>(ordinal)).pid.load(std::memory_order_acquire)
+                               : -1;
+  if (pid <= 0 || pid != slot_pid) {
+    return fmt::format(
+        "the control block is corrupted: a poison record names ordinal {} and pid {}, but that "
+        "ordinal checked in as pid {}",
+        ordinal, pid, slot_pid);
+  }
   const std::string reason(control().poison_reason,
                            strnlen(control().poison_reason, shm::kPoisonReasonBytes));
-  return fmt::format("segment poisoned by ordinal {}: {}", poisoner - 1, reason);
+  return fmt::format("segment poisoned by ordinal {}: {}", ordinal, reason);
 }
 
 void wake_all_sleepers(const Segment& segment) {

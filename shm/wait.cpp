@@ -45,7 +45,8 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   const Segment& segment = *segment_;
   shm::ControlBlock& control = segment.control();
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::milliseconds(timeout_ms_);
+  auto deadline = start + std::chrono::milliseconds(timeout_ms_);
+  auto last_check = start;
   // Not at once: most waits end within microseconds, and reading /proc costs more than that.
   auto next_liveness_check = start + std::chrono::milliseconds(kPollIntervalMs);
   for (;;) {
@@ -58,6 +59,13 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
                                     describe_peer(segment, culprit())));
     }
     const auto now = Clock::now();
+    // A check comes at least every slice unless this process did not run: stopped (Ctrl-Z
+    // stops the job with xla-spawn; SIGSTOP) or a paused VM. Time it could not wait is not
+    // waited: the deadline moves by the gap, so a job continued after a long stop goes on.
+    if (const auto gap = now - last_check; gap > kStoppedGap) {
+      deadline += gap - std::chrono::milliseconds(kPollIntervalMs);
+    }
+    last_check = now;
     if (now >= deadline) {
       const std::string message = fmt::format(
           "{} on ordinal {}: timed out after {:.3f} s waiting for {} (timeout {} ms, set by {})",

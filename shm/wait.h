@@ -3,7 +3,8 @@
 // when every replica has a core (none when replicas outnumber cores, which instead poll
 // with sched_yield() for a bounded time: every yield hands the core to a runnable replica,
 // so nobody's time is burnt), then FUTEX_WAIT in slices of kPollIntervalMs, after each of
-// which the poisoned word, the deadline and the awaited peer's process are checked.
+// which the poisoned word, the deadline and the awaited peer's process are checked. Time the
+// waiter spent stopped (a gap of over kStoppedGap between checks) does not count.
 //
 //   xs::Waiter waiter(segment, xs::collective_timeout_ms_from_env());
 //   waiter.wait("all_reduce", [&]() -> xs::Awaited {
@@ -35,6 +36,9 @@ inline constexpr const char* kCollectiveTimeoutEnv = "XLA_SPAWN_COLLECTIVE_TIMEO
 inline constexpr int64_t kDefaultCollectiveTimeoutMs = 60'000;
 // Sleep slice: how late a poisoned segment or a dead peer may be noticed at worst.
 inline constexpr int64_t kPollIntervalMs = 50;
+// Longer than this between two checks of a wait, the waiter was not running (stopped, a VM
+// paused): the gap does not count towards the timeout.
+inline constexpr std::chrono::milliseconds kStoppedGap{1000};
 // Spin before sleeping, when spinning is allowed (XLA_SPAWN_SPIN_US overrides): a peer on
 // another core answers within a microsecond; spinning on keeps a late peer from costing a
 // futex wake-up, which on a busy machine can take a scheduler slice (hundreds of us).

@@ -246,7 +246,9 @@ int Attempt::timeout_ms_until_next_deadline() const {
 
 void Attempt::handle_signals() {
   for (int signo : job_.signals->drain()) {
-    if (reason_ == StopReason::kNone) {
+    if (signo == SIGTSTP) {
+      suspend();
+    } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
       stop_signal_ = signo;
       tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
@@ -261,6 +263,22 @@ void Attempt::handle_signals() {
       kill_all();
     }
   }
+}
+
+// Ctrl-Z (SIGTSTP) stops the whole job, as a shell expects of a job: left running, replicas
+// would block writing to the stopped launcher's pipes and their peers would time out blaming
+// them. The replicas' groups get SIGSTOP before xla-spawn stops itself, and SIGCONT once it is
+// continued (fg, kill -CONT); their collective waits do not count the time they were stopped.
+void Attempt::suspend() {
+  job_.mux->message(fmt::format("received SIGTSTP; stopping {} replica(s) with xla-spawn", running()));
+  for (Replica& r : replicas_) {
+    if (!r.reaped) signal_replica(r.pid, SIGSTOP);
+  }
+  ::raise(SIGSTOP);  // returns once continued
+  for (Replica& r : replicas_) {
+    if (!r.reaped) signal_replica(r.pid, SIGCONT);
+  }
+  job_.mux->message(fmt::format("continued; continuing {} replica(s)", running()));
 }
 
 bool Attempt::reap(Replica& replica) {

@@ -67,6 +67,7 @@ TEST(ControlBlockCheck, FreshAndMidProtocolSegmentsPass) {
   s.control().barrier_round = 6;
   s.control().barrier_count = 6 * kWorldSize + 1;
   s.control().poison_claim = 1;
+  s.control().poisoner_pid = 103;
   s.control().poisoned = 3;  // poisoned by ordinal 2
   EXPECT_EQ(s.check(pids), std::nullopt) << *s.check(pids);
 }
@@ -111,6 +112,15 @@ INSTANTIATE_TEST_SUITE_P(
         Scribble{"Poisoned", [](auto& s) { s.control().poisoned = 99; }, "poisoned word 99"},
         Scribble{"PoisonedWithoutClaim", [](auto& s) { s.control().poisoned = 1; },
                  "poison claim 0"},
+        Scribble{"PoisonRecordNotByTheOrdinalItNames",
+                 [](auto& s) {
+                   s.slot(1).pid = 102;
+                   s.slot(1).state = 1;
+                   s.control().poison_claim = 1;
+                   s.control().poisoner_pid = 101;  // ordinal 0's process claims to be 1
+                   s.control().poisoned = 2;
+                 },
+                 "poison record of ordinal 1 with pid 101: expected that ordinal's pid 102"},
         Scribble{"Sleepers", [](auto& s) { s.control().sleepers = 0xfffffff0u; }, "sleeper count"},
         Scribble{"BarrierCount", [](auto& s) { s.control().barrier_count = 1u << 30; },
                  "barrier arrivals"},
@@ -144,13 +154,15 @@ TEST_P(ScribblingReplica, FailsTheJobWithAClearErrorWithinSeconds) {
   EXPECT_NE(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("wrote garbage into " + GetParam()), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("is corrupted"), std::string::npos) << r.err;
+  // A forged poison record is not believed: nobody fails naming its reason as the cause.
+  EXPECT_EQ(r.err.find("poisoned by ordinal 0: forged"), std::string::npos) << r.err;
   // Well before the 20 s collective timeout: the launcher's check runs every 200 ms.
   EXPECT_LT(seconds_taken, 15.0) << r.err;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fields, ScribblingReplica,
                          ::testing::Values("magic", "world_size", "staging_bytes", "total_bytes",
-                                           "launcher_pid", "launcher_start", "job_id", "poisoned", "poison_claim",
+                                           "launcher_pid", "launcher_start", "job_id", "poisoned", "poison_claim", "forged_poison",
                                            "sleepers", "barrier_count", "peer_pid", "peer_state",
                                            "peer_round", "arena_bytes", "mailbox_arena_offset"));
 

@@ -106,6 +106,11 @@ void scribble(const std::string& field, int victim) {
     store(c.poison_claim, kGarbage32);
   else if (field == "poison_reason")
     std::memset(c.poison_reason, 'y', sizeof c.poison_reason);
+  else if (field == "forged_poison") {  // a whole record blaming the peer, but not its pid
+    store(c.poison_claim, 1u);
+    std::snprintf(c.poison_reason, sizeof c.poison_reason, "forged by ordinal %d", victim);
+    store(c.poisoned, static_cast<uint32_t>(peer + 1));
+  }
   else if (field == "sleepers")
     store(c.sleepers, kGarbage32);
   else if (field == "barrier_count")

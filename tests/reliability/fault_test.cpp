@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -125,6 +126,57 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
   EXPECT_NE(run.err().find("waiting for ordinal 1"), std::string::npos) << run.err();
   expect_nothing_left(run.pid());
   EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok ", 0), 0u) << check_checkpoint(checkpoint());
+}
+
+// Ctrl-Z (SIGTSTP) to xla-spawn stops its replicas with it; continued after longer than the
+// collective timeout, the job goes on: no replica blocked on the stopped launcher's pipe
+// while its peers timed out blaming it (issue 20, finding 7).
+TEST_F(FaultTest, CtrlZStopsTheWholeJobWhichGoesOnWhenContinued) {
+  const int timeout_ms = 3000 * deadline_scale();
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(timeout_ms));
+  Launch run(args(0));
+  wait_for_first_checkpoint(run);
+  std::vector<pid_t> replicas;
+  for (int k = 0; k < 2; ++k) {
+    std::optional<pid_t> pid;
+    ASSERT_TRUE(wait_until([&] { return (pid = tagged_replica(tag_, k)).has_value(); },
+                           kCleanupDeadline));
+    replicas.push_back(*pid);
+  }
+  ASSERT_EQ(::kill(run.pid(), SIGTSTP), 0);
+  const auto all_stopped = [&] {
+    if (process_state(run.pid()) != 'T') return false;
+    for (pid_t pid : replicas) {
+      if (process_state(pid) != 'T') return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(wait_until(all_stopped, kCleanupDeadline))
+      << "launcher " << process_state(run.pid()) << ", replicas " << process_state(replicas[0])
+      << process_state(replicas[1]) << "\n"
+      << run.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms + 2000));
+  ASSERT_TRUE(all_stopped()) << run.err();
+  const auto saved = std::filesystem::last_write_time(checkpoint());
+  ASSERT_EQ(::kill(run.pid(), SIGCONT), 0);
+  // Checkpoints come every 3 steps: a new one means collectives completed after the stop.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        std::error_code ec;
+        const auto now = std::filesystem::last_write_time(checkpoint(), ec);
+        return !ec && now != saved;
+      },
+      kJobDeadline))
+      << run.err();
+  EXPECT_FALSE(run.wait_for(std::chrono::milliseconds(0)).has_value()) << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT) << run.err();
+  EXPECT_NE(run.err().find("received SIGTSTP; stopping 2 replica(s) with xla-spawn"),
+            std::string::npos)
+      << run.err();
+  EXPECT_EQ(run.err().find("timed out"), std::string::npos) << run.err();
+  expect_nothing_left(run.pid());
 }
 
 TEST_F(FaultTest, SigkillOfXlaSpawnLeavesNoReplicaAndNoSegment) {

@@ -134,6 +134,26 @@ TEST(SegmentTest, PoisonKeepsTheFirstReason) {
   EXPECT_EQ(*segment.poison_message(), "segment poisoned by ordinal 1: first");
 }
 
+// Issue 20, finding 8: a record another process wrote (claim, reason and poisoned word, as a
+// scribbling replica would) is not believed; the one it names never wrote it.
+TEST(SegmentTest, AForgedPoisonRecordIsReportedAsCorruption) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment segment = Segment::attach(owned.name(), 1, 2, id);
+  shm::ControlBlock& control = segment.control();
+  control.poison_claim.store(1);
+  std::snprintf(control.poison_reason, sizeof control.poison_reason, "forged");
+  control.poisoned.store(2);  // "by ordinal 1", this process, which never poisoned
+  const std::optional<std::string> message = segment.poison_message();
+  ASSERT_TRUE(message.has_value());
+  EXPECT_EQ(message->find("forged"), std::string::npos) << *message;
+  EXPECT_NE(message->find("the control block is corrupted: a poison record names ordinal 1 and "
+                          "pid 0, but that ordinal checked in as pid " +
+                          std::to_string(::getpid())),
+            std::string::npos)
+      << *message;
+}
+
 TEST(SegmentTest, StaleSegmentsOfDeadLaunchersAreRemovedLiveOnesKept) {
   const std::string live_id = job_id();
   const std::string dead_id = job_id();

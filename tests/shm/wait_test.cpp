@@ -66,6 +66,44 @@ TEST(WaitTest, ReturnsWhenAnotherProcessPublishes) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+// Time a waiter spends stopped (SIGSTOP; Ctrl-Z stops the whole job) is not waiting: stopped
+// for twice the timeout and continued, it still sees its peer publish (issue 20, finding 7).
+TEST(WaitTest, TimeSpentStoppedDoesNotCountTowardsTheTimeout) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment peer = Segment::attach(owned.name(), 1, 2, id);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    Segment segment = Segment::attach(owned.name(), 0, 2, id);
+    Waiter waiter(segment, 1500);
+    try {
+      waiter.wait("test_op", [&] { return ordinal_one_sent(segment); });
+      ::_exit(0);
+    } catch (const Timeout&) {
+      ::_exit(3);
+    } catch (...) {
+      ::_exit(4);
+    }
+  }
+  // Until the child sleeps on the futex (bounded: 10 s).
+  const auto asleep_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (peer.control().sleepers.load() == 0 &&
+         std::chrono::steady_clock::now() < asleep_deadline) {
+    ::usleep(1000);
+  }
+  const bool asleep = peer.control().sleepers.load() != 0;
+  ::kill(pid, SIGSTOP);
+  ::usleep(3'000'000);
+  ::kill(pid, SIGCONT);
+  ::usleep(200'000);
+  publish(peer, peer.slot(1).ring_sent.value, 1);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(asleep) << "the child never slept on the futex";
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: timed out after being continued";
+}
+
 TEST(WaitTest, ADeadPeerIsNamedWellBeforeTheTimeout) {
   const std::string id = job_id();
   OwnedSegment owned(id, 2, kStaging);
