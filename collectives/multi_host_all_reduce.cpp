@@ -1,12 +1,12 @@
-// Hierarchical all-reduce: a local reduce by ranges, gloo's ring all-reduce of each piece over
-// its group, a local gather (the algorithm is described in multi_host_communicator.h).
+// Hierarchical all-reduce: a local reduce by ranges, gloo's all-reduce of each piece over its
+// group (NodeGroups::all_reduce: bcube between two nodes, the ring among more), a local gather (the algorithm is described in multi_host_communicator.h).
 #include "collectives/detail/hierarchy.h"
 
 namespace xs::detail {
 
-// Each piece goes round gloo's ring rather than through the direct transfers of
-// reduce-scatter and all-gather (NodeGroups::reduce_to_owners, send_from_owners): as fast on
-// a link faster than TCP's CPU cost, and faster on a slower one.
+// Each piece goes through gloo's all-reduce rather than the direct transfers of
+// reduce-scatter and all-gather (NodeGroups::reduce_to_owners, send_from_owners): the ring was
+// as fast as those on a link faster than TCP's CPU cost, and faster on a slower one.
 void all_reduce_pieces(const Hierarchy& h, std::byte* data, size_t n_elems, DType dtype,
                        ReduceOp op) {
   const size_t elem_bytes = dtype_size(dtype);

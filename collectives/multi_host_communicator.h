@@ -16,9 +16,10 @@
 // with different replica counts do not line up, so the union of all cut points splits the
 // buffer into pieces; a piece's holders, the replica on each node whose range contains it,
 // are its group (detail/node_pieces.h). For each of its pieces, by increasing offset, a
-// replica runs gloo's ring all-reduce over the piece's group (gloo rank = node) with the
-// project's reduction of two operands; the ring reduces each segment once and passes the
-// result on, so every member gets the same bits. Mean sums throughout and divides once, by
+// replica runs gloo's all-reduce over the piece's group (gloo rank = node) with the project's
+// reduction of two operands: between two nodes bcube (each node reduces one half and sends it
+// back; in slices of at most 16 MiB), among more the ring. Each element is reduced on one
+// member and the result passed on, so every member gets the same bits. Mean sums throughout and divides once, by
 // the world size, on the range's holder. The local gather (ShmCommunicator::gather_ranges)
 // then hands every range to the node's other replicas. Per node, each byte of the payload
 // crosses the network about 2(H-1)/H times for H nodes: 1.0x the payload at 2 nodes, where a
@@ -39,7 +40,7 @@
 //
 // Operands outside the node's buffer arena are staged through a scratch buffer from
 // alloc_buffer, so the local phases run zero-copy. The bits are the same on every replica
-// but, as gloo's ring reduces in ring order, not ShmCommunicator's (order 0..N-1) when sums
+// but, as gloo reduces in its own order, not ShmCommunicator's (order 0..N-1) when sums
 // round: floats, and bf16, which rounds after every network hop.
 //
 // Failures. gloo's errors come out as xs::PeerFailure or xs::Timeout naming the call and the

@@ -33,6 +33,11 @@ namespace {
 constexpr uint64_t kMaxGatherBytes = uint64_t{1} << 30;
 // Ordinals listed in an error message before "...".
 constexpr size_t kListedOrdinals = 8;
+// Two-node all-reduces go through gloo's bcube in slices of at most this many bytes: bcube
+// allocates a scratch buffer as large as its input on every call, and from 32 MiB (glibc's
+// largest mmap threshold) that is a fresh mapping whose page faults made a 64 MiB all-reduce
+// 3x slower than in 16 MiB slices.
+constexpr size_t kExchangeSliceBytes = size_t{16} << 20;
 // Slots of the point-to-point transfers: this prefix in the top byte (gloo's collectives use
 // 0x01..0x08 there), the group's batch number (mod 2^24) and the piece's index in the batch.
 constexpr uint64_t kPieceSlotPrefix = uint64_t{0x58} << 56;
@@ -193,10 +198,23 @@ void NodeGroups::run(std::span<const int> holders, const Op& op) {
 void NodeGroups::all_reduce(std::span<const int> holders, std::byte* data, size_t count,
                             DType dtype, ReduceOp op) {
   if (topology_.nnodes() == 1 || count == 0) return;
+  const size_t elem_bytes = dtype_size(dtype);
+  if (holders.size() == 2 && count * elem_bytes > kExchangeSliceBytes) {
+    const size_t slice = kExchangeSliceBytes / elem_bytes;
+    for (size_t at = 0; at < count; at += slice) {
+      all_reduce(holders, data + at * elem_bytes, std::min(slice, count - at), dtype, op);
+    }
+    return;
+  }
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
     gloo::AllreduceOptions options(context);
     set_output(options, dtype, data, count);
     options.setReduceFunction(reduction(dtype, op));
+    // Between two nodes, gloo's bcube is one exchange of halves, each reduced by one side and
+    // sent back: the ring's bytes without its 1 MiB segments' hand-offs (docs/perf/
+    // multi-node.md). Larger groups keep the ring; their bcube (all peers at once) was not
+    // measured.
+    if (holders.size() == 2) options.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
     gloo::allreduce(options);
   });
 }

@@ -75,7 +75,9 @@ class NodeGroups {
 
   // Each runs over the group `holders` (this replica is its member on this node) and is a no-op
   // in a job of one node. In place on `count` elements: afterwards every member holds the
-  // reduction (gloo's ring reduces each segment once, so all get the same bits).
+  // reduction (gloo's bcube between two nodes, in slices of at most 16 MiB, its ring among
+  // more; both reduce each element on one member and pass the result on, so all get the same
+  // bits).
   void all_reduce(std::span<const int> holders, std::byte* data, size_t count, DType dtype,
                   ReduceOp op);
   void broadcast(std::span<const int> holders, std::byte* data, size_t n_bytes, int root_node);
