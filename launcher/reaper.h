@@ -42,6 +42,11 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
   void replica_started(pid_t pid) noexcept override;
   void replica_reaped(pid_t pid) noexcept override;
   std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
+  std::string call_report(std::span<const pid_t> pids_by_ordinal,
+                          int first_ordinal) noexcept override {
+    return monitor_ != nullptr ? monitor_->call_report(pids_by_ordinal, first_ordinal) : "";
+  }
+  bool timed_out() noexcept override { return monitor_ != nullptr && monitor_->timed_out(); }
 
   pid_t pid() const { return pid_; }
 

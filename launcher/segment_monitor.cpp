@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "replica/context.h"
+#include "shm/call_report.h"
 #include "shm/control_block_check.h"
 
 namespace xs {
@@ -63,6 +64,27 @@ std::optional<std::string> SegmentMonitor::check(std::span<const pid_t> pids_by_
     return fmt::format("checking segment {}: {}", mapping_->name, e.what());
   }
   return std::nullopt;
+}
+
+std::string SegmentMonitor::call_report(std::span<const pid_t> pids_by_ordinal,
+                                        int first_ordinal) noexcept {
+  if (!mapping_) return {};
+  try {
+    return format_calls(read_calls(mapping_->region.get_address(), mapping_->region.get_size(),
+                                   mapping_->header.world_size, pids_by_ordinal),
+                        first_ordinal);
+  } catch (const std::exception& e) {  // only allocation can throw here
+    return fmt::format("  (no report: {})\n", e.what());
+  }
+}
+
+bool SegmentMonitor::timed_out() noexcept {
+  if (!mapping_) return false;
+  const auto& control = *static_cast<const shm::ControlBlock*>(mapping_->region.get_address());
+  if (control.poisoned.load(std::memory_order_acquire) == 0) return false;
+  const std::string_view reason(control.poison_reason,
+                                strnlen(control.poison_reason, shm::kPoisonReasonBytes));
+  return reason.find("timed out after") != std::string_view::npos;
 }
 
 }  // namespace xs

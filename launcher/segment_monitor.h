@@ -28,6 +28,9 @@ class SegmentMonitor final : public JobResources, public JobMonitor {
   std::vector<EnvVar> prepare(const std::string& job_id, int world_size, int attempt) override;
   void release() noexcept override;
   std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
+  std::string call_report(std::span<const pid_t> pids_by_ordinal,
+                          int first_ordinal) noexcept override;
+  bool timed_out() noexcept override;
 
  private:
   struct Mapping;

@@ -1,5 +1,6 @@
 #pragma once
-// Turns SIGINT, SIGTERM, SIGHUP and SIGTSTP (Ctrl-Z) into bytes on a pipe while it lives, so
+// Turns SIGINT, SIGTERM, SIGHUP, SIGTSTP (Ctrl-Z) and SIGUSR1 (the hang report) into bytes on
+// a pipe while it lives, so
 // the supervisor's poll() loop sees them like any other event (the self-pipe trick;
 // async-signal-safe).
 // Also puts SIGCHLD back to SIG_DFL meanwhile: with SIG_IGN the kernel would reap the
@@ -29,8 +30,8 @@ class SignalPipe {
   // The signals delivered since the last call, in order (empty if none).
   std::vector<int> drain();
 
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGTSTP};
-  static constexpr int kCount = 4;
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1};
+  static constexpr int kCount = 5;
 
  private:
   int read_fd_ = -1;

@@ -50,6 +50,14 @@ class JobMonitor {
   virtual ~JobMonitor() = default;
   // pids_by_ordinal[k] is ordinal k's replica process.
   virtual std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept = 0;
+  // The hang report's lines (shm/call_report.h; ordinals offset by first_ordinal), empty when
+  // there is nothing to read.
+  virtual std::string call_report(std::span<const pid_t> /*pids_by_ordinal*/,
+                                  int /*first_ordinal*/) noexcept {
+    return {};
+  }
+  // Whether the job's segment was poisoned by a collective that timed out.
+  virtual bool timed_out() noexcept { return false; }
 };
 // 200 ms: a scribbled segment is caught well within a collective timeout, at ~1 us a check.
 inline constexpr int kMonitorIntervalMs = 200;

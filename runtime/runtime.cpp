@@ -11,6 +11,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "base/running_graph.h"
 #include "collectives/communicator.h"
 #include "runtime/graph.h"
 #include "runtime/hash.h"
@@ -109,6 +110,11 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   }
   Graph graph = cut_graph(roots, /*allow_donation=*/is_step);
   roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
+  // Every collective call from here (the graph-hash check, the program's own) is this graph's.
+  running_graph_hash.store(graph.hash, std::memory_order_relaxed);
+  struct Done {  // on every exit path
+    ~Done() { running_graph_hash.store(0, std::memory_order_relaxed); }
+  } done;
   const bool check_skipped = check_same_graph_everywhere(graph);
   std::shared_ptr<Program> program = lookup_or_compile(graph);
   std::vector<BufferPtr> outputs;

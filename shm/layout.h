@@ -19,8 +19,8 @@
 namespace xs::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31306d68732d7378;  // "xs-shm01" little endian
-// 2: buffer arenas; 3: launcher_start; 4: poisoner_pid
-inline constexpr uint32_t kSegmentVersion = 4;
+// 2: buffer arenas; 3: launcher_start; 4: poisoner_pid; 5: call records
+inline constexpr uint32_t kSegmentVersion = 5;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
@@ -57,12 +57,27 @@ struct alignas(kCacheLineBytes) FutexLine {
   std::atomic<uint32_t> value{0};
 };
 
+// What the ordinal is doing, for the launcher's hang report (shm/call_report.h): written by
+// the ordinal alone (Rounds::begin_call, Waiter::wait_slow), read racily by the launcher.
+struct alignas(kCacheLineBytes) CallRecord {
+  std::atomic<uint64_t> seq{0};  // collective calls begun (the latest one's number); 0: none
+  std::atomic<uint64_t> n_elems{0};
+  std::atomic<uint64_t> graph_hash{0};        // the runtime program making the call; 0: none
+  std::atomic<int64_t> started_ns{0};         // CLOCK_MONOTONIC when the call began
+  std::atomic<int64_t> waiting_since_ns{0};   // asleep in a wait since; 0: not
+  std::atomic<int32_t> awaited{-1};           // the ordinal that wait is for; -1: unknown
+  std::atomic<uint32_t> dtype{0};
+  char name[16] = {};  // the call's operation ("all_reduce"), NUL-padded
+};
+static_assert(sizeof(CallRecord) == kCacheLineBytes);
+
 struct alignas(kCacheLineBytes) OrdinalSlot {
   std::atomic<int32_t> pid{0};  // 0 until the ordinal checks in
   std::atomic<uint32_t> state{0};
   Mailbox mailbox[2];
   FutexLine ring_sent;   // ring steps whose send this ordinal has published
   FutexLine ring_acked;  // ring steps whose receive this ordinal has consumed
+  CallRecord call;
 };
 
 struct alignas(kCacheLineBytes) ControlBlock {

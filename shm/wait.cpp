@@ -47,11 +47,22 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   const auto start = Clock::now();
   auto deadline = start + std::chrono::milliseconds(timeout_ms_);
   auto last_check = start;
+  // The hang report reads how long this ordinal has slept here, and for whom.
+  shm::CallRecord& record = segment.slot(segment.ordinal()).call;
+  record.waiting_since_ns.store(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
+      std::memory_order_relaxed);
+  // Cleared on return only: a wait that failed stays in the record, for the report that
+  // follows its failure.
+  auto done = [&record] {
+    record.waiting_since_ns.store(0, std::memory_order_relaxed);
+    record.awaited.store(-1, std::memory_order_relaxed);
+  };
   // Not at once: most waits end within microseconds, and reading /proc costs more than that.
   auto next_liveness_check = start + std::chrono::milliseconds(kPollIntervalMs);
   for (;;) {
     Awaited awaited = probe();
-    if (awaited.word == nullptr) return;
+    if (awaited.word == nullptr) return done();
     auto culprit = [&] { return awaited.ordinal >= 0 ? awaited.ordinal : blame(); };
     if (auto poisoned = segment.poison_message()) {
       throw PeerFailure(fmt::format("{} on ordinal {}: {} (had waited {:.3f} s for {})", operation,
@@ -85,6 +96,7 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
         throw PeerFailure(message);
       }
     }
+    record.awaited.store(awaited.ordinal, std::memory_order_relaxed);
     const int64_t slice_ns = std::min<int64_t>(
         kPollIntervalMs * 1'000'000,
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());

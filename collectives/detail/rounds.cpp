@@ -1,8 +1,12 @@
 #include "collectives/detail/rounds.h"
 
+#include <chrono>
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "base/error.h"
+#include "base/running_graph.h"
 #include "shm/futex.h"
 
 namespace xs::detail {
@@ -63,6 +67,20 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   header_ = header;
   ++call_seq_;
   check_pending_ = true;
+  // The hang report's view of this ordinal (plain relaxed stores: a few nanoseconds a call).
+  shm::CallRecord& record = segment_.slot(ordinal()).call;
+  const size_t name_bytes = strnlen(operation, sizeof record.name);  // NUL-padded, not ended
+  std::memcpy(record.name, operation, name_bytes);
+  std::memset(record.name + name_bytes, 0, sizeof record.name - name_bytes);
+  record.dtype.store(static_cast<uint32_t>(header.dtype), std::memory_order_relaxed);
+  record.n_elems.store(header.n_elems, std::memory_order_relaxed);
+  record.graph_hash.store(running_graph_hash.load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+  record.started_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count(),
+                          std::memory_order_relaxed);
+  record.seq.store(call_seq_, std::memory_order_release);
 }
 
 void Rounds::sync() {

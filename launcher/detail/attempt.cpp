@@ -248,6 +248,8 @@ void Attempt::handle_signals() {
   for (int signo : job_.signals->drain()) {
     if (signo == SIGTSTP) {
       suspend();
+    } else if (signo == SIGUSR1) {
+      report_calls("SIGUSR1");
     } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
       stop_signal_ = signo;
@@ -301,7 +303,22 @@ bool Attempt::reap(Replica& replica) {
   return true;
 }
 
+// What every ordinal is doing, from the segment's call records: on SIGUSR1, and when a
+// collective timed out (before the others are stopped, so their state is still what hung).
+void Attempt::report_calls(const char* why) {
+  if (job_.options->monitor == nullptr) return;
+  std::vector<pid_t> pids;
+  for (const Replica& r : replicas_) pids.push_back(r.reaped ? 0 : r.pid);
+  const std::string report =
+      job_.options->monitor->call_report(pids, job_.placement.first_ordinal);
+  if (report.empty()) return;
+  job_.mux->message(fmt::format("hang report ({}):\n{}", why, report.substr(0, report.size() - 1)));
+}
+
 void Attempt::on_failure(const Replica& replica) {
+  if (job_.options->monitor != nullptr && job_.options->monitor->timed_out()) {
+    report_calls("a collective timed out");
+  }
   reason_ = StopReason::kFailure;
   root_ = replica.ordinal;
   const int others = running();

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/launcher/launch_support.h"
@@ -124,6 +125,13 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
   EXPECT_NE(WEXITSTATUS(status), 0) << run.err();
   EXPECT_NE(run.err().find("ordinal 0 exited with code 1"), std::string::npos) << run.err();
   EXPECT_NE(run.err().find("waiting for ordinal 1"), std::string::npos) << run.err();
+  // The hang report printed when the collective timed out names the stopped ordinal.
+  EXPECT_NE(run.err().find("hang report (a collective timed out):"), std::string::npos)
+      << run.err();
+  EXPECT_NE(run.err().find(fmt::format("ordinal 1 (pid {}, stopped): ", *victim)),
+            std::string::npos)
+      << run.err();
+  EXPECT_NE(run.err().find("held up by ordinal(s) 1 (stopped)"), std::string::npos) << run.err();
   expect_nothing_left(run.pid());
   EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok ", 0), 0u) << check_checkpoint(checkpoint());
 }
@@ -176,6 +184,35 @@ TEST_F(FaultTest, CtrlZStopsTheWholeJobWhichGoesOnWhenContinued) {
             std::string::npos)
       << run.err();
   EXPECT_EQ(run.err().find("timed out"), std::string::npos) << run.err();
+  expect_nothing_left(run.pid());
+}
+
+// kill -USR1 <xla-spawn> prints what every ordinal is doing without stopping the job: the
+// stopped ordinal and its collective, the other waiting for it, with the program's graph.
+TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
+  Launch run(args(0, {"--grace-period", "1"}));
+  wait_for_first_checkpoint(run);
+  std::optional<pid_t> victim;
+  ASSERT_TRUE(
+      wait_until([&] { return (victim = tagged_replica(tag_, 1)).has_value(); }, kCleanupDeadline));
+  ASSERT_EQ(::kill(*victim, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // ordinal 0 goes to sleep on it
+  ASSERT_EQ(::kill(run.pid(), SIGUSR1), 0);
+  const auto held_up = [&] {
+    return run.err().find("held up by ordinal(s) 1 (stopped)") != std::string::npos;
+  };
+  EXPECT_TRUE(wait_until(held_up, kCleanupDeadline)) << run.err();
+  const std::string err = run.err();
+  EXPECT_NE(err.find("hang report (SIGUSR1):"), std::string::npos) << err;
+  EXPECT_NE(err.find(fmt::format("ordinal 1 (pid {}, stopped): ", *victim)), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("waiting"), std::string::npos) << err;
+  EXPECT_NE(err.find("for ordinal 1\n"), std::string::npos) << err;
+  EXPECT_NE(err.find(", graph "), std::string::npos) << err;
+  EXPECT_FALSE(run.wait_for(std::chrono::milliseconds(0)).has_value()) << "the job went on";
+  ASSERT_EQ(::kill(*victim, SIGCONT), 0);
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  run.wait_or_fail(kJobDeadline);
   expect_nothing_left(run.pid());
 }
 

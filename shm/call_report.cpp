@@ -1,0 +1,136 @@
+#include "shm/call_report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "base/dtype.h"
+#include "shm/futex.h"
+#include "shm/layout.h"
+
+namespace xs {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A value read from a running replica's record: seconds from `since_ns` to `now`, or -1 when
+// it is 0 or not in the past (a torn or garbage record).
+double seconds_since(int64_t since_ns, int64_t now) {
+  if (since_ns <= 0 || since_ns > now) return -1;
+  return static_cast<double>(now - since_ns) * 1e-9;
+}
+
+std::string state_name(char state) {
+  switch (state) {
+    case 'R': return "running";
+    case 'S': return "sleeping";
+    case 'D': return "in uninterruptible sleep";
+    case 'T': return "stopped";
+    case 't': return "stopped by a tracer";
+    case 'Z': return "exited";
+    case '\0': return "gone";
+    default: return fmt::format("state {}", state);
+  }
+}
+
+}  // namespace
+
+std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int world_size,
+                                    std::span<const pid_t> pids) {
+  std::vector<OrdinalCall> calls;
+  if (world_size <= 0 || world_size > shm::kMaxWorldSize ||
+      shm::slots_offset() + sizeof(shm::OrdinalSlot) * static_cast<size_t>(world_size) >
+          mapped_bytes) {
+    return calls;
+  }
+  const auto* slots = reinterpret_cast<const shm::OrdinalSlot*>(
+      static_cast<const std::byte*>(base) + shm::slots_offset());
+  const int64_t now = now_ns();
+  for (int k = 0; k < world_size; ++k) {
+    const shm::CallRecord& r = slots[k].call;
+    OrdinalCall c;
+    c.ordinal = k;
+    c.pid = static_cast<size_t>(k) < pids.size() ? pids[static_cast<size_t>(k)] : 0;
+    if (c.pid <= 0) c.pid = slots[k].pid.load(std::memory_order_relaxed);
+    if (c.pid > 0) {
+      const std::optional<std::string> fields = process_stat_fields(c.pid);
+      c.state = fields && !fields->empty() ? (*fields)[0] : '\0';
+    }
+    c.seq = r.seq.load(std::memory_order_acquire);
+    char name[sizeof r.name + 1] = {};
+    std::memcpy(name, r.name, sizeof r.name);
+    c.name.assign(name, strnlen(name, sizeof r.name));
+    if (!std::all_of(c.name.begin(), c.name.end(), [](char ch) { return ch == '_' || (ch >= 'a' && ch <= 'z'); })) {
+      c.name = "?";
+    }
+    const uint32_t dtype = r.dtype.load(std::memory_order_relaxed);
+    if (dtype <= static_cast<uint32_t>(DType::kBool)) c.dtype = dtype_name(static_cast<DType>(dtype));
+    c.n_elems = r.n_elems.load(std::memory_order_relaxed);
+    c.graph_hash = r.graph_hash.load(std::memory_order_relaxed);
+    c.seconds_in_call = seconds_since(r.started_ns.load(std::memory_order_relaxed), now);
+    c.seconds_waiting = seconds_since(r.waiting_since_ns.load(std::memory_order_relaxed), now);
+    const int32_t awaited = r.awaited.load(std::memory_order_relaxed);
+    c.awaited = awaited >= 0 && awaited < world_size ? awaited : -1;
+    calls.push_back(std::move(c));
+  }
+  return calls;
+}
+
+std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal) {
+  // Who holds the job up: an ordinal some wait is for that is behind the waiter (an earlier
+  // call) or in the same call without waiting itself, and that is not sleeping in a wait of
+  // its own (stopped, gone, computing, stuck elsewhere). A wait for an ordinal already past
+  // the waiter's call is stale: the waiter was stopped or died before it saw the peer move.
+  const auto asleep_in_wait = [](const OrdinalCall& c) {
+    return c.seconds_waiting >= 0 && (c.state == 'S' || c.state == 'R');
+  };
+  std::vector<bool> holds_up(calls.size(), false);
+  for (const OrdinalCall& w : calls) {
+    if (w.seconds_waiting < 0 || w.awaited < 0 ||
+        static_cast<size_t>(w.awaited) >= calls.size()) {
+      continue;
+    }
+    const OrdinalCall& x = calls[static_cast<size_t>(w.awaited)];
+    if (x.seq < w.seq || (x.seq == w.seq && !asleep_in_wait(x))) {
+      holds_up[static_cast<size_t>(w.awaited)] = !asleep_in_wait(x);
+    }
+  }
+  std::string out;
+  for (const OrdinalCall& c : calls) {
+    out += fmt::format("  ordinal {} (pid {}, {}): ", first_ordinal + c.ordinal, c.pid,
+                       state_name(c.state));
+    if (c.seq == 0) {
+      out += "no collective call yet\n";
+      continue;
+    }
+    out += fmt::format("{} #{} ({}{} elements", c.name, c.seq,
+                       c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
+    if (c.graph_hash != 0) out += fmt::format(", graph {:016x}", c.graph_hash);
+    out += ")";
+    if (c.seconds_in_call >= 0) out += fmt::format(" for {:.1f} s", c.seconds_in_call);
+    if (c.seconds_waiting >= 0) {
+      out += fmt::format(", waiting {:.1f} s for ", c.seconds_waiting);
+      out += c.awaited >= 0 ? fmt::format("ordinal {}", first_ordinal + c.awaited)
+                            : std::string("its peers");
+    } else {
+      out += ", not waiting";
+    }
+    out += "\n";
+  }
+  std::string held;
+  for (const OrdinalCall& c : calls) {
+    if (!holds_up[static_cast<size_t>(c.ordinal)]) continue;
+    held += fmt::format("{}{} ({})", held.empty() ? "" : ", ", first_ordinal + c.ordinal,
+                        state_name(c.state));
+  }
+  if (!held.empty()) out += fmt::format("  held up by ordinal(s) {}\n", held);
+  return out;
+}
+
+}  // namespace xs

@@ -1,0 +1,52 @@
+#pragma once
+// The hang report: what every ordinal of a job is doing, from the call records its replicas
+// keep in their segment slots (shm::CallRecord: the latest collective call, when it began, and
+// the wait inside it) and each process's state in /proc. The launcher prints it on SIGUSR1 and
+// when a collective times out; "held up by" names the ordinals others wait for, in the same or
+// an earlier call, that are not asleep in a wait themselves (stopped, gone, computing, or
+// stuck elsewhere).
+//
+//   xla-spawn: hang report (SIGUSR1):
+//     ordinal 0 (pid 1801, sleeping): reduce_scatter #22 (f32, 334853 elements, graph
+//       39839d245a2d16aa) for 1.0 s, waiting 1.0 s for ordinal 1        (one line each)
+//     ordinal 1 (pid 1802, stopped): reduce_scatter #22 (...) for 1.0 s, not waiting
+//     held up by ordinal(s) 1 (stopped)
+//
+// Reads racily what running replicas write: a torn record garbles one line, never more (every
+// value is range-checked before use).
+
+#include <sys/types.h>
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace xs {
+
+struct OrdinalCall {
+  int ordinal = 0;
+  pid_t pid = 0;
+  char state = '\0';  // /proc/<pid>/stat's letter, '\0' when the process is gone
+  uint64_t seq = 0;   // 0: no collective call yet
+  std::string name;
+  std::string dtype;  // empty when the record's dtype is out of range
+  uint64_t n_elems = 0;
+  uint64_t graph_hash = 0;
+  double seconds_in_call = 0;
+  double seconds_waiting = -1;  // < 0: not inside a wait's sleep (or was not when it died)
+  int awaited = -1;
+};
+
+// The call records of the `world_size` slots of the segment mapped at `base` (valid for
+// `mapped_bytes`), with pids[k] the launcher's pid of ordinal k (0 or missing: the slot's own).
+// A replica that died inside a wait keeps its record's wait: the report shows what it waited
+// for when it failed.
+std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int world_size,
+                                    std::span<const pid_t> pids);
+
+// The report's lines (each indented by two spaces), the last "held up by ..." when any
+// ordinal is waited for and not waiting itself. `first_ordinal` turns local ordinals into the
+// job's (multi-node jobs).
+std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal);
+
+}  // namespace xs

@@ -1,0 +1,87 @@
+#include "shm/call_report.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "shm/segment.h"
+
+namespace xs {
+namespace {
+
+OrdinalCall call(int ordinal, char state, uint64_t seq, double waiting, int awaited) {
+  OrdinalCall c;
+  c.ordinal = ordinal;
+  c.pid = 100 + ordinal;
+  c.state = state;
+  c.seq = seq;
+  c.name = "all_reduce";
+  c.dtype = "f32";
+  c.n_elems = 669706;
+  c.graph_hash = 0x3fa2c1d09e8b7a6f;
+  c.seconds_in_call = 61.25;
+  c.seconds_waiting = waiting;
+  c.awaited = awaited;
+  return c;
+}
+
+TEST(CallReport, NamesWhoWaitsForWhomAndWhoHoldsThemUp) {
+  const std::string report = format_calls(
+      {call(0, 'S', 1205, 60.04, 1), call(1, 'T', 1204, -1, -1), call(2, 'S', 1205, 59.9, 1)}, 4);
+  EXPECT_EQ(report,
+            "  ordinal 4 (pid 100, sleeping): all_reduce #1205 (f32, 669706 elements, graph "
+            "3fa2c1d09e8b7a6f) for 61.2 s, waiting 60.0 s for ordinal 5\n"
+            "  ordinal 5 (pid 101, stopped): all_reduce #1204 (f32, 669706 elements, graph "
+            "3fa2c1d09e8b7a6f) for 61.2 s, not waiting\n"
+            "  ordinal 6 (pid 102, sleeping): all_reduce #1205 (f32, 669706 elements, graph "
+            "3fa2c1d09e8b7a6f) for 61.2 s, waiting 59.9 s for ordinal 5\n"
+            "  held up by ordinal(s) 5 (stopped)\n");
+}
+
+TEST(CallReport, AnOrdinalWithoutCallsAndOneThatIsGone) {
+  OrdinalCall none;
+  none.ordinal = 1;
+  none.pid = 7;
+  none.state = 'R';
+  const std::string report = format_calls({call(0, '\0', 3, 5.0, 1), none}, 0);
+  EXPECT_NE(report.find("ordinal 0 (pid 100, gone): all_reduce #3"), std::string::npos) << report;
+  EXPECT_NE(report.find("ordinal 1 (pid 7, running): no collective call yet\n"), std::string::npos)
+      << report;
+  EXPECT_NE(report.find("held up by ordinal(s) 1 (running)"), std::string::npos) << report;
+}
+
+// The records come from a real segment's slots; garbage in one (a scribbling replica) is
+// range-checked, never trusted as a name, dtype or ordinal.
+TEST(CallReport, ReadsTheSlotsOfASegmentAndDistrustsGarbage) {
+  const std::string id = "callreport" + std::to_string(::getpid());
+  OwnedSegment owned(id, 2, 64 << 10);
+  Segment segment = Segment::attach(owned.name(), 0, 2, id);
+  shm::CallRecord& good = segment.slot(0).call;
+  std::memcpy(good.name, "barrier", 8);
+  good.seq = 9;
+  good.started_ns = 1;  // long ago
+  shm::CallRecord& bad = segment.slot(1).call;
+  std::memset(bad.name, '\xff', sizeof bad.name);
+  bad.seq = 4;
+  bad.dtype = 77;
+  bad.awaited = 1000;
+  bad.waiting_since_ns = INT64_MAX;
+  const std::vector<OrdinalCall> calls =
+      read_calls(&segment.control(),
+                 shm::segment_bytes(2, segment.staging_bytes(), segment.arena_bytes()), 2, {});
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].pid, ::getpid());
+  EXPECT_EQ(calls[0].state, 'R');
+  EXPECT_EQ(calls[0].name, "barrier");
+  EXPECT_EQ(calls[0].seq, 9u);
+  EXPECT_GT(calls[0].seconds_in_call, 0);
+  EXPECT_EQ(calls[1].name, "?");
+  EXPECT_EQ(calls[1].dtype, "");
+  EXPECT_EQ(calls[1].awaited, -1);
+  EXPECT_LT(calls[1].seconds_waiting, 0);
+}
+
+}  // namespace
+}  // namespace xs
