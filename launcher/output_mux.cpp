@@ -15,6 +15,7 @@
 
 #include "base/check.h"
 #include "base/error.h"
+#include "shm/stack_dump.h"
 
 namespace xs {
 namespace {
@@ -132,7 +133,11 @@ void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::s
   const bool shown = options_.shown.empty() || options_.shown[k];
   std::string console;
   std::string file_text;
-  for (const std::string& line : lines) {
+  for (const std::string& raw : lines) {
+    // A replica's stack frame (shm/stack_dump.h) becomes a demangled name.
+    const bool frame = stream == ReplicaStream::kStderr && raw.starts_with(kFramePrefix);
+    std::string described;
+    const std::string& line = frame ? (described = describe_frame(raw)) : raw;
     if (shown) console.append(prefix).append(line).push_back('\n');
     if (!log_files_.empty()) file_text.append(stamp).append(line).push_back('\n');
     if (options_.on_line) options_.on_line(ordinal, stream, line);

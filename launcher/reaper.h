@@ -47,6 +47,9 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
     return monitor_ != nullptr ? monitor_->call_report(pids_by_ordinal, first_ordinal) : "";
   }
   bool timed_out() noexcept override { return monitor_ != nullptr && monitor_->timed_out(); }
+  int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override {
+    return monitor_ != nullptr ? monitor_->request_stacks(pids_by_ordinal, continue_stopped) : 0;
+  }
 
   pid_t pid() const { return pid_; }
 

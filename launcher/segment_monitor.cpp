@@ -1,5 +1,9 @@
 #include "launcher/segment_monitor.h"
 
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
@@ -8,6 +12,8 @@
 #include "replica/context.h"
 #include "shm/call_report.h"
 #include "shm/control_block_check.h"
+#include "shm/futex.h"
+#include "shm/stack_dump.h"
 
 namespace xs {
 
@@ -78,13 +84,44 @@ std::string SegmentMonitor::call_report(std::span<const pid_t> pids_by_ordinal,
   }
 }
 
+int SegmentMonitor::request_stacks(std::span<const pid_t> pids_by_ordinal,
+                                   bool continue_stopped) noexcept {
+  if (!mapping_) return 0;
+  int asked = 0;
+  try {
+    for (const OrdinalCall& c : read_calls(mapping_->region.get_address(),
+                                           mapping_->region.get_size(),
+                                           mapping_->header.world_size, pids_by_ordinal)) {
+      const auto k = static_cast<size_t>(c.ordinal);
+      // Only a live process of this replica's tree that said it handles the signal: its
+      // default action would kill anything else.
+      if (!c.dumps_stack || c.slot_pid <= 0 || k >= pids_by_ordinal.size() ||
+          pids_by_ordinal[k] <= 0 || !of_replica(c.slot_pid, pids_by_ordinal[k])) {
+        continue;
+      }
+      const std::optional<std::string> fields = process_stat_fields(c.slot_pid);
+      if (!fields || fields->empty() || (*fields)[0] == 'Z') continue;
+      const bool stopped = (*fields)[0] == 'T';
+      if (stopped && !continue_stopped) continue;
+      // To the main thread (tid = pid): a process-directed signal may land on any thread.
+      if (::syscall(SYS_tgkill, c.slot_pid, c.slot_pid, stack_dump_signal()) != 0) continue;
+      if (stopped) ::kill(c.slot_pid, SIGCONT);
+      ++asked;
+    }
+  } catch (const std::exception&) {  // only allocation can throw here
+  }
+  return asked;
+}
+
 bool SegmentMonitor::timed_out() noexcept {
   if (!mapping_) return false;
   const auto& control = *static_cast<const shm::ControlBlock*>(mapping_->region.get_address());
   if (control.poisoned.load(std::memory_order_acquire) == 0) return false;
   const std::string_view reason(control.poison_reason,
                                 strnlen(control.poison_reason, shm::kPoisonReasonBytes));
-  return reason.find("timed out after") != std::string_view::npos;
+  // The waits' "timed out after ...", gloo's "Timed out waiting ..." (across nodes).
+  return reason.find("timed out") != std::string_view::npos ||
+         reason.find("Timed out") != std::string_view::npos;
 }
 
 }  // namespace xs

@@ -31,6 +31,7 @@ class SegmentMonitor final : public JobResources, public JobMonitor {
   std::string call_report(std::span<const pid_t> pids_by_ordinal,
                           int first_ordinal) noexcept override;
   bool timed_out() noexcept override;
+  int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override;
 
  private:
   struct Mapping;

@@ -58,6 +58,13 @@ class JobMonitor {
   }
   // Whether the job's segment was poisoned by a collective that timed out.
   virtual bool timed_out() noexcept { return false; }
+  // Asks every replica that can (shm/stack_dump.h) for its main thread's stack, on stderr;
+  // a stopped one only with `continue_stopped` (it is sent SIGCONT after the request, and
+  // prints where it was stopped). Returns how many were asked.
+  virtual int request_stacks(std::span<const pid_t> /*pids_by_ordinal*/,
+                             bool /*continue_stopped*/) noexcept {
+    return 0;
+  }
 };
 // 200 ms: a scribbled segment is caught well within a collective timeout, at ~1 us a check.
 inline constexpr int kMonitorIntervalMs = 200;

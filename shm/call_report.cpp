@@ -57,7 +57,9 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
     OrdinalCall c;
     c.ordinal = k;
     c.pid = static_cast<size_t>(k) < pids.size() ? pids[static_cast<size_t>(k)] : 0;
-    if (c.pid <= 0) c.pid = slots[k].pid.load(std::memory_order_relaxed);
+    c.slot_pid = slots[k].pid.load(std::memory_order_relaxed);
+    if (c.pid <= 0) c.pid = c.slot_pid;
+    c.dumps_stack = r.dumps_stack.load(std::memory_order_relaxed) == 1;
     if (c.pid > 0) {
       const std::optional<std::string> fields = process_stat_fields(c.pid);
       c.state = fields && !fields->empty() ? (*fields)[0] : '\0';

@@ -26,6 +26,8 @@ namespace xs {
 struct OrdinalCall {
   int ordinal = 0;
   pid_t pid = 0;
+  pid_t slot_pid = 0;         // the process checked in as the ordinal (pid or a descendant)
+  bool dumps_stack = false;   // slot_pid handles stack_dump_signal()
   char state = '\0';  // /proc/<pid>/stat's letter, '\0' when the process is gone
   uint64_t seq = 0;   // 0: no collective call yet
   std::string name;

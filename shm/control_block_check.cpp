@@ -37,10 +37,8 @@ pid_t parent_of(pid_t pid) {
   return static_cast<pid_t>(ppid);
 }
 
-// Whether `pid` is, or was, a process of the replica `replica`: the replica itself or a
-// descendant that attached (xla-spawn -- gdb/sh -c ... train). A process that no longer
-// exists cannot be told apart from a dead replica and passes; a live process outside the
-// replica's tree (another job, an unrelated program) does not.
+}  // namespace
+
 bool of_replica(pid_t pid, pid_t replica) {
   for (int depth = 0; depth < 64 && pid > 1; ++depth) {  // 64: deeper trees are not wrappers
     if (pid == replica) return true;
@@ -50,6 +48,8 @@ bool of_replica(pid_t pid, pid_t replica) {
   }
   return false;
 }
+
+namespace {
 
 template <class T>
 T load(const T& field) {

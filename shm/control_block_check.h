@@ -43,6 +43,12 @@ struct SegmentHeader {
 // violation.
 std::optional<std::string> check_header(const shm::ControlBlock& control, size_t mapped_bytes);
 
+// Whether `pid` is, or was, a process of the replica `replica`: the replica itself or a
+// descendant that attached (xla-spawn -- gdb/sh -c ... train). A process that no longer
+// exists cannot be told apart from a dead replica and passes; a live process outside the
+// replica's tree (another job, an unrelated program) does not.
+bool of_replica(pid_t pid, pid_t replica);
+
 // Everything: check_header, the header equal to `expected`, the poison words (poisoner <=
 // world size, claim 0/1 and set when poisoned, the record's pid the poisoner's slot pid), the
 // sleeper count, the central barrier

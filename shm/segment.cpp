@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "shm/control_block_check.h"
 #include "shm/futex.h"
+#include "shm/stack_dump.h"
 
 namespace xs {
 namespace {
@@ -134,6 +135,7 @@ void check_in(shm::OrdinalSlot& slot, const std::string& name, int ordinal) {
     }
     if (slot.pid.compare_exchange_weak(seen, me, std::memory_order_acq_rel)) break;
   }
+  slot.call.dumps_stack.store(install_stack_dump() ? 1 : 0, std::memory_order_relaxed);
   slot.state.store(static_cast<uint32_t>(shm::SlotState::kCheckedIn), std::memory_order_release);
 }
 

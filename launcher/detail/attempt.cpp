@@ -249,7 +249,7 @@ void Attempt::handle_signals() {
     if (signo == SIGTSTP) {
       suspend();
     } else if (signo == SIGUSR1) {
-      report_calls("SIGUSR1");
+      report_calls("SIGUSR1", /*failing=*/false);
     } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
       stop_signal_ = signo;
@@ -305,7 +305,10 @@ bool Attempt::reap(Replica& replica) {
 
 // What every ordinal is doing, from the segment's call records: on SIGUSR1, and when a
 // collective timed out (before the others are stopped, so their state is still what hung).
-void Attempt::report_calls(const char* why) {
+// Then each replica's stack (shm/stack_dump.h), printed by the replica itself: on SIGUSR1 by
+// those running (their lines arrive as the loop reads them); on a timeout by stopped ones too,
+// continued for it, and read here for up to kStackWait before the job is stopped.
+void Attempt::report_calls(const char* why, bool failing) {
   if (job_.options->monitor == nullptr) return;
   std::vector<pid_t> pids;
   for (const Replica& r : replicas_) pids.push_back(r.reaped ? 0 : r.pid);
@@ -313,11 +316,34 @@ void Attempt::report_calls(const char* why) {
       job_.options->monitor->call_report(pids, job_.placement.first_ordinal);
   if (report.empty()) return;
   job_.mux->message(fmt::format("hang report ({}):\n{}", why, report.substr(0, report.size() - 1)));
+  if (job_.options->monitor->request_stacks(pids, failing) > 0 && failing) read_output_for(kStackWait);
+}
+
+void Attempt::read_output_for(std::chrono::milliseconds span) {
+  const auto until = Clock::now() + span;
+  for (auto now = Clock::now(); now < until; now = Clock::now()) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Replica*, int>> owners;
+    for (Replica& r : replicas_) {
+      for (int stream = 0; stream < 2; ++stream) {
+        if (r.pipe_fds[stream] < 0) continue;
+        fds.push_back({r.pipe_fds[stream], POLLIN, 0});
+        owners.emplace_back(&r, stream);
+      }
+    }
+    if (fds.empty()) return;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(left));
+    if (ready < 0 && errno != EINTR) return;
+    for (size_t i = 0; ready > 0 && i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_pipe(*owners[i].first, owners[i].second);
+    }
+  }
 }
 
 void Attempt::on_failure(const Replica& replica) {
   if (job_.options->monitor != nullptr && job_.options->monitor->timed_out()) {
-    report_calls("a collective timed out");
+    report_calls("a collective timed out", /*failing=*/true);
   }
   reason_ = StopReason::kFailure;
   root_ = replica.ordinal;

@@ -74,7 +74,9 @@ class Attempt {
   void poll_once();
   void handle_signals();
   void suspend();  // SIGTSTP: the replicas stop with xla-spawn and continue with it
-  void report_calls(const char* why);  // the hang report, to stderr
+  void report_calls(const char* why, bool failing);  // the hang report, to stderr
+  void read_output_for(std::chrono::milliseconds span);  // replicas' pipes only
+  static constexpr std::chrono::milliseconds kStackWait{500};
   bool reap(Replica& replica);  // true when it had exited and is now reaped
   void on_failure(const Replica& replica);
   static Replica& root_cause(const std::vector<Replica*>& failed);

@@ -132,6 +132,11 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
             std::string::npos)
       << run.err();
   EXPECT_NE(run.err().find("held up by ordinal(s) 1 (stopped)"), std::string::npos) << run.err();
+  // ...and its stack, from where it was stopped, with function names (continued for it).
+  EXPECT_NE(run.err().find(fmt::format("[1] xla-spawn: stack of pid {}:", *victim)),
+            std::string::npos)
+      << run.err();
+  EXPECT_NE(run.err().find("[1]   at main (train_fmnist+"), std::string::npos) << run.err();
   expect_nothing_left(run.pid());
   EXPECT_EQ(check_checkpoint(checkpoint()).rfind("ok ", 0), 0u) << check_checkpoint(checkpoint());
 }
@@ -209,6 +214,14 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   EXPECT_NE(err.find("waiting"), std::string::npos) << err;
   EXPECT_NE(err.find("for ordinal 1\n"), std::string::npos) << err;
   EXPECT_NE(err.find(", graph "), std::string::npos) << err;
+  // The running ordinal's stack: asleep in the wait the report names. The stopped one is not
+  // asked (that would continue it).
+  EXPECT_TRUE(wait_until([&] { return run.err().find("[0]   at main (") != std::string::npos; },
+                         kCleanupDeadline))
+      << run.err();
+  EXPECT_NE(run.err().find("[0]   at xs::Waiter::wait_slow("), std::string::npos) << run.err();
+  EXPECT_EQ(run.err().find("[1] xla-spawn: stack of pid"), std::string::npos) << run.err();
+  EXPECT_EQ(process_state(*victim), 'T');
   EXPECT_FALSE(run.wait_for(std::chrono::milliseconds(0)).has_value()) << "the job went on";
   ASSERT_EQ(::kill(*victim, SIGCONT), 0);
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);

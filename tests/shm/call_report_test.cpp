@@ -1,12 +1,14 @@
 #include "shm/call_report.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
 
 #include "shm/segment.h"
+#include "shm/stack_dump.h"
 
 namespace xs {
 namespace {
@@ -81,6 +83,46 @@ TEST(CallReport, ReadsTheSlotsOfASegmentAndDistrustsGarbage) {
   EXPECT_EQ(calls[1].dtype, "");
   EXPECT_EQ(calls[1].awaited, -1);
   EXPECT_LT(calls[1].seconds_waiting, 0);
+}
+
+// What backtrace_symbols_fd writes, as the launcher shows it.
+TEST(StackDump, FramesAreDemangledWithTheirModule) {
+  EXPECT_EQ(describe_frame("xla-spawn frame: /x/build/train_fmnist(_ZN2xs6Waiter9wait_slowEPKc+0x1f3) "
+                           "[0x55d0c0ffee00]"),
+            "  at xs::Waiter::wait_slow(char const*) (train_fmnist+0x1f3)");
+  EXPECT_EQ(describe_frame("xla-spawn frame: /lib/x86_64-linux-gnu/libc.so.6(+0x8a1b2) [0x7f00]"),
+            "  at ?? (libc.so.6+0x8a1b2)");
+  EXPECT_EQ(describe_frame("xla-spawn frame: ./a(main+0x8c) [0x1]"), "  at main (a+0x8c)");
+  EXPECT_EQ(describe_frame("xla-spawn frame: [0x7f00]"), "  at ?? [0x7f00]");
+  EXPECT_EQ(describe_frame("an ordinary line"), "an ordinary line");
+}
+
+// A process that attached handles the signal: its stack arrives on stderr, and it goes on.
+TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
+  const std::string id = "stackdump" + std::to_string(::getpid());
+  OwnedSegment owned(id, 1, 64 << 10);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 2);
+    Segment segment = Segment::attach(owned.name(), 0, 1, id);
+    if (segment.slot(0).call.dumps_stack.load() != 1) ::_exit(3);
+    ::raise(stack_dump_signal());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string err;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) err.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the handler was not installed";
+  EXPECT_NE(err.find("xla-spawn: stack of pid " + std::to_string(pid) + ":\n"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(std::string(kFramePrefix)), std::string::npos) << err;
 }
 
 }  // namespace

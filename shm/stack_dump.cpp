@@ -1,0 +1,95 @@
+#include "shm/stack_dump.h"
+
+#include <cxxabi.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace xs {
+namespace {
+
+void write_text(const char* text, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(2, text, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    text += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// Async-signal-safe: write(), backtrace() once preloaded, backtrace_symbols_fd() (no malloc).
+extern "C" void on_stack_dump(int) {
+  const int saved_errno = errno;
+  char header[64] = "xla-spawn: stack of pid ";
+  size_t n = std::strlen(header);
+  char digits[16];
+  size_t d = 0;
+  for (auto pid = static_cast<unsigned>(::getpid()); d == 0 || pid != 0; pid /= 10) {
+    digits[d++] = static_cast<char>('0' + pid % 10);
+  }
+  while (d > 0) header[n++] = digits[--d];
+  header[n++] = ':';
+  header[n++] = '\n';
+  write_text(header, n);
+  void* frames[64];
+  const int count = ::backtrace(frames, 64);
+  for (int i = 2; i < count; ++i) {  // 0 is this handler, 1 the kernel's signal trampoline
+    write_text(kFramePrefix.data(), kFramePrefix.size());
+    ::backtrace_symbols_fd(&frames[i], 1, 2);
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+int stack_dump_signal() { return SIGRTMIN + 7; }
+
+bool install_stack_dump() {
+  struct sigaction current {};
+  if (::sigaction(stack_dump_signal(), nullptr, &current) != 0) return false;
+  if (current.sa_handler == on_stack_dump) return true;
+  if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO) != 0) return false;
+  void* warm[1];
+  ::backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
+  struct sigaction action {};
+  action.sa_handler = on_stack_dump;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  return ::sigaction(stack_dump_signal(), &action, nullptr) == 0;
+}
+
+std::string describe_frame(std::string_view line) {
+  if (line.substr(0, kFramePrefix.size()) != kFramePrefix) return std::string(line);
+  const std::string_view frame = line.substr(kFramePrefix.size());
+  // module(symbol+offset) [address] | module(+offset) [address] | [address]
+  const size_t open = frame.find('(');
+  const size_t close = frame.find(')', open == std::string_view::npos ? 0 : open);
+  if (open == std::string_view::npos || close == std::string_view::npos) {
+    return "  at ?? " + std::string(frame);
+  }
+  std::string_view module = frame.substr(0, open);
+  if (const size_t slash = module.rfind('/'); slash != std::string_view::npos) {
+    module = module.substr(slash + 1);
+  }
+  const std::string_view inside = frame.substr(open + 1, close - open - 1);
+  const size_t plus = inside.rfind('+');
+  const std::string symbol(inside.substr(0, plus == std::string_view::npos ? inside.size() : plus));
+  const std::string_view offset =
+      plus == std::string_view::npos ? std::string_view() : inside.substr(plus);
+  std::string name = symbol.empty() ? "??" : symbol;
+  if (!symbol.empty()) {
+    int status = 0;
+    std::unique_ptr<char, decltype(&std::free)> demangled(
+        abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status), &std::free);
+    if (status == 0 && demangled) name = demangled.get();
+  }
+  return "  at " + name + " (" + std::string(module) + std::string(offset) + ")";
+}
+
+}  // namespace xs
