@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include <fmt/format.h>
@@ -33,7 +35,8 @@ FaultPoint parse_point(std::string_view name, const std::string& value) {
   if (name == "forward") return FaultPoint::kForward;
   if (name == "allreduce") return FaultPoint::kAllReduce;
   if (name == "checkpoint") return FaultPoint::kCheckpoint;
-  throw InvalidArgument(fmt::format("{}='{}': expected forward|allreduce|checkpoint@ORDINAL:STEP",
+  if (name == "sleep") return FaultPoint::kSleep;
+  throw InvalidArgument(fmt::format("{}='{}': expected forward|allreduce|checkpoint|sleep@ORDINAL:STEP",
                                     kTestFaultEnv, value));
 }
 
@@ -148,6 +151,11 @@ void FaultHook::at_forward(int64_t step) {
   step_.store(step);
   if (point_ == FaultPoint::kForward && step == target_step_) {
     die(fmt::format("in the forward pass of step {}", step));
+  }
+  if (point_ == FaultPoint::kSleep && step == target_step_) {
+    std::fprintf(stderr, "fault hook: ordinal %d sleeps in the forward pass of step %lld\n",
+                 xm::ordinal(), static_cast<long long>(step));
+    std::this_thread::sleep_for(std::chrono::minutes(10));  // the job's timeouts end it first
   }
 }
 

@@ -8,6 +8,8 @@
 //   allreduce   while the in-graph gradient all-reduce (sharded update: reduce-scatter) runs
 //               (a thread fires once it started)
 //   checkpoint  while the master writes the checkpoint (fires on the temporary's creation)
+//   sleep       no signal: the ordinal sleeps (up to 10 min) in the forward pass of that step,
+//               as a replica stuck outside any collective would (its peers time out)
 //
 //   FaultHook hook = FaultHook::from_env(checkpoint_path);   // inactive when unset
 //   hook.at_forward(step);  hook.before_save(step);
@@ -21,7 +23,7 @@ namespace xs::fmnist {
 
 inline constexpr const char* kTestFaultEnv = "XLA_SPAWN_TEST_FAULT";
 
-enum class FaultPoint { kNone, kForward, kAllReduce, kCheckpoint };
+enum class FaultPoint { kNone, kForward, kAllReduce, kCheckpoint, kSleep };
 
 class FaultHook {
  public:

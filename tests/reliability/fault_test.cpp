@@ -229,6 +229,27 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   expect_nothing_left(run.pid());
 }
 
+// A replica stuck outside any collective (asleep in its forward pass): the report printed at
+// the timeout names it as holding the job up and shows where it sleeps.
+TEST_F(FaultTest, AReplicaStuckInASleepIsNamedWithItsStackWhenItsPeerTimesOut) {
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "sleep@1:4");
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(5000 * deadline_scale()));
+  Launch run(args(0, {"--grace-period", "1"}));
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_NE(WEXITSTATUS(status), 0) << run.err();
+  const std::string err = run.err();
+  EXPECT_NE(err.find("fault hook: ordinal 1 sleeps in the forward pass of step 4"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("hang report (a collective timed out):"), std::string::npos) << err;
+  EXPECT_NE(err.find("held up by ordinal(s) 1 (sleeping)"), std::string::npos) << err;
+  EXPECT_NE(err.find("[1] xla-spawn: stack of pid"), std::string::npos) << err;
+  EXPECT_NE(err.find("[1]   at xs::fmnist::FaultHook::at_forward(long) (train_fmnist+"),
+            std::string::npos)
+      << err;
+  expect_nothing_left(run.pid());
+}
+
 TEST_F(FaultTest, SigkillOfXlaSpawnLeavesNoReplicaAndNoSegment) {
   Launch run(args(0));
   wait_for_first_checkpoint(run);
