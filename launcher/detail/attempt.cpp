@@ -283,6 +283,11 @@ void Attempt::suspend() {
   job_.mux->message(fmt::format("continued; continuing {} replica(s)", running()));
 }
 
+std::string Attempt::describe(const Replica& replica) const {
+  const std::string status = describe_status(replica.status);
+  return replica.oom ? fmt::format("{}, sent by {}", status, *replica.oom) : status;
+}
+
 bool Attempt::reap(Replica& replica) {
   // Whatever the replica started in its process group (`cmd &` in a shell, a helper that
   // ignores SIGTERM) must not outlive it, however it ended. Killed before the wait: while the
@@ -298,6 +303,9 @@ bool Attempt::reap(Replica& replica) {
   if (pid != replica.pid) return false;
   replica.reaped = true;
   replica.status = status;
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !replica.killed) {
+    replica.oom = oom_.explain_sigkill();
+  }
   if (job_.options->observer != nullptr) job_.options->observer->replica_reaped(replica.pid);
   close_fd(replica.pidfd);
   return true;
@@ -351,7 +359,7 @@ void Attempt::on_failure(const Replica& replica) {
   if (others > 0) {
     job_.mux->message(fmt::format(
         "ordinal {} {}; stopping the other {} replica(s) (SIGTERM, SIGKILL after {} ms)",
-        global(replica.ordinal), describe_status(replica.status), others,
+        global(replica.ordinal), describe(replica), others,
         job_.options->grace.count()));
   }
   stop_all(SIGTERM);
@@ -363,7 +371,7 @@ void Attempt::tell_peers(const Replica& replica) {
   f.local_ordinal = replica.ordinal;
   f.kind = WIFSIGNALED(replica.status) ? LocalFailureKind::kSignalled : LocalFailureKind::kExited;
   f.exit_code = exit_code_for_status(replica.status);
-  f.description = describe_status(replica.status);
+  f.description = describe(replica);
   const auto& tail = job_.mux->tail(replica.ordinal);
   f.tail.assign(tail.begin(), tail.end());
   job_.options->peers->local_failure(f);
@@ -541,7 +549,7 @@ std::string Attempt::headline() const {
   const int ordinal = global(root.ordinal);
   std::string text =
       fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
-                  job_.job_id, attempt_, elapsed_s, ordinal, describe_status(root.status));
+                  job_.job_id, attempt_, elapsed_s, ordinal, describe(root));
   const auto& tail = job_.mux->tail(root.ordinal);
   text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), ordinal);
   for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", ordinal, line);

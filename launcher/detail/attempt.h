@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/oom_watch.h"
 #include "launcher/signal_pipe.h"
 #include "launcher/supervisor.h"
 
@@ -66,6 +67,7 @@ class Attempt {
     int status = 0;          // waitpid() status once reaped
     bool signalled = false;  // we sent it a stop signal while it ran
     bool killed = false;     // ...and SIGKILL
+    std::optional<std::string> oom;  // who else sent the SIGKILL it died of (OomWatch)
   };
 
   void start(const std::vector<EnvVar>& extra_env);
@@ -78,6 +80,7 @@ class Attempt {
   void read_output_for(std::chrono::milliseconds span);  // replicas' pipes only
   static constexpr std::chrono::milliseconds kStackWait{500};
   bool reap(Replica& replica);  // true when it had exited and is now reaped
+  std::string describe(const Replica& replica) const;  // its status, and the OOM killer's part
   void on_failure(const Replica& replica);
   static Replica& root_cause(const std::vector<Replica*>& failed);
   void read_pipe(Replica& replica, int stream);
@@ -109,6 +112,7 @@ class Attempt {
   Clock::time_point started_;
   Clock::time_point next_monitor_check_{};
   std::string corruption_;  // JobMonitor's message (kCorrupt)
+  OomWatch oom_;            // the OOM kill counters as this attempt started
   std::optional<PeerStop> peer_stop_;  // what the other nodes said (kPeers)
 };
 

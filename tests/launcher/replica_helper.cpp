@@ -160,6 +160,13 @@ int run_action(const std::string& action, const std::string& pid_dir) {
     return fail ? static_cast<int>(arg(2)) : 0;
   } else if (a[0] == "affinity") {
     print_affinity();
+  } else if (a[0] == "eat-memory") {  // touches N MiB, a page at a time (the OOM tests)
+    const size_t bytes = static_cast<size_t>(arg(1)) << 20;
+    auto* block = static_cast<char*>(std::malloc(bytes));
+    if (block == nullptr) return 93;
+    for (size_t at = 0; at < bytes; at += 4096) block[at] = 1;
+    std::printf("touched %zu MiB\n", bytes >> 20);
+    std::free(block);
   } else if (a[0] == "partial") {
     std::printf("no newline at the end");
   } else {
