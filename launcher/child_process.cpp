@@ -1,6 +1,7 @@
 #include "launcher/child_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -30,7 +31,7 @@ namespace {
 // Everything the launcher changed (handlers, ignored SIGPIPE, blocked signals) goes back to
 // the defaults a freshly started program expects; SIG_IGN would survive exec otherwise.
 void reset_signals() {
-  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT, SIGUSR1, SIGUSR2}) {
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT, SIGUSR1, SIGUSR2, SIGTSTP}) {
     ::signal(signo, SIG_DFL);
   }
   sigset_t none;
@@ -41,8 +42,9 @@ void reset_signals() {
 void die_with_parent(pid_t parent_pid) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail("prctl(PR_SET_PDEATHSIG)");
   // The race: the parent may have died between fork and prctl, in which case no signal will
-  // ever come; we were reparented, so getppid() no longer matches.
-  if (::getppid() != parent_pid) ::raise(SIGKILL);
+  // ever come; we were reparented, so getppid() no longer matches. kill(getpid()), not
+  // raise(): in spawn_replica's child raise() would name the parent's thread.
+  if (::getppid() != parent_pid) ::kill(::getpid(), SIGKILL);
 }
 
 void redirect_stdio(const ChildSetup& setup) {
@@ -73,7 +75,73 @@ void pin_to_cpu(int cpu) {
   if (::sched_setaffinity(0, sizeof set, &set) != 0) child_fail("sched_setaffinity");
 }
 
+// The environment a replica starts with: this process's, with `overrides` set or removed in
+// order (a later one of the same name wins, as successive setenv calls would).
+std::vector<std::string> child_environment(const std::vector<EnvVar>& overrides) {
+  std::vector<std::string> env;
+  for (char** var = environ; *var != nullptr; ++var) env.emplace_back(*var);
+  for (const EnvVar& o : overrides) {
+    std::erase_if(env, [&](const std::string& entry) {
+      return entry.size() > o.name.size() && entry[o.name.size()] == '=' &&
+             entry.compare(0, o.name.size(), o.name) == 0;
+    });
+    if (o.value) env.push_back(o.name + "=" + *o.value);
+  }
+  return env;
+}
+
+struct SpawnArgs {
+  const ChildSetup* setup;
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+};
+
+// spawn_replica's child: the parent is suspended until this execs or exits.
+int exec_child(void* arg) {
+  const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
+  ::setpgid(0, 0);
+  die_with_parent(a.setup->parent_pid);
+  reset_signals();  // also unblocks what spawn_replica blocked
+  redirect_stdio(*a.setup);
+  if (a.setup->cpu) pin_to_cpu(*a.setup->cpu);
+  ::execve(a.path, a.argv, a.envp);
+  const char* reason = ::strerror(errno);
+  [[maybe_unused]] ssize_t n = ::write(2, "xla-spawn: cannot execute ", 26);
+  n = ::write(2, a.path, std::strlen(a.path));
+  n = ::write(2, ": ", 2);
+  n = ::write(2, reason, std::strlen(reason));
+  n = ::write(2, "\n", 1);
+  ::_exit(127);
+}
+
 }  // namespace
+
+pid_t spawn_replica(const ChildSetup& setup, const ExecCommand& command) {
+  const std::vector<std::string> env = child_environment(setup.env);
+  std::vector<char*> envp;
+  for (const std::string& var : env) envp.push_back(const_cast<char*>(var.c_str()));
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (const std::string& arg : command.argv) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+  const SpawnArgs args{&setup, command.path.c_str(), argv.data(), envp.data()};
+  // The child runs on a stack of its own; no handler of ours may run in it before it has
+  // reset them, so every signal stays blocked across the clone (the child unblocks them).
+  std::vector<std::byte> stack(size_t{64} << 10);
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t pid = ::clone(exec_child, stack.data() + stack.size(),
+                            CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<SpawnArgs*>(&args));
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) {
+    throw IoError(errno_message("clone of replica " + std::to_string(setup.ordinal), clone_errno));
+  }
+  ::setpgid(pid, pid);  // done by the child already (the parent waited for its exec)
+  return pid;
+}
 
 pid_t fork_replica(const ChildSetup& setup, const ReplicaBody& body) {
   const pid_t pid = ::fork();

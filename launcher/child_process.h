@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "launcher/replica_env.h"
@@ -34,5 +35,18 @@ using ReplicaBody = std::function<void(int ordinal)>;
 // (already the leader of its own process group). Throws xs::IoError if fork fails.
 // Call with stdio flushed (the supervisor does), or buffered output is written twice.
 pid_t fork_replica(const ChildSetup& setup, const ReplicaBody& body);
+
+// A replica that is a program (the CLI's command): `path` resolved, argv[0] included.
+struct ExecCommand {
+  std::string path;
+  std::vector<std::string> argv;
+};
+
+// The same set-up, then execve(command): from a child that shares this process's memory
+// until the exec (clone with CLONE_VM | CLONE_VFORK, as posix_spawn does), which spares
+// fork's copy of the page tables, about a millisecond a replica here. The child allocates
+// nothing and calls only async-signal-safe functions (its environment is built here); a
+// failed exec prints "xla-spawn: cannot execute PATH: REASON" and exits 127.
+pid_t spawn_replica(const ChildSetup& setup, const ExecCommand& command);
 
 }  // namespace xs

@@ -37,16 +37,10 @@ int run(int argc, const char* const* argv) {
     xs::write_all(1, xs::version_text());
     return 0;
   }
-  const std::string path = xs::resolve_command(cl.command[0]);
-  std::vector<char*> child_argv;
-  for (const std::string& arg : cl.command) child_argv.push_back(const_cast<char*>(arg.c_str()));
-  child_argv.push_back(nullptr);
-  const xs::ReplicaBody exec_command = [&](int) {
-    ::execv(path.c_str(), child_argv.data());
-    // Only if the file changed since resolve_command checked it.
-    xs::write_all(2, fmt::format("xla-spawn: cannot execute {}: {}\n", path, std::strerror(errno)));
-    ::_exit(xs::kExitCommandNotFound);
-  };
+  // Started by spawn_replica; a failed exec (the file changed since resolve_command checked
+  // it) exits kExitCommandNotFound naming it.
+  const xs::ExecCommand command{xs::resolve_command(cl.command[0]), cl.command};
+  const xs::ReplicaBody unused_body = [](int) { ::_exit(xs::kExitCommandNotFound); };
   // A multi-node job forms before anything is started here: a node that cannot join starts
   // no replica.
   std::unique_ptr<xs::NodeSession> session;
@@ -76,7 +70,8 @@ int run(int argc, const char* const* argv) {
   options.helper_pids = [&] {
     return std::set<pid_t>{reaper.pid(), session ? session->server_pid() : -1};
   };
-  return xs::supervise(cl.nprocs, exec_command, options).exit_code;
+  options.exec = &command;
+  return xs::supervise(cl.nprocs, unused_body, options).exit_code;
 }
 
 void fail(const std::string& message) {

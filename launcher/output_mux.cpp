@@ -136,6 +136,13 @@ void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::s
   for (const std::string& raw : lines) {
     // A replica's stack frame (shm/stack_dump.h) becomes a demangled name.
     const bool frame = stream == ReplicaStream::kStderr && raw.starts_with(kFramePrefix);
+    if (frame && frames_pending_ > 0) --frames_pending_;
+    if (stream == ReplicaStream::kStderr) {
+      if (const std::optional<int> frames = stack_header_frames(raw)) {
+        ++stacks_begun_;
+        frames_pending_ += *frames;
+      }
+    }
     std::string described;
     const std::string& line = frame ? (described = describe_frame(raw)) : raw;
     if (shown) console.append(prefix).append(line).push_back('\n');

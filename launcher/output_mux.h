@@ -53,6 +53,13 @@ class OutputMux {
   // The last lines of `ordinal` (both streams, in arrival order), oldest first.
   const std::deque<std::string>& tail(int ordinal) const;
 
+  // Stacks replicas print on request (shm/stack_dump.h): how many began since the last
+  // expect_stacks(), and whether every frame they announced has arrived.
+  void expect_stacks() { stacks_begun_ = 0; frames_pending_ = 0; }
+  bool stacks_complete(int expected) const {
+    return stacks_begun_ >= expected && frames_pending_ == 0;
+  }
+
   // xla-spawn's own message, written whole to the console's stderr (and nowhere else).
   void message(std::string_view text) const;
   // A block of whole lines written as is to the console's stderr (the failure summary).
@@ -66,6 +73,8 @@ class OutputMux {
   std::vector<std::deque<std::string>> tails_;
   std::vector<FILE*> log_files_;  // empty without --log-dir
   std::vector<std::string> scratch_;
+  int stacks_begun_ = 0;
+  int frames_pending_ = 0;
 };
 
 // Writes all of `bytes` to `fd`, retrying on EINTR/EAGAIN; gives up silently on other

@@ -84,6 +84,9 @@ struct SupervisorOptions {
   // Set when this process is its replicas' subreaper (launcher/orphans.h): the pids of its own
   // helper children, which are spared when the orphans are killed after each attempt.
   std::function<std::set<pid_t>()> helper_pids;
+  // Set when every replica is a program (the CLI): replicas are started with spawn_replica
+  // (launcher/child_process.h), cheaper than forking for the ReplicaBody, which is then unused.
+  const ExecCommand* exec = nullptr;  // not owned
 };
 
 struct JobResult {

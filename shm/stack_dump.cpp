@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string_view>
 
 namespace xs {
 namespace {
@@ -26,20 +27,24 @@ void write_text(const char* text, size_t n) {
 // Async-signal-safe: write(), backtrace() once preloaded, backtrace_symbols_fd() (no malloc).
 extern "C" void on_stack_dump(int) {
   const int saved_errno = errno;
-  char header[64] = "xla-spawn: stack of pid ";
-  size_t n = std::strlen(header);
-  char digits[16];
-  size_t d = 0;
-  for (auto pid = static_cast<unsigned>(::getpid()); d == 0 || pid != 0; pid /= 10) {
-    digits[d++] = static_cast<char>('0' + pid % 10);
-  }
-  while (d > 0) header[n++] = digits[--d];
-  header[n++] = ':';
-  header[n++] = '\n';
-  write_text(header, n);
   void* frames[64];
   const int count = ::backtrace(frames, 64);
-  for (int i = 2; i < count; ++i) {  // 0 is this handler, 1 the kernel's signal trampoline
+  constexpr int kSkipped = 2;  // this handler and the kernel's signal trampoline
+  const int shown = count > kSkipped ? count - kSkipped : 0;
+  char header[96] = "xla-spawn: stack of pid ";
+  size_t n = std::strlen(header);
+  const auto append_number = [&](unsigned value) {
+    char digits[16];
+    size_t d = 0;
+    for (; d == 0 || value != 0; value /= 10) digits[d++] = static_cast<char>('0' + value % 10);
+    while (d > 0) header[n++] = digits[--d];
+  };
+  append_number(static_cast<unsigned>(::getpid()));
+  for (const char c : std::string_view(", ")) header[n++] = c;
+  append_number(static_cast<unsigned>(shown));
+  for (const char c : std::string_view(" frames:\n")) header[n++] = c;
+  write_text(header, n);
+  for (int i = kSkipped; i < count; ++i) {
     write_text(kFramePrefix.data(), kFramePrefix.size());
     ::backtrace_symbols_fd(&frames[i], 1, 2);
   }
@@ -62,6 +67,21 @@ bool install_stack_dump() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   return ::sigaction(stack_dump_signal(), &action, nullptr) == 0;
+}
+
+std::optional<int> stack_header_frames(std::string_view line) {
+  if (line.substr(0, kStackHeaderPrefix.size()) != kStackHeaderPrefix) return std::nullopt;
+  const size_t comma = line.find(", ");
+  const size_t end = line.find(" frames:");
+  if (comma == std::string_view::npos || end == std::string_view::npos || end < comma + 2) {
+    return std::nullopt;
+  }
+  int frames = 0;
+  for (const char c : line.substr(comma + 2, end - comma - 2)) {
+    if (c < '0' || c > '9' || frames > 1000) return std::nullopt;
+    frames = frames * 10 + (c - '0');
+  }
+  return frames;
 }
 
 std::string describe_frame(std::string_view line) {

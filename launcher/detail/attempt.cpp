@@ -156,7 +156,8 @@ void Attempt::start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
                           job_.nprocs};
   setup.env = replica_env(job_.job_id, place, attempt_, extra_env);
   try {
-    replica.pid = fork_replica(setup, *job_.body);
+    replica.pid = job_.options->exec != nullptr ? spawn_replica(setup, *job_.options->exec)
+                                                : fork_replica(setup, *job_.body);
   } catch (...) {
     ::close(out[1]);
     ::close(err[1]);
@@ -324,12 +325,14 @@ void Attempt::report_calls(const char* why, bool failing) {
       job_.options->monitor->call_report(pids, job_.placement.first_ordinal);
   if (report.empty()) return;
   job_.mux->message(fmt::format("hang report ({}):\n{}", why, report.substr(0, report.size() - 1)));
-  if (job_.options->monitor->request_stacks(pids, failing) > 0 && failing) read_output_for(kStackWait);
+  job_.mux->expect_stacks();
+  const int asked = job_.options->monitor->request_stacks(pids, failing);
+  if (failing && asked > 0) read_output_until([&] { return job_.mux->stacks_complete(asked); });
 }
 
-void Attempt::read_output_for(std::chrono::milliseconds span) {
-  const auto until = Clock::now() + span;
-  for (auto now = Clock::now(); now < until; now = Clock::now()) {
+void Attempt::read_output_until(const std::function<bool()>& done) {
+  const auto until = Clock::now() + kStackWait;
+  for (auto now = Clock::now(); now < until && !done(); now = Clock::now()) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Replica*, int>> owners;
     for (Replica& r : replicas_) {

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,8 +78,9 @@ class Attempt {
   void handle_signals();
   void suspend();  // SIGTSTP: the replicas stop with xla-spawn and continue with it
   void report_calls(const char* why, bool failing);  // the hang report, to stderr
-  void read_output_for(std::chrono::milliseconds span);  // replicas' pipes only
-  static constexpr std::chrono::milliseconds kStackWait{500};
+  // Reads the replicas' pipes (only) until done() or kStackWait passed.
+  void read_output_until(const std::function<bool()>& done);
+  static constexpr std::chrono::milliseconds kStackWait{3000};
   bool reap(Replica& replica);  // true when it had exited and is now reaped
   std::string describe(const Replica& replica) const;  // its status, and the OOM killer's part
   void on_failure(const Replica& replica);

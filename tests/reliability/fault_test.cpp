@@ -133,7 +133,7 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
       << run.err();
   EXPECT_NE(run.err().find("held up by ordinal(s) 1 (stopped)"), std::string::npos) << run.err();
   // ...and its stack, from where it was stopped, with function names (continued for it).
-  EXPECT_NE(run.err().find(fmt::format("[1] xla-spawn: stack of pid {}:", *victim)),
+  EXPECT_NE(run.err().find(fmt::format("[1] xla-spawn: stack of pid {}, ", *victim)),
             std::string::npos)
       << run.err();
   EXPECT_NE(run.err().find("[1]   at main (train_fmnist+"), std::string::npos) << run.err();

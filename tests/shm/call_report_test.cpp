@@ -95,6 +95,10 @@ TEST(StackDump, FramesAreDemangledWithTheirModule) {
   EXPECT_EQ(describe_frame("xla-spawn frame: ./a(main+0x8c) [0x1]"), "  at main (a+0x8c)");
   EXPECT_EQ(describe_frame("xla-spawn frame: [0x7f00]"), "  at ?? [0x7f00]");
   EXPECT_EQ(describe_frame("an ordinary line"), "an ordinary line");
+  EXPECT_EQ(stack_header_frames("xla-spawn: stack of pid 42, 19 frames:"), 19);
+  EXPECT_EQ(stack_header_frames("xla-spawn: stack of pid 42, x frames:"), std::nullopt);
+  EXPECT_EQ(stack_header_frames("xla-spawn: stack of pid 42, 99999999999 frames:"), std::nullopt);
+  EXPECT_EQ(stack_header_frames("something else"), std::nullopt);
 }
 
 // A process that attached handles the signal: its stack arrives on stderr, and it goes on.
@@ -120,8 +124,13 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the handler was not installed";
-  EXPECT_NE(err.find("xla-spawn: stack of pid " + std::to_string(pid) + ":\n"), std::string::npos)
-      << err;
+  const size_t header = err.find("xla-spawn: stack of pid " + std::to_string(pid) + ", ");
+  ASSERT_NE(header, std::string::npos) << err;
+  const std::optional<int> frames = stack_header_frames(err.substr(header, err.find('\n', header) - header));
+  ASSERT_TRUE(frames.has_value()) << err;
+  size_t lines = 0;
+  for (size_t at = err.find(kFramePrefix); at != std::string::npos; at = err.find(kFramePrefix, at + 1)) ++lines;
+  EXPECT_EQ(lines, static_cast<size_t>(*frames)) << err;
   EXPECT_NE(err.find(std::string(kFramePrefix)), std::string::npos) << err;
 }
 
