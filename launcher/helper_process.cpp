@@ -11,7 +11,7 @@
 namespace xs {
 
 int isolate_helper_process(const char* name, int keep_fd) {
-  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(signo, SIG_IGN);
+  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1}) ::signal(signo, SIG_IGN);
   ::prctl(PR_SET_NAME, name);
   if (::dup2(keep_fd, 3) < 0) ::_exit(1);
   ::syscall(SYS_close_range, 4u, ~0u, 0u);

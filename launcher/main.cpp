@@ -28,6 +28,9 @@
 namespace {
 
 int run(int argc, const char* const* argv) {
+  // The hang report's signal must not end xla-spawn before the supervisor listens for it (a
+  // multi-node launcher waits in the rendezvous first); replicas start with it at default.
+  ::signal(SIGUSR1, SIG_IGN);
   const xs::CommandLine cl = xs::parse_command_line(argc, argv);
   if (cl.help) {
     xs::write_all(1, xs::usage_text());

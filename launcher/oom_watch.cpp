@@ -1,5 +1,9 @@
 #include "launcher/oom_watch.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -60,23 +64,60 @@ std::string memory_events_file(const std::string& proc_self_cgroup, const std::s
   return {};
 }
 
-OomWatch::OomWatch()
-    : cgroup_file_(memory_events_file(read_text("/proc/self/cgroup"), "/sys/fs/cgroup")),
-      cgroup_kills_(read_count(cgroup_file_)),
-      system_kills_(read_count("/proc/vmstat")) {}
+namespace {
 
-std::optional<std::string> OomWatch::explain_sigkill() const {
-  if (cgroup_kills_) {
-    if (const auto now = read_count(cgroup_file_); now && *now > *cgroup_kills_) {
-      return fmt::format("the kernel's OOM killer (oom_kill in {} rose from {} to {})",
-                         cgroup_file_, *cgroup_kills_, *now);
+// The kernel log's records (/dev/kmsg), or nullopt when it cannot be read. Bounded: the ring
+// buffer holds at most a few MiB.
+std::optional<std::string> read_kernel_log() {
+  const int fd = ::open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string log;
+  char record[8192];
+  for (int i = 0; i < 200'000 && log.size() < (size_t{16} << 20); ++i) {
+    const ssize_t n = ::read(fd, record, sizeof record);
+    if (n > 0) {
+      log.append(record, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EPIPE) {
+      continue;  // records overwritten while reading: go on with the next
+    } else {
+      break;  // EAGAIN: the end
     }
   }
-  if (system_kills_) {
-    if (const auto now = read_count("/proc/vmstat"); now && *now > *system_kills_) {
-      return fmt::format("the kernel's OOM killer, most likely (/proc/vmstat oom_kill rose from "
-                         "{} to {} during the attempt)",
-                         *system_kills_, *now);
+  ::close(fd);
+  return log;
+}
+
+}  // namespace
+
+std::optional<std::string> oom_kill_line(const std::string& log, pid_t pid) {
+  const std::string needle = fmt::format("Killed process {} (", pid);
+  const size_t at = log.rfind(needle);
+  if (at == std::string::npos) return std::nullopt;
+  const size_t close = log.find(')', at + needle.size());
+  const size_t end = log.find('\n', at);
+  if (close == std::string::npos || (end != std::string::npos && close > end)) {
+    return std::nullopt;
+  }
+  return log.substr(at, close + 1 - at);
+}
+
+OomWatch::OomWatch()
+    : cgroup_file_(memory_events_file(read_text("/proc/self/cgroup"), "/sys/fs/cgroup")),
+      cgroup_kills_(read_count(cgroup_file_)) {}
+
+std::optional<std::string> OomWatch::explain_sigkill(pid_t pid) const {
+  if (const std::optional<std::string> log = read_kernel_log()) {
+    if (const std::optional<std::string> line = oom_kill_line(*log, pid)) {
+      return fmt::format("the kernel's OOM killer (kernel log: {})", *line);
+    }
+    return std::nullopt;  // the log would name it
+  }
+  if (cgroup_kills_) {
+    if (const auto now = read_count(cgroup_file_); now && *now > *cgroup_kills_) {
+      return fmt::format("the kernel's OOM killer, by its memory cgroup's count (oom_kill in {} "
+                         "rose from {} to {} while it ran; the kernel log, which would name the "
+                         "process, is not readable)",
+                         cgroup_file_, *cgroup_kills_, *now);
     }
   }
   return std::nullopt;

@@ -133,18 +133,16 @@ void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::s
   const bool shown = options_.shown.empty() || options_.shown[k];
   std::string console;
   std::string file_text;
-  for (const std::string& raw : lines) {
-    // A replica's stack frame (shm/stack_dump.h) becomes a demangled name.
-    const bool frame = stream == ReplicaStream::kStderr && raw.starts_with(kFramePrefix);
-    if (frame && frames_pending_ > 0) --frames_pending_;
+  for (const std::string& line : lines) {
+    // A replica's stack (shm/stack_dump.h): counted, so the hang report knows when it is whole.
     if (stream == ReplicaStream::kStderr) {
-      if (const std::optional<int> frames = stack_header_frames(raw)) {
+      if (const std::optional<int> frames = stack_header_frames(line)) {
         ++stacks_begun_;
         frames_pending_ += *frames;
+      } else if (frames_pending_ > 0 && line.starts_with(kFrameLinePrefix)) {
+        --frames_pending_;
       }
     }
-    std::string described;
-    const std::string& line = frame ? (described = describe_frame(raw)) : raw;
     if (shown) console.append(prefix).append(line).push_back('\n');
     if (!log_files_.empty()) file_text.append(stamp).append(line).push_back('\n');
     if (options_.on_line) options_.on_line(ordinal, stream, line);

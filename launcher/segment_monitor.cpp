@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include <fmt/format.h>
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
@@ -84,6 +86,25 @@ std::string SegmentMonitor::call_report(std::span<const pid_t> pids_by_ordinal,
   }
 }
 
+namespace {
+
+// Whether `pid` has a handler for `signo` (the SigCgt mask of /proc/<pid>/status).
+bool catches_signal(pid_t pid, int signo) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (!line.starts_with("SigCgt:")) continue;
+    try {
+      const uint64_t mask = std::stoull(line.substr(7), nullptr, 16);
+      return signo >= 1 && signo <= 64 && ((mask >> (signo - 1)) & 1) != 0;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 int SegmentMonitor::request_stacks(std::span<const pid_t> pids_by_ordinal,
                                    bool continue_stopped) noexcept {
   if (!mapping_) return 0;
@@ -101,6 +122,9 @@ int SegmentMonitor::request_stacks(std::span<const pid_t> pids_by_ordinal,
       }
       const std::optional<std::string> fields = process_stat_fields(c.slot_pid);
       if (!fields || fields->empty() || (*fields)[0] == 'Z') continue;
+      // Still catching it now: the record is set at attach, and the process may have exec'd
+      // since (the signal would kill the new program) or put its own disposition in place.
+      if (!catches_signal(c.slot_pid, stack_dump_signal())) continue;
       const bool stopped = (*fields)[0] == 'T';
       if (stopped && !continue_stopped) continue;
       // To the main thread (tid = pid): a process-directed signal may land on any thread.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "base/dtype.h"
+#include "shm/control_block_check.h"
 #include "shm/futex.h"
 #include "shm/layout.h"
 
@@ -58,7 +59,9 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
     c.ordinal = k;
     c.pid = static_cast<size_t>(k) < pids.size() ? pids[static_cast<size_t>(k)] : 0;
     c.slot_pid = slots[k].pid.load(std::memory_order_relaxed);
-    if (c.pid <= 0) c.pid = c.slot_pid;
+    // The process that checked in is the one making the calls (a wrapper's child, say), when
+    // it is of this replica's tree (a scribbled pid is not looked at).
+    if (c.slot_pid > 0 && (c.pid <= 0 || of_replica(c.slot_pid, c.pid))) c.pid = c.slot_pid;
     c.dumps_stack = r.dumps_stack.load(std::memory_order_relaxed) == 1;
     if (c.pid > 0) {
       const std::optional<std::string> fields = process_stat_fields(c.pid);
@@ -71,8 +74,8 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
     if (!std::all_of(c.name.begin(), c.name.end(), [](char ch) { return ch == '_' || (ch >= 'a' && ch <= 'z'); })) {
       c.name = "?";
     }
-    const uint32_t dtype = r.dtype.load(std::memory_order_relaxed);
-    if (dtype <= static_cast<uint32_t>(DType::kBool)) c.dtype = dtype_name(static_cast<DType>(dtype));
+    const uint8_t dtype = r.dtype.load(std::memory_order_relaxed);
+    if (dtype <= static_cast<uint8_t>(DType::kBool)) c.dtype = dtype_name(static_cast<DType>(dtype));
     c.n_elems = r.n_elems.load(std::memory_order_relaxed);
     c.graph_hash = r.graph_hash.load(std::memory_order_relaxed);
     c.seconds_in_call = seconds_since(r.started_ns.load(std::memory_order_relaxed), now);

@@ -12,8 +12,8 @@
 //     ordinal 1 (pid 1802, stopped): reduce_scatter #22 (...) for 1.0 s, not waiting
 //     held up by ordinal(s) 1 (stopped)
 //
-// Reads racily what running replicas write: a torn record garbles one line, never more (every
-// value is range-checked before use).
+// Reads racily what running replicas write: a torn or scribbled record garbles one line, never
+// more (what becomes an index, a name or a dtype is range-checked; a time need only be past).
 
 #include <sys/types.h>
 

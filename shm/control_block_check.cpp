@@ -40,8 +40,10 @@ pid_t parent_of(pid_t pid) {
 }  // namespace
 
 bool of_replica(pid_t pid, pid_t replica) {
+  const pid_t self = ::getpid();
   for (int depth = 0; depth < 64 && pid > 1; ++depth) {  // 64: deeper trees are not wrappers
-    if (pid == replica) return true;
+    // A wrapper's child outlives it adopted by the caller, the launcher (the job's subreaper).
+    if (pid == replica || (depth > 0 && pid == self)) return true;
     const pid_t parent = parent_of(pid);
     if (parent < 0) return depth == 0;  // the slot's process is gone (or vanished mid-walk)
     pid = parent;

@@ -46,7 +46,8 @@ std::optional<std::string> check_header(const shm::ControlBlock& control, size_t
 // Whether `pid` is, or was, a process of the replica `replica`: the replica itself or a
 // descendant that attached (xla-spawn -- gdb/sh -c ... train). A process that no longer
 // exists cannot be told apart from a dead replica and passes; a live process outside the
-// replica's tree (another job, an unrelated program) does not.
+// replica's tree (another job, an unrelated program) does not. A process the caller (the
+// launcher, the job's subreaper) adopted when its parent in the replica's tree exited passes.
 bool of_replica(pid_t pid, pid_t replica);
 
 // Everything: check_header, the header equal to `expected`, the poison words (poisoner <=

@@ -66,10 +66,11 @@ struct alignas(kCacheLineBytes) CallRecord {
   std::atomic<int64_t> started_ns{0};         // CLOCK_MONOTONIC when the call began
   std::atomic<int64_t> waiting_since_ns{0};   // asleep in a wait since; 0: not
   std::atomic<int32_t> awaited{-1};           // the ordinal that wait is for; -1: unknown
-  std::atomic<uint32_t> dtype{0};
+  std::atomic<uint8_t> dtype{0};
   // 1: the checked-in process handles stack_dump_signal() (shm/stack_dump.h); set at attach.
-  std::atomic<uint32_t> dumps_stack{0};
-  char name[12] = {};  // the call's operation ("all_reduce"), NUL-padded
+  std::atomic<uint8_t> dumps_stack{0};
+  uint8_t reserved[2] = {};
+  char name[16] = {};  // the call's operation ("reduce_scatter"), NUL-padded
 };
 static_assert(sizeof(CallRecord) == kCacheLineBytes);
 

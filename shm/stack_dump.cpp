@@ -3,12 +3,15 @@
 #include <cxxabi.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <string_view>
 
 namespace xs {
@@ -24,29 +27,39 @@ void write_text(const char* text, size_t n) {
   }
 }
 
-// Async-signal-safe: write(), backtrace() once preloaded, backtrace_symbols_fd() (no malloc).
-extern "C" void on_stack_dump(int) {
-  const int saved_errno = errno;
+// In the throwaway grandchild: unwinds, demangles (allocation is fine here: this copy of the
+// process is discarded) and writes the header and one line per frame.
+[[noreturn, gnu::noinline]] void dump_and_exit(pid_t replica) {
+  ::alarm(5);  // a lock copied held (by another thread, or the interrupted one) blocks nothing
   void* frames[64];
   const int count = ::backtrace(frames, 64);
-  constexpr int kSkipped = 2;  // this handler and the kernel's signal trampoline
+  constexpr int kSkipped = 3;  // this function, the handler and the kernel's signal trampoline
   const int shown = count > kSkipped ? count - kSkipped : 0;
-  char header[96] = "xla-spawn: stack of pid ";
-  size_t n = std::strlen(header);
-  const auto append_number = [&](unsigned value) {
-    char digits[16];
-    size_t d = 0;
-    for (; d == 0 || value != 0; value /= 10) digits[d++] = static_cast<char>('0' + value % 10);
-    while (d > 0) header[n++] = digits[--d];
-  };
-  append_number(static_cast<unsigned>(::getpid()));
-  for (const char c : std::string_view(", ")) header[n++] = c;
-  append_number(static_cast<unsigned>(shown));
-  for (const char c : std::string_view(" frames:\n")) header[n++] = c;
-  write_text(header, n);
+  std::string text = std::string(kStackHeaderPrefix) + std::to_string(replica) + ", " +
+                     std::to_string(shown) + " frames:\n";
+  char** symbols = ::backtrace_symbols(frames, count);
   for (int i = kSkipped; i < count; ++i) {
-    write_text(kFramePrefix.data(), kFramePrefix.size());
-    ::backtrace_symbols_fd(&frames[i], 1, 2);
+    text += symbols != nullptr ? describe_frame(symbols[i]) : std::string(kFrameLinePrefix) + "??";
+    text += '\n';
+  }
+  write_text(text.data(), text.size());
+  ::_exit(0);
+}
+
+// Async-signal-safe in the replica: two raw clones, waitpid, getpid.
+extern "C" void on_stack_dump(int) {
+  const int saved_errno = errno;
+  const pid_t replica = ::getpid();
+  const long child = ::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0);
+  if (child == 0) {
+    // The child exits at once, so the replica waits only for it; the grandchild, adopted by
+    // xla-spawn (the job's subreaper), does the work and is reaped there.
+    if (::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0) == 0) dump_and_exit(replica);
+    ::_exit(0);
+  }
+  if (child > 0) {
+    while (::waitpid(static_cast<pid_t>(child), nullptr, 0) < 0 && errno == EINTR) {
+    }
   }
   errno = saved_errno;
 }
@@ -60,8 +73,6 @@ bool install_stack_dump() {
   if (::sigaction(stack_dump_signal(), nullptr, &current) != 0) return false;
   if (current.sa_handler == on_stack_dump) return true;
   if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO) != 0) return false;
-  void* warm[1];
-  ::backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
   struct sigaction action {};
   action.sa_handler = on_stack_dump;
   sigemptyset(&action.sa_mask);
@@ -84,14 +95,12 @@ std::optional<int> stack_header_frames(std::string_view line) {
   return frames;
 }
 
-std::string describe_frame(std::string_view line) {
-  if (line.substr(0, kFramePrefix.size()) != kFramePrefix) return std::string(line);
-  const std::string_view frame = line.substr(kFramePrefix.size());
+std::string describe_frame(std::string_view frame) {
   // module(symbol+offset) [address] | module(+offset) [address] | [address]
   const size_t open = frame.find('(');
   const size_t close = frame.find(')', open == std::string_view::npos ? 0 : open);
   if (open == std::string_view::npos || close == std::string_view::npos) {
-    return "  at ?? " + std::string(frame);
+    return std::string(kFrameLinePrefix) + "?? " + std::string(frame);
   }
   std::string_view module = frame.substr(0, open);
   if (const size_t slash = module.rfind('/'); slash != std::string_view::npos) {
@@ -109,7 +118,8 @@ std::string describe_frame(std::string_view line) {
         abi::__cxa_demangle(symbol.c_str(), nullptr, nullptr, &status), &std::free);
     if (status == 0 && demangled) name = demangled.get();
   }
-  return "  at " + name + " (" + std::string(module) + std::string(offset) + ")";
+  return std::string(kFrameLinePrefix) + name + " (" + std::string(module) + std::string(offset) +
+         ")";
 }
 
 }  // namespace xs

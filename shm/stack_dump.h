@@ -1,14 +1,20 @@
 #pragma once
 // A replica's stack on request, for the launcher's hang report: Segment::attach installs a
-// handler for stack_dump_signal() (when the program left it at its default), which writes the
-// calling thread's frames to stderr, one "xla-spawn frame: " line each (backtrace_symbols_fd:
-// no allocation in the handler); the launcher turns those lines into demangled function names
-// (describe_frame) as it relays them. The launcher sends the signal only to processes whose
-// call record says the handler is there: the signal's default action would kill them.
+// handler for stack_dump_signal() (when the program left it at its default). The handler does
+// not unwind in the replica: unwinding may allocate (libgcc sorts the unwind tables of code
+// registered at run time, as the runtime's JIT code is, on first use), and a replica
+// interrupted inside malloc would be corrupted. It clones the process (the raw system call,
+// not fork(), whose handlers take malloc's locks) into a throwaway grandchild that unwinds its
+// copy of the interrupted thread, demangles, writes the frames to stderr and exits (alarm(5)
+// ends it should a lock copied held block it); the replica only waits for the short-lived
+// child in between. The launcher waits for the lines the header announces.
 //
 //   [1] xla-spawn: stack of pid 4242, 19 frames:
-//   [1]   at xs::Waiter::wait_slow(char const*, ...) (libxs.so+0x1f3)
+//   [1]   at xs::Waiter::wait_slow(char const*, ...) (train_fmnist+0x1f3)
 //   [1]   at main (train_fmnist+0x8c)
+//
+// A signal interrupts what the replica's thread was doing: sleep(3), poll(2) and the like
+// return early (EINTR), as with any handled signal.
 
 #include <optional>
 #include <string>
@@ -20,17 +26,17 @@ namespace xs {
 int stack_dump_signal();
 
 // Installs the handler unless the program set its own disposition; true if installed (or
-// already). Loads what backtrace() needs up front, so the handler never does.
+// already).
 bool install_stack_dump();
 
-inline constexpr std::string_view kFramePrefix = "xla-spawn frame: ";
-// "xla-spawn: stack of pid P, N frames:": the N frame lines follow.
+// "xla-spawn: stack of pid P, N frames:" and then N lines beginning with kFrameLinePrefix.
 inline constexpr std::string_view kStackHeaderPrefix = "xla-spawn: stack of pid ";
+inline constexpr std::string_view kFrameLinePrefix = "  at ";
 // N from a header line; nullopt when `line` is not one.
 std::optional<int> stack_header_frames(std::string_view line);
 
-// "module(mangled+0x1f) [0x...]" (what backtrace_symbols_fd writes after kFramePrefix) as
-// "  at demangled (module+0x1f)"; the line unchanged when it is not a frame.
-std::string describe_frame(std::string_view line);
+// One frame as backtrace_symbols() gives it ("module(mangled+0x1f) [0x...]") as
+// "  at demangled (module+0x1f)".
+std::string describe_frame(std::string_view symbol_line);
 
 }  // namespace xs

@@ -72,7 +72,7 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   const size_t name_bytes = strnlen(operation, sizeof record.name);  // NUL-padded, not ended
   std::memcpy(record.name, operation, name_bytes);
   std::memset(record.name + name_bytes, 0, sizeof record.name - name_bytes);
-  record.dtype.store(static_cast<uint32_t>(header.dtype), std::memory_order_relaxed);
+  record.dtype.store(static_cast<uint8_t>(header.dtype), std::memory_order_relaxed);
   record.n_elems.store(header.n_elems, std::memory_order_relaxed);
   record.graph_hash.store(running_graph_hash.load(std::memory_order_relaxed),
                           std::memory_order_relaxed);

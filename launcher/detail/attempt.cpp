@@ -305,7 +305,7 @@ bool Attempt::reap(Replica& replica) {
   replica.reaped = true;
   replica.status = status;
   if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && !replica.killed) {
-    replica.oom = oom_.explain_sigkill();
+    replica.oom = oom_.explain_sigkill(replica.pid);
   }
   if (job_.options->observer != nullptr) job_.options->observer->replica_reaped(replica.pid);
   close_fd(replica.pidfd);
@@ -314,9 +314,11 @@ bool Attempt::reap(Replica& replica) {
 
 // What every ordinal is doing, from the segment's call records: on SIGUSR1, and when a
 // collective timed out (before the others are stopped, so their state is still what hung).
-// Then each replica's stack (shm/stack_dump.h), printed by the replica itself: on SIGUSR1 by
-// those running (their lines arrive as the loop reads them); on a timeout by stopped ones too,
-// continued for it, and read here for up to kStackWait before the job is stopped.
+// When the job is failing (a collective timed out), then each replica's stack
+// (shm/stack_dump.h), printed by the replica itself, stopped ones continued for it, read here
+// for up to kStackWait before the job is stopped. Not on SIGUSR1: a replica's main thread
+// taking a handled signal at 50 Hz died of heap corruption within seconds even with a handler
+// that does nothing, so a healthy job is not signalled.
 void Attempt::report_calls(const char* why, bool failing) {
   if (job_.options->monitor == nullptr) return;
   std::vector<pid_t> pids;
@@ -325,9 +327,10 @@ void Attempt::report_calls(const char* why, bool failing) {
       job_.options->monitor->call_report(pids, job_.placement.first_ordinal);
   if (report.empty()) return;
   job_.mux->message(fmt::format("hang report ({}):\n{}", why, report.substr(0, report.size() - 1)));
+  if (!failing) return;
   job_.mux->expect_stacks();
-  const int asked = job_.options->monitor->request_stacks(pids, failing);
-  if (failing && asked > 0) read_output_until([&] { return job_.mux->stacks_complete(asked); });
+  const int asked = job_.options->monitor->request_stacks(pids, /*continue_stopped=*/true);
+  if (asked > 0) read_output_until([&] { return job_.mux->stacks_complete(asked); });
 }
 
 void Attempt::read_output_until(const std::function<bool()>& done) {

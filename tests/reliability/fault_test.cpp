@@ -214,13 +214,9 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   EXPECT_NE(err.find("waiting"), std::string::npos) << err;
   EXPECT_NE(err.find("for ordinal 1\n"), std::string::npos) << err;
   EXPECT_NE(err.find(", graph "), std::string::npos) << err;
-  // The running ordinal's stack: asleep in the wait the report names. The stopped one is not
-  // asked (that would continue it).
-  EXPECT_TRUE(wait_until([&] { return run.err().find("[0]   at main (") != std::string::npos; },
-                         kCleanupDeadline))
-      << run.err();
-  EXPECT_NE(run.err().find("[0]   at xs::Waiter::wait_slow("), std::string::npos) << run.err();
-  EXPECT_EQ(run.err().find("[1] xla-spawn: stack of pid"), std::string::npos) << run.err();
+  // No stacks on SIGUSR1: a healthy job's replicas are not signalled (see report_calls).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(run.err().find("xla-spawn: stack of pid"), std::string::npos) << run.err();
   EXPECT_EQ(process_state(*victim), 'T');
   EXPECT_FALSE(run.wait_for(std::chrono::milliseconds(0)).has_value()) << "the job went on";
   ASSERT_EQ(::kill(*victim, SIGCONT), 0);

@@ -85,23 +85,22 @@ TEST(CallReport, ReadsTheSlotsOfASegmentAndDistrustsGarbage) {
   EXPECT_LT(calls[1].seconds_waiting, 0);
 }
 
-// What backtrace_symbols_fd writes, as the launcher shows it.
+// What backtrace_symbols() gives, as the dump shows it.
 TEST(StackDump, FramesAreDemangledWithTheirModule) {
-  EXPECT_EQ(describe_frame("xla-spawn frame: /x/build/train_fmnist(_ZN2xs6Waiter9wait_slowEPKc+0x1f3) "
-                           "[0x55d0c0ffee00]"),
+  EXPECT_EQ(describe_frame("/x/build/train_fmnist(_ZN2xs6Waiter9wait_slowEPKc+0x1f3) [0x55d0c0ffee00]"),
             "  at xs::Waiter::wait_slow(char const*) (train_fmnist+0x1f3)");
-  EXPECT_EQ(describe_frame("xla-spawn frame: /lib/x86_64-linux-gnu/libc.so.6(+0x8a1b2) [0x7f00]"),
+  EXPECT_EQ(describe_frame("/lib/x86_64-linux-gnu/libc.so.6(+0x8a1b2) [0x7f00]"),
             "  at ?? (libc.so.6+0x8a1b2)");
-  EXPECT_EQ(describe_frame("xla-spawn frame: ./a(main+0x8c) [0x1]"), "  at main (a+0x8c)");
-  EXPECT_EQ(describe_frame("xla-spawn frame: [0x7f00]"), "  at ?? [0x7f00]");
-  EXPECT_EQ(describe_frame("an ordinary line"), "an ordinary line");
+  EXPECT_EQ(describe_frame("./a(main+0x8c) [0x1]"), "  at main (a+0x8c)");
+  EXPECT_EQ(describe_frame("[0x7f00]"), "  at ?? [0x7f00]");
   EXPECT_EQ(stack_header_frames("xla-spawn: stack of pid 42, 19 frames:"), 19);
   EXPECT_EQ(stack_header_frames("xla-spawn: stack of pid 42, x frames:"), std::nullopt);
   EXPECT_EQ(stack_header_frames("xla-spawn: stack of pid 42, 99999999999 frames:"), std::nullopt);
   EXPECT_EQ(stack_header_frames("something else"), std::nullopt);
 }
 
-// A process that attached handles the signal: its stack arrives on stderr, and it goes on.
+// A process that attached handles the signal: its stack arrives on stderr, demangled, every
+// frame the header announces, and it goes on (the unwinding happens in a throwaway copy).
 TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   const std::string id = "stackdump" + std::to_string(::getpid());
   OwnedSegment owned(id, 1, 64 << 10);
@@ -109,7 +108,9 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   ASSERT_EQ(::pipe(fds), 0);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::close(fds[0]);
     ::dup2(fds[1], 2);
+    ::close(fds[1]);
     Segment segment = Segment::attach(owned.name(), 0, 1, id);
     if (segment.slot(0).call.dumps_stack.load() != 1) ::_exit(3);
     ::raise(stack_dump_signal());
@@ -118,7 +119,10 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   ::close(fds[1]);
   std::string err;
   char buffer[4096];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) err.append(buffer, static_cast<size_t>(n));
+  // EOF once the replica and the dumping grandchild (which holds stderr too) are done.
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) {
+    err.append(buffer, static_cast<size_t>(n));
+  }
   ::close(fds[0]);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -126,12 +130,15 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the handler was not installed";
   const size_t header = err.find("xla-spawn: stack of pid " + std::to_string(pid) + ", ");
   ASSERT_NE(header, std::string::npos) << err;
-  const std::optional<int> frames = stack_header_frames(err.substr(header, err.find('\n', header) - header));
+  const std::optional<int> frames =
+      stack_header_frames(err.substr(header, err.find('\n', header) - header));
   ASSERT_TRUE(frames.has_value()) << err;
   size_t lines = 0;
-  for (size_t at = err.find(kFramePrefix); at != std::string::npos; at = err.find(kFramePrefix, at + 1)) ++lines;
+  for (size_t at = err.find("\n  at "); at != std::string::npos; at = err.find("\n  at ", at + 1)) {
+    ++lines;
+  }
   EXPECT_EQ(lines, static_cast<size_t>(*frames)) << err;
-  EXPECT_NE(err.find(std::string(kFramePrefix)), std::string::npos) << err;
+  EXPECT_GT(lines, 2u) << err;
 }
 
 }  // namespace
