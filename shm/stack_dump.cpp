@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,10 +74,27 @@ bool install_stack_dump() {
   if (::sigaction(stack_dump_signal(), nullptr, &current) != 0) return false;
   if (current.sa_handler == on_stack_dump) return true;
   if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO) != 0) return false;
+  // The handler runs on a stack of its own (this thread's alternate stack, unless the program
+  // set one): a signal frame pushed onto the interrupted stack corrupted the heap of replicas
+  // interrupted inside oneDNN's generated GEMM code, handler or not.
+  stack_t current_alt {};
+  if (::sigaltstack(nullptr, &current_alt) == 0 && (current_alt.ss_flags & SS_DISABLE) != 0) {
+    static constexpr size_t kAltStackBytes = size_t{256} << 10;
+    void* memory = ::mmap(nullptr, kAltStackBytes, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) return false;
+    stack_t alt {};
+    alt.ss_sp = memory;
+    alt.ss_size = kAltStackBytes;
+    if (::sigaltstack(&alt, nullptr) != 0) {
+      ::munmap(memory, kAltStackBytes);
+      return false;
+    }
+  }
   struct sigaction action {};
   action.sa_handler = on_stack_dump;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
+  action.sa_flags = SA_RESTART | SA_ONSTACK;
   return ::sigaction(stack_dump_signal(), &action, nullptr) == 0;
 }
 

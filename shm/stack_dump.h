@@ -13,6 +13,9 @@
 //   [1]   at xs::Waiter::wait_slow(char const*, ...) (train_fmnist+0x1f3)
 //   [1]   at main (train_fmnist+0x8c)
 //
+// The handler runs on an alternate stack (sigaltstack, set for the thread that attaches, the
+// main one in practice): with the signal frame on the interrupted stack, replicas interrupted
+// inside oneDNN's generated GEMM code died of heap corruption, whatever the handler did.
 // A signal interrupts what the replica's thread was doing: sleep(3), poll(2) and the like
 // return early (EINTR), as with any handled signal.
 

@@ -316,9 +316,9 @@ bool Attempt::reap(Replica& replica) {
 // collective timed out (before the others are stopped, so their state is still what hung).
 // When the job is failing (a collective timed out), then each replica's stack
 // (shm/stack_dump.h), printed by the replica itself, stopped ones continued for it, read here
-// for up to kStackWait before the job is stopped. Not on SIGUSR1: a replica's main thread
-// taking a handled signal at 50 Hz died of heap corruption within seconds even with a handler
-// that does nothing, so a healthy job is not signalled.
+// for up to kStackWait before the job is stopped. Not on SIGUSR1: a handled signal cuts a
+// replica's sleeps short, and one taken on the interrupted stack inside oneDNN's GEMM corrupted
+// the heap (shm/stack_dump.h), so a healthy job is not signalled.
 void Attempt::report_calls(const char* why, bool failing) {
   if (job_.options->monitor == nullptr) return;
   std::vector<pid_t> pids;
