@@ -101,8 +101,12 @@ std::optional<std::string> oom_kill_line(const std::string& log, pid_t pid) {
   return log.substr(at, close + 1 - at);
 }
 
+std::string own_memory_events_file() {
+  return memory_events_file(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
+}
+
 OomWatch::OomWatch()
-    : cgroup_file_(memory_events_file(read_text("/proc/self/cgroup"), "/sys/fs/cgroup")),
+    : cgroup_file_(own_memory_events_file()),
       cgroup_kills_(read_count(cgroup_file_)) {}
 
 std::optional<std::string> OomWatch::explain_sigkill(pid_t pid) const {

@@ -40,5 +40,7 @@ std::optional<uint64_t> parse_oom_kills(const std::string& text);
 // The file holding this process's memory cgroup's OOM kill count, from /proc/self/cgroup's
 // text (v2 "0::/path", v1 "N:memory:/path"), under `root` (/sys/fs/cgroup); empty if none.
 std::string memory_events_file(const std::string& proc_self_cgroup, const std::string& root);
+// The same for this process, as the system shows it.
+std::string own_memory_events_file();
 
 }  // namespace xs

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -20,13 +19,6 @@
 
 namespace xs::testing {
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path);
@@ -39,7 +31,7 @@ bool write_text(const std::string& path, const std::string& text) {
 class MemoryCgroup {
  public:
   explicit MemoryCgroup(const std::string& limit) {
-    const std::string counter = memory_events_file(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
+    const std::string counter = own_memory_events_file();
     if (counter.empty()) {
       missing_ = "no readable memory cgroup (memory.events or memory.oom_control) for this process";
       return;

@@ -62,6 +62,14 @@ class FaultTest : public ::testing::Test {
         wait_until([&] { return segments_of_launcher(launcher).empty(); }, kCleanupDeadline))
         << "segment left: " << segments_of_launcher(launcher).front();
   }
+  // Ordinal k's pid once it runs (0, failing the test, if it does not within seconds).
+  pid_t replica_pid(int ordinal) {
+    std::optional<pid_t> pid;
+    EXPECT_TRUE(wait_until([&] { return (pid = tagged_replica(tag_, ordinal)).has_value(); },
+                           kCleanupDeadline))
+        << "ordinal " << ordinal << " never ran";
+    return pid.value_or(0);
+  }
   // Waits until training has saved its first checkpoint (so a fault lands mid-training).
   void wait_for_first_checkpoint(Launch& run) {
     ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(checkpoint()); }, kJobDeadline))
@@ -117,10 +125,9 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
   ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(5000 * deadline_scale()));
   Launch run(args(0, {"--grace-period", "1"}));
   wait_for_first_checkpoint(run);
-  std::optional<pid_t> victim;
-  ASSERT_TRUE(
-      wait_until([&] { return (victim = tagged_replica(tag_, 1)).has_value(); }, kCleanupDeadline));
-  ASSERT_EQ(::kill(*victim, SIGSTOP), 0);
+  const pid_t victim = replica_pid(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
   const int status = run.wait_or_fail(kJobDeadline);
   EXPECT_NE(WEXITSTATUS(status), 0) << run.err();
   EXPECT_NE(run.err().find("ordinal 0 exited with code 1"), std::string::npos) << run.err();
@@ -128,12 +135,12 @@ TEST_F(FaultTest, StoppedReplicaTimesOutItsPeersAndIsNamed) {
   // The hang report printed when the collective timed out names the stopped ordinal.
   EXPECT_NE(run.err().find("hang report (a collective timed out):"), std::string::npos)
       << run.err();
-  EXPECT_NE(run.err().find(fmt::format("ordinal 1 (pid {}, stopped): ", *victim)),
+  EXPECT_NE(run.err().find(fmt::format("ordinal 1 (pid {}, stopped): ", victim)),
             std::string::npos)
       << run.err();
   EXPECT_NE(run.err().find("held up by ordinal(s) 1 (stopped)"), std::string::npos) << run.err();
   // ...and its stack, from where it was stopped, with function names (continued for it).
-  EXPECT_NE(run.err().find(fmt::format("[1] xla-spawn: stack of pid {}, ", *victim)),
+  EXPECT_NE(run.err().find(fmt::format("[1] xla-spawn: stack of pid {}, ", victim)),
             std::string::npos)
       << run.err();
   EXPECT_NE(run.err().find("[1]   at main (train_fmnist+"), std::string::npos) << run.err();
@@ -149,13 +156,9 @@ TEST_F(FaultTest, CtrlZStopsTheWholeJobWhichGoesOnWhenContinued) {
   ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(timeout_ms));
   Launch run(args(0));
   wait_for_first_checkpoint(run);
-  std::vector<pid_t> replicas;
-  for (int k = 0; k < 2; ++k) {
-    std::optional<pid_t> pid;
-    ASSERT_TRUE(wait_until([&] { return (pid = tagged_replica(tag_, k)).has_value(); },
-                           kCleanupDeadline));
-    replicas.push_back(*pid);
-  }
+  const std::vector<pid_t> replicas = {replica_pid(0), replica_pid(1)};
+  ASSERT_GT(replicas[0], 0);
+  ASSERT_GT(replicas[1], 0);
   ASSERT_EQ(::kill(run.pid(), SIGTSTP), 0);
   const auto all_stopped = [&] {
     if (process_state(run.pid()) != 'T') return false;
@@ -197,10 +200,9 @@ TEST_F(FaultTest, CtrlZStopsTheWholeJobWhichGoesOnWhenContinued) {
 TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   Launch run(args(0, {"--grace-period", "1"}));
   wait_for_first_checkpoint(run);
-  std::optional<pid_t> victim;
-  ASSERT_TRUE(
-      wait_until([&] { return (victim = tagged_replica(tag_, 1)).has_value(); }, kCleanupDeadline));
-  ASSERT_EQ(::kill(*victim, SIGSTOP), 0);
+  const pid_t victim = replica_pid(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
   std::this_thread::sleep_for(std::chrono::seconds(1));  // ordinal 0 goes to sleep on it
   ASSERT_EQ(::kill(run.pid(), SIGUSR1), 0);
   const auto held_up = [&] {
@@ -209,7 +211,7 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   EXPECT_TRUE(wait_until(held_up, kCleanupDeadline)) << run.err();
   const std::string err = run.err();
   EXPECT_NE(err.find("hang report (SIGUSR1):"), std::string::npos) << err;
-  EXPECT_NE(err.find(fmt::format("ordinal 1 (pid {}, stopped): ", *victim)), std::string::npos)
+  EXPECT_NE(err.find(fmt::format("ordinal 1 (pid {}, stopped): ", victim)), std::string::npos)
       << err;
   EXPECT_NE(err.find("waiting"), std::string::npos) << err;
   EXPECT_NE(err.find("for ordinal 1\n"), std::string::npos) << err;
@@ -217,9 +219,9 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   // No stacks on SIGUSR1: a healthy job's replicas are not signalled (see report_calls).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(run.err().find("xla-spawn: stack of pid"), std::string::npos) << run.err();
-  EXPECT_EQ(process_state(*victim), 'T');
+  EXPECT_EQ(process_state(victim), 'T');
   EXPECT_FALSE(run.wait_for(std::chrono::milliseconds(0)).has_value()) << "the job went on";
-  ASSERT_EQ(::kill(*victim, SIGCONT), 0);
+  ASSERT_EQ(::kill(victim, SIGCONT), 0);
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
   run.wait_or_fail(kJobDeadline);
   expect_nothing_left(run.pid());
