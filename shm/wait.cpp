@@ -52,6 +52,7 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   record.waiting_since_ns.store(
       std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
       std::memory_order_relaxed);
+  record.awaited.store(-1, std::memory_order_relaxed);
   // Cleared on return only: a wait that failed stays in the record, for the report that
   // follows its failure.
   auto done = [&record] {
@@ -78,9 +79,11 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
     }
     last_check = now;
     if (now >= deadline) {
+      const int blamed = culprit();
+      record.awaited.store(blamed, std::memory_order_relaxed);  // what the report will say
       const std::string message = fmt::format(
           "{} on ordinal {}: timed out after {:.3f} s waiting for {} (timeout {} ms, set by {})",
-          operation, segment.ordinal(), seconds_since(start), describe_peer(segment, culprit()),
+          operation, segment.ordinal(), seconds_since(start), describe_peer(segment, blamed),
           timeout_ms_, kCollectiveTimeoutEnv);
       segment.poison(message);
       throw Timeout(message);
@@ -96,7 +99,9 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
         throw PeerFailure(message);
       }
     }
-    record.awaited.store(awaited.ordinal, std::memory_order_relaxed);
+    // The probe names the awaited ordinal only when it is cheap to; the liveness check finds it
+    // otherwise. The record keeps the last one known rather than flipping back to -1.
+    if (awaited.ordinal >= 0) record.awaited.store(awaited.ordinal, std::memory_order_relaxed);
     const int64_t slice_ns = std::min<int64_t>(
         kPollIntervalMs * 1'000'000,
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
