@@ -16,11 +16,11 @@
 namespace xs {
 namespace {
 
-// Writes a fixed message and the errno text to fd 2 without allocating, then exits 127.
-[[noreturn]] void child_fail(const char* what) {
+// Writes "<head><what>: <errno text>" to fd 2 without allocating, then exits 127.
+[[noreturn]] void child_fail(const char* what, const char* head = "xla-spawn child: ") {
   const int saved = errno;
   const char* reason = ::strerror(saved);
-  [[maybe_unused]] ssize_t n = ::write(2, "xla-spawn child: ", 17);
+  [[maybe_unused]] ssize_t n = ::write(2, head, std::strlen(head));
   n = ::write(2, what, std::strlen(what));
   n = ::write(2, ": ", 2);
   n = ::write(2, reason, std::strlen(reason));
@@ -75,6 +75,17 @@ void pin_to_cpu(int cpu) {
   if (::sched_setaffinity(0, sizeof set, &set) != 0) child_fail("sched_setaffinity");
 }
 
+// Everything a replica's child does before its program, in either way of starting it: its
+// own group, death with the parent, default signals (unblocked), its stdio, its core.
+// Async-signal-safe and allocation-free, as spawn_replica's child needs.
+void set_up_child(const ChildSetup& setup) {
+  ::setpgid(0, 0);
+  die_with_parent(setup.parent_pid);
+  reset_signals();
+  redirect_stdio(setup);
+  if (setup.cpu) pin_to_cpu(*setup.cpu);
+}
+
 // The environment a replica starts with: this process's, with `overrides` set or removed in
 // order (a later one of the same name wins, as successive setenv calls would).
 std::vector<std::string> child_environment(const std::vector<EnvVar>& overrides) {
@@ -100,19 +111,9 @@ struct SpawnArgs {
 // spawn_replica's child: the parent is suspended until this execs or exits.
 int exec_child(void* arg) {
   const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
-  ::setpgid(0, 0);
-  die_with_parent(a.setup->parent_pid);
-  reset_signals();  // also unblocks what spawn_replica blocked
-  redirect_stdio(*a.setup);
-  if (a.setup->cpu) pin_to_cpu(*a.setup->cpu);
+  set_up_child(*a.setup);  // also unblocks what spawn_replica blocked
   ::execve(a.path, a.argv, a.envp);
-  const char* reason = ::strerror(errno);
-  [[maybe_unused]] ssize_t n = ::write(2, "xla-spawn: cannot execute ", 26);
-  n = ::write(2, a.path, std::strlen(a.path));
-  n = ::write(2, ": ", 2);
-  n = ::write(2, reason, std::strlen(reason));
-  n = ::write(2, "\n", 1);
-  ::_exit(127);
+  child_fail(a.path, "xla-spawn: cannot execute ");
 }
 
 }  // namespace
@@ -154,11 +155,7 @@ pid_t fork_replica(const ChildSetup& setup, const ReplicaBody& body) {
     ::setpgid(pid, pid);
     return pid;
   }
-  ::setpgid(0, 0);
-  die_with_parent(setup.parent_pid);
-  reset_signals();
-  redirect_stdio(setup);
-  if (setup.cpu) pin_to_cpu(*setup.cpu);
+  set_up_child(setup);
   apply_env(setup.env);
   body(setup.ordinal);
   ::_exit(0);

@@ -14,12 +14,6 @@
 namespace xs {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // A value read from a running replica's record: seconds from `since_ns` to `now`, or -1 when
 // it is 0 or not in the past (a torn or garbage record).
 double seconds_since(int64_t since_ns, int64_t now) {
@@ -52,7 +46,7 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
   }
   const auto* slots = reinterpret_cast<const shm::OrdinalSlot*>(
       static_cast<const std::byte*>(base) + shm::slots_offset());
-  const int64_t now = now_ns();
+  const int64_t now = record_time_ns(std::chrono::steady_clock::now());
   for (int k = 0; k < world_size; ++k) {
     const shm::CallRecord& r = slots[k].call;
     OrdinalCall c;

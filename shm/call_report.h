@@ -17,11 +17,19 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace xs {
+
+// A call record's times (started_ns, waiting_since_ns): CLOCK_MONOTONIC in nanoseconds, the
+// clock every process of the node shares.
+inline int64_t record_time_ns(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
 
 struct OrdinalCall {
   int ordinal = 0;

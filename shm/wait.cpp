@@ -6,6 +6,7 @@
 
 #include "base/env.h"
 #include "base/error.h"
+#include "shm/call_report.h"
 #include "shm/futex.h"
 
 namespace xs {
@@ -49,9 +50,7 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   auto last_check = start;
   // The hang report reads how long this ordinal has slept here, and for whom.
   shm::CallRecord& record = segment.slot(segment.ordinal()).call;
-  record.waiting_since_ns.store(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count(),
-      std::memory_order_relaxed);
+  record.waiting_since_ns.store(record_time_ns(start), std::memory_order_relaxed);
   record.awaited.store(-1, std::memory_order_relaxed);
   // Cleared on return only: a wait that failed stays in the record, for the report that
   // follows its failure.

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/running_graph.h"
+#include "shm/call_report.h"
 #include "shm/futex.h"
 
 namespace xs::detail {
@@ -76,9 +77,7 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   record.n_elems.store(header.n_elems, std::memory_order_relaxed);
   record.graph_hash.store(running_graph_hash.load(std::memory_order_relaxed),
                           std::memory_order_relaxed);
-  record.started_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count(),
+  record.started_ns.store(record_time_ns(std::chrono::steady_clock::now()),
                           std::memory_order_relaxed);
   record.seq.store(call_seq_, std::memory_order_release);
 }
