@@ -6,7 +6,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 #include <memory>
 
@@ -165,6 +167,31 @@ TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
   EXPECT_NE(node0->err().find("node(s) 1 never registered (2 of 3 did"), std::string::npos)
       << node0->err();
   EXPECT_NE(node2->err().find("node(s) 1 never registered"), std::string::npos) << node2->err();
+}
+
+// kill -USR1 (the hang report) during the rendezvous, to the launcher and to its rendezvous
+// server (as `kill -USR1 %1` reaches the job's group): neither dies of it; the rendezvous
+// still ends with its own timeout.
+TEST_F(MultiNodeTest, SigusrOneDuringTheRendezvousKillsNeitherTheLauncherNorItsServer) {
+  auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
+  const std::string children_file =
+      "/proc/" + std::to_string(node0->pid()) + "/task/" + std::to_string(node0->pid()) + "/children";
+  std::string children;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::ifstream in(children_file);
+        std::getline(in, children);
+        return !children.empty();
+      },
+      scaled(seconds(10))))
+      << "the rendezvous server never started";
+  ASSERT_EQ(::kill(node0->pid(), SIGUSR1), 0);
+  std::istringstream pids(children);
+  for (pid_t child; pids >> child;) ::kill(child, SIGUSR1);
+  const int status = node0->wait_or_fail(scaled(seconds(30)));
+  ASSERT_TRUE(WIFEXITED(status)) << status << node0->err();
+  EXPECT_EQ(WEXITSTATUS(status), 1) << node0->err();
+  EXPECT_NE(node0->err().find("node(s) 1 never registered"), std::string::npos) << node0->err();
 }
 
 TEST_F(MultiNodeTest, AWrongTokenAndATakenNodeRankAreRefusedWithAClearError) {
