@@ -1,4 +1,4 @@
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 namespace xs::detail {
 

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs::detail {
 

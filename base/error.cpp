@@ -1,4 +1,4 @@
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "base/int_ranges.h"
+#include "xla_spawn/base/int_ranges.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "base/log.h"
+#include "xla_spawn/base/log.h"
 
 #include <memory>
 
@@ -6,8 +6,8 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 namespace xs {
 

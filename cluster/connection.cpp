@@ -1,4 +1,4 @@
-#include "cluster/connection.h"
+#include "xla_spawn/cluster/connection.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

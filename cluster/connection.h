@@ -19,7 +19,7 @@
 #include <optional>
 #include <string>
 
-#include "cluster/wire.h"
+#include "xla_spawn/cluster/wire.h"
 
 namespace xs::cluster {
 

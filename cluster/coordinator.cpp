@@ -1,4 +1,4 @@
-#include "cluster/coordinator.h"
+#include "xla_spawn/cluster/coordinator.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/int_ranges.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/int_ranges.h"
 
 namespace xs::cluster {
 namespace {

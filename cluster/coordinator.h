@@ -28,7 +28,7 @@
 #include <variant>
 #include <vector>
 
-#include "cluster/wire.h"
+#include "xla_spawn/cluster/wire.h"
 
 namespace xs::cluster {
 

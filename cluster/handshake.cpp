@@ -1,4 +1,4 @@
-#include "cluster/handshake.h"
+#include "xla_spawn/cluster/handshake.h"
 
 #include <ctime>
 

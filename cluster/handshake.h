@@ -8,9 +8,9 @@
 
 #include <string>
 
-#include "cluster/connection.h"
-#include "cluster/job_token.h"
-#include "cluster/wire.h"
+#include "xla_spawn/cluster/connection.h"
+#include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/wire.h"
 
 namespace xs::cluster {
 

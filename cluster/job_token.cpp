@@ -1,4 +1,4 @@
-#include "cluster/job_token.h"
+#include "xla_spawn/cluster/job_token.h"
 
 #include <fcntl.h>
 #include <pwd.h>
@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs::cluster {
 namespace {

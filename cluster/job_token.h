@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "cluster/siphash.h"
+#include "xla_spawn/cluster/siphash.h"
 
 namespace xs::cluster {
 

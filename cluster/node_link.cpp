@@ -1,11 +1,11 @@
-#include "cluster/node_link.h"
+#include "xla_spawn/cluster/node_link.h"
 
 #include <poll.h>
 
 #include <fmt/format.h>
 
-#include "cluster/coordinator.h"
-#include "cluster/handshake.h"
+#include "xla_spawn/cluster/coordinator.h"
+#include "xla_spawn/cluster/handshake.h"
 
 namespace xs::cluster {
 namespace {

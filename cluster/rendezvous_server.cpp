@@ -1,4 +1,4 @@
-#include "cluster/rendezvous_server.h"
+#include "xla_spawn/cluster/rendezvous_server.h"
 
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "cluster/handshake.h"
-#include "cluster/store_table.h"
+#include "xla_spawn/cluster/handshake.h"
+#include "xla_spawn/cluster/store_table.h"
 
 namespace xs::cluster {
 namespace {

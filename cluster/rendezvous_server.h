@@ -15,9 +15,9 @@
 #include <cstdio>
 #include <memory>
 
-#include "cluster/connection.h"
-#include "cluster/coordinator.h"
-#include "cluster/job_token.h"
+#include "xla_spawn/cluster/connection.h"
+#include "xla_spawn/cluster/coordinator.h"
+#include "xla_spawn/cluster/job_token.h"
 
 namespace xs::cluster {
 

@@ -1,4 +1,4 @@
-#include "cluster/siphash.h"
+#include "xla_spawn/cluster/siphash.h"
 
 #include <cstring>
 

@@ -1,8 +1,8 @@
-#include "cluster/store_client.h"
+#include "xla_spawn/cluster/store_client.h"
 
 #include <fmt/format.h>
 
-#include "cluster/handshake.h"
+#include "xla_spawn/cluster/handshake.h"
 
 namespace xs::cluster {
 namespace {

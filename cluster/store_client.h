@@ -16,8 +16,8 @@
 
 #include <gloo/rendezvous/store.h>
 
-#include "cluster/connection.h"
-#include "cluster/job_token.h"
+#include "xla_spawn/cluster/connection.h"
+#include "xla_spawn/cluster/job_token.h"
 
 namespace xs::cluster {
 

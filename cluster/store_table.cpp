@@ -1,4 +1,4 @@
-#include "cluster/store_table.h"
+#include "xla_spawn/cluster/store_table.h"
 
 #include <fmt/format.h>
 

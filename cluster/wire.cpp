@@ -1,4 +1,4 @@
-#include "cluster/wire.h"
+#include "xla_spawn/cluster/wire.h"
 
 #include <cstring>
 #include <type_traits>

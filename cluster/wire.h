@@ -24,8 +24,8 @@
 #include <variant>
 #include <vector>
 
-#include "base/error.h"
-#include "cluster/job_token.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/cluster/job_token.h"
 
 namespace xs::cluster {
 

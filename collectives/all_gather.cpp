@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/detail/schedules.h"
+#include "xla_spawn/collectives/detail/schedules.h"
 
 namespace xs::detail {
 

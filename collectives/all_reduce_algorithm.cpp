@@ -1,9 +1,9 @@
-#include "collectives/all_reduce_algorithm.h"
+#include "xla_spawn/collectives/all_reduce_algorithm.h"
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

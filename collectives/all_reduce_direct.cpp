@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/schedules.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/schedules.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs::detail {
 namespace {

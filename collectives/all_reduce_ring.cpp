@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/detail/schedules.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/collectives/detail/schedules.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs::detail {
 namespace {

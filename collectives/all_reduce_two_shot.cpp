@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/detail/schedules.h"
-#include "collectives/detail/stream_copy.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/collectives/detail/schedules.h"
+#include "xla_spawn/collectives/detail/stream_copy.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs::detail {
 

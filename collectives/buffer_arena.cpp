@@ -1,9 +1,9 @@
-#include "collectives/buffer_arena.h"
+#include "xla_spawn/collectives/buffer_arena.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "shm/layout.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/layout.h"
 
 namespace xs {
 

@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "base/check.h"
-#include "base/dtype.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/dtype.h"
 
 namespace xs {
 

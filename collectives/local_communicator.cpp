@@ -1,9 +1,9 @@
-#include "collectives/local_communicator.h"
+#include "xla_spawn/collectives/local_communicator.h"
 
 #include <cstring>
 
-#include "base/check.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs {
 

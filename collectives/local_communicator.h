@@ -6,7 +6,7 @@
 //   xs::LocalCommunicator comm;
 //   comm.all_reduce(grads.data(), grads.size(), xs::DType::kF32, xs::ReduceOp::kMean);  // no-op
 
-#include "collectives/communicator.h"
+#include "xla_spawn/collectives/communicator.h"
 
 namespace xs {
 

@@ -3,7 +3,7 @@
 // local gathers of the other blocks.
 #include <cstring>
 
-#include "collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
 
 namespace xs::detail {
 

@@ -1,6 +1,6 @@
 // Hierarchical all-reduce: a local reduce by ranges, gloo's all-reduce of each piece over its
 // group (NodeGroups::all_reduce: bcube between two nodes, the ring among more), a local gather (the algorithm is described in multi_host_communicator.h).
-#include "collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
 
 namespace xs::detail {
 

@@ -1,6 +1,6 @@
 // Hierarchical broadcast: locally on the root's node, over the network piece by piece from
 // that node, then locally on the other nodes.
-#include "collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
 
 namespace xs::detail {
 

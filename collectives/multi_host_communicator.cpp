@@ -1,16 +1,16 @@
-#include "collectives/multi_host_communicator.h"
+#include "xla_spawn/collectives/multi_host_communicator.h"
 
 #include <cstring>
 #include <limits>
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "collectives/detail/hierarchy.h"
-#include "collectives/detail/node_groups.h"
-#include "collectives/reduce.h"
-#include "shm/wait.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/detail/node_groups.h"
+#include "xla_spawn/collectives/reduce.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs {
 namespace {

@@ -58,9 +58,9 @@
 #include <optional>
 #include <string>
 
-#include "collectives/communicator.h"
-#include "collectives/node_topology.h"
-#include "collectives/shm_communicator.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/collectives/node_topology.h"
+#include "xla_spawn/collectives/shm_communicator.h"
 
 namespace gloo::rendezvous {
 class Store;

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/detail/hierarchy.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs::detail {
 

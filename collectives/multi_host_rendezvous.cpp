@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/hierarchy.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
 
 namespace xs::detail {
 namespace {

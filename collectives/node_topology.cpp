@@ -1,8 +1,8 @@
-#include "collectives/node_topology.h"
+#include "xla_spawn/collectives/node_topology.h"
 
 #include <algorithm>
 
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "collectives/reduce.h"
+#include "xla_spawn/collectives/reduce.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/reduce_avx2.h"
-#include "collectives/detail/stream_copy.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/reduce_avx2.h"
+#include "xla_spawn/collectives/detail/stream_copy.h"
 
 namespace xs {
 namespace {

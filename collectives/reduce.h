@@ -13,7 +13,7 @@
 
 #include <cstddef>
 
-#include "base/dtype.h"
+#include "xla_spawn/base/dtype.h"
 
 namespace xs {
 

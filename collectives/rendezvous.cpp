@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/schedules.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/schedules.h"
 
 namespace xs::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/shm_communicator.h"
+#include "xla_spawn/collectives/shm_communicator.h"
 
 #include <sys/mman.h>
 #include <sys/statvfs.h>
@@ -10,13 +10,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/check.h"
-#include "base/splitmix64.h"
-#include "collectives/buffer_arena.h"
-#include "collectives/detail/rounds.h"
-#include "collectives/detail/schedules.h"
-#include "collectives/reduce.h"
-#include "shm/wait.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/splitmix64.h"
+#include "xla_spawn/collectives/buffer_arena.h"
+#include "xla_spawn/collectives/detail/rounds.h"
+#include "xla_spawn/collectives/detail/schedules.h"
+#include "xla_spawn/collectives/reduce.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs {
 namespace {

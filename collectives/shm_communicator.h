@@ -16,9 +16,9 @@
 #include <memory>
 #include <optional>
 
-#include "collectives/all_reduce_algorithm.h"
-#include "collectives/communicator.h"
-#include "shm/segment.h"
+#include "xla_spawn/collectives/all_reduce_algorithm.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace xs {
 

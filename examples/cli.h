@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs::examples {
 

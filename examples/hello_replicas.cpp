@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/log.h"
-#include "replica/context.h"
+#include "xla_spawn/base/log.h"
+#include "xla_spawn/replica/context.h"
 
 int main() try {
   const xs::ReplicaContext ctx = xs::ReplicaContext::from_env();

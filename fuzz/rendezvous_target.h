@@ -17,8 +17,8 @@
 #include <string_view>
 #include <variant>
 
-#include "cluster/coordinator.h"
-#include "cluster/wire.h"
+#include "xla_spawn/cluster/coordinator.h"
+#include "xla_spawn/cluster/wire.h"
 
 namespace xs::fuzz {
 

@@ -18,10 +18,10 @@
 #include <string_view>
 #include <vector>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 #include "fuzz/spawn_options_target.h"  // split_at_nul, require
-#include "replica/context.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs::fuzz {
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/options.h"
-#include "replica/context.h"
+#include "xla_spawn/launcher/options.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs::fuzz {
 

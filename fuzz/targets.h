@@ -17,9 +17,9 @@
 
 #include <zlib.h>
 
-#include "base/error.h"
-#include "replica/checkpoint.h"
-#include "replica/idx.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/checkpoint.h"
+#include "xla_spawn/replica/idx.h"
 
 namespace xs::fuzz {
 

@@ -1,4 +1,4 @@
-#include "launcher/child_process.h"
+#include "xla_spawn/launcher/child_process.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/command_path.h"
+#include "xla_spawn/launcher/command_path.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
+#include "xla_spawn/base/env.h"
 
 namespace xs {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "launcher/exit_report.h"
+#include "xla_spawn/launcher/exit_report.h"
 
 #include <sys/wait.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/helper_process.h"
+#include "xla_spawn/launcher/helper_process.h"
 
 #include <fcntl.h>
 #include <sys/prctl.h>

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/replica_env.h"
+#include "xla_spawn/launcher/replica_env.h"
 
 namespace xs {
 

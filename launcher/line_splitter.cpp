@@ -1,6 +1,6 @@
-#include "launcher/line_splitter.h"
+#include "xla_spawn/launcher/line_splitter.h"
 
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 namespace xs {
 

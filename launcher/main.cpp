@@ -15,15 +15,15 @@
 
 #include <fmt/format.h>
 
-#include "launcher/command_path.h"
-#include "launcher/node_session.h"
-#include "launcher/options.h"
-#include "launcher/orphans.h"
-#include "launcher/output_mux.h"
-#include "launcher/reaper.h"
-#include "launcher/segment_monitor.h"
-#include "launcher/segment_resources.h"
-#include "launcher/supervisor.h"
+#include "xla_spawn/launcher/command_path.h"
+#include "xla_spawn/launcher/node_session.h"
+#include "xla_spawn/launcher/options.h"
+#include "xla_spawn/launcher/orphans.h"
+#include "xla_spawn/launcher/output_mux.h"
+#include "xla_spawn/launcher/reaper.h"
+#include "xla_spawn/launcher/segment_monitor.h"
+#include "xla_spawn/launcher/segment_resources.h"
+#include "xla_spawn/launcher/supervisor.h"
 
 namespace {
 

@@ -1,10 +1,10 @@
-#include "launcher/node_options.h"
+#include "xla_spawn/launcher/node_options.h"
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "launcher/options.h"
-#include "replica/context.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/launcher/options.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs {
 namespace {

@@ -1,15 +1,15 @@
-#include "launcher/node_session.h"
+#include "xla_spawn/launcher/node_session.h"
 
 #include <unistd.h>
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "cluster/handshake.h"
-#include "launcher/options.h"
-#include "launcher/output_mux.h"
-#include "launcher/replica_env.h"
-#include "replica/context.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/cluster/handshake.h"
+#include "xla_spawn/launcher/options.h"
+#include "xla_spawn/launcher/output_mux.h"
+#include "xla_spawn/launcher/replica_env.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs {
 namespace {

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "cluster/node_link.h"
-#include "launcher/job_peers.h"
-#include "launcher/node_options.h"
-#include "launcher/rendezvous_process.h"
+#include "xla_spawn/cluster/node_link.h"
+#include "xla_spawn/launcher/job_peers.h"
+#include "xla_spawn/launcher/node_options.h"
+#include "xla_spawn/launcher/rendezvous_process.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "launcher/oom_watch.h"
+#include "xla_spawn/launcher/oom_watch.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "launcher/options.h"
+#include "xla_spawn/launcher/options.h"
 
 #include <unistd.h>
 
@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
-#include "base/env.h"
-#include "launcher/ordinal_set.h"
-#include "replica/context.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/launcher/ordinal_set.h"
+#include "xla_spawn/replica/context.h"
 
 namespace po = boost::program_options;
 
@@ -229,6 +229,22 @@ std::string usage_text() {
           "--timeout, 128+S when stopped by signal S, 2 usage, 127 command not found.\n\n"
        << describe_options();
   return text.str();
+}
+
+std::vector<OptionDoc> option_docs() {
+  std::vector<OptionDoc> docs;
+  const po::options_description desc = describe_options();
+  for (const auto& option : desc.options()) {
+    OptionDoc doc;
+    doc.long_name = option->long_name();
+    doc.description = option->description();
+    const std::string shown =
+        option->canonical_display_name(po::command_line_style::allow_dash_for_short);
+    if (shown.size() == 2 && shown[0] == '-') doc.short_name = shown[1];
+    if (option->semantic()->max_tokens() > 0) doc.value_name = option->semantic()->name();
+    docs.push_back(std::move(doc));
+  }
+  return docs;
 }
 
 std::string version_text() {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
-#include "launcher/node_options.h"
-#include "launcher/supervisor.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/launcher/node_options.h"
+#include "xla_spawn/launcher/supervisor.h"
 
 namespace xs {
 
@@ -53,6 +53,16 @@ std::vector<bool> resolve_shown_ordinals(const std::string& spec, int first_ordi
 
 // The --help text.
 std::string usage_text();
+
+// One option of the command line, from the table --help prints: the man page's OPTIONS and
+// the bash completion are generated from these (launcher/docs_main.cpp), so none can drift.
+struct OptionDoc {
+  std::string long_name;    // "nprocs"
+  char short_name = 0;      // 'n', or 0
+  std::string value_name;   // "N", or empty for a switch
+  std::string description;  // as --help shows it
+};
+std::vector<OptionDoc> option_docs();
 
 // The default for --nprocs: the number of online CPUs.
 int default_nprocs();

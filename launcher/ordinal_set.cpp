@@ -1,11 +1,11 @@
-#include "launcher/ordinal_set.h"
+#include "xla_spawn/launcher/ordinal_set.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

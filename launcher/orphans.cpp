@@ -1,4 +1,4 @@
-#include "launcher/orphans.h"
+#include "xla_spawn/launcher/orphans.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/error.h"
-#include "shm/futex.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/futex.h"
 
 namespace xs {
 namespace {

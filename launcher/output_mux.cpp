@@ -1,4 +1,4 @@
-#include "launcher/output_mux.h"
+#include "xla_spawn/launcher/output_mux.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,9 +13,9 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "shm/stack_dump.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/stack_dump.h"
 
 namespace xs {
 namespace {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/line_splitter.h"
+#include "xla_spawn/launcher/line_splitter.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "launcher/reaper.h"
+#include "xla_spawn/launcher/reaper.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,12 +15,12 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "launcher/exit_report.h"
-#include "launcher/helper_process.h"
-#include "launcher/output_mux.h"
-#include "replica/context.h"
-#include "shm/segment.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/launcher/exit_report.h"
+#include "xla_spawn/launcher/helper_process.h"
+#include "xla_spawn/launcher/output_mux.h"
+#include "xla_spawn/replica/context.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace xs {
 namespace {

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/job_resources.h"
-#include "launcher/supervisor.h"
+#include "xla_spawn/launcher/job_resources.h"
+#include "xla_spawn/launcher/supervisor.h"
 
 namespace xs {
 

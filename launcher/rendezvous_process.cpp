@@ -1,4 +1,4 @@
-#include "launcher/rendezvous_process.h"
+#include "xla_spawn/launcher/rendezvous_process.h"
 
 #include <poll.h>
 #include <sys/prctl.h>
@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "launcher/helper_process.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/launcher/helper_process.h"
 
 namespace xs {
 

@@ -11,9 +11,9 @@
 
 #include <sys/types.h>
 
-#include "cluster/connection.h"
-#include "cluster/job_token.h"
-#include "cluster/rendezvous_server.h"
+#include "xla_spawn/cluster/connection.h"
+#include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/rendezvous_server.h"
 
 namespace xs {
 

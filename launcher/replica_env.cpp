@@ -1,4 +1,4 @@
-#include "launcher/replica_env.h"
+#include "xla_spawn/launcher/replica_env.h"
 
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "replica/context.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs {
 

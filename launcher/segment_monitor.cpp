@@ -1,4 +1,4 @@
-#include "launcher/segment_monitor.h"
+#include "xla_spawn/launcher/segment_monitor.h"
 
 #include <signal.h>
 #include <sys/syscall.h>
@@ -10,12 +10,12 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
-#include "base/error.h"
-#include "replica/context.h"
-#include "shm/call_report.h"
-#include "shm/control_block_check.h"
-#include "shm/futex.h"
-#include "shm/stack_dump.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/context.h"
+#include "xla_spawn/shm/call_report.h"
+#include "xla_spawn/shm/control_block_check.h"
+#include "xla_spawn/shm/futex.h"
+#include "xla_spawn/shm/stack_dump.h"
 
 namespace xs {
 

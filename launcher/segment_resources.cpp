@@ -1,11 +1,11 @@
-#include "launcher/segment_resources.h"
+#include "xla_spawn/launcher/segment_resources.h"
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "launcher/output_mux.h"
-#include "replica/context.h"
-#include "shm/segment.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/launcher/output_mux.h"
+#include "xla_spawn/replica/context.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace xs {
 

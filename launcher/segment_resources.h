@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/job_resources.h"
+#include "xla_spawn/launcher/job_resources.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "launcher/signal_pipe.h"
+#include "xla_spawn/launcher/signal_pipe.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,8 +6,8 @@
 #include <atomic>
 #include <cerrno>
 
-#include "base/check.h"
-#include "base/error.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

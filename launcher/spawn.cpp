@@ -1,4 +1,4 @@
-#include "launcher/spawn.h"
+#include "xla_spawn/launcher/spawn.h"
 
 #include <unistd.h>
 
@@ -7,8 +7,8 @@
 #include <iostream>
 #include <optional>
 
-#include "launcher/segment_monitor.h"
-#include "launcher/segment_resources.h"
+#include "xla_spawn/launcher/segment_monitor.h"
+#include "xla_spawn/launcher/segment_resources.h"
 
 namespace xs {
 namespace {

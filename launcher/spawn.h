@@ -14,7 +14,7 @@
 #include <chrono>
 #include <functional>
 
-#include "launcher/supervisor.h"
+#include "xla_spawn/launcher/supervisor.h"
 
 namespace xs {
 

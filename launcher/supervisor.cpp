@@ -1,4 +1,4 @@
-#include "launcher/supervisor.h"
+#include "xla_spawn/launcher/supervisor.h"
 
 #include <sys/resource.h>
 
@@ -6,15 +6,15 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/env.h"
-#include "base/error.h"
-#include "cluster/connection.h"
-#include "launcher/detail/attempt.h"
-#include "launcher/orphans.h"
-#include "launcher/replica_env.h"
-#include "launcher/signal_pipe.h"
-#include "replica/context.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/cluster/connection.h"
+#include "xla_spawn/launcher/detail/attempt.h"
+#include "xla_spawn/launcher/orphans.h"
+#include "xla_spawn/launcher/replica_env.h"
+#include "xla_spawn/launcher/signal_pipe.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs {
 namespace {

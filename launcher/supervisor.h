@@ -19,11 +19,11 @@
 #include <span>
 #include <string>
 
-#include "launcher/child_process.h"
-#include "launcher/exit_report.h"
-#include "launcher/job_peers.h"
-#include "launcher/job_resources.h"
-#include "launcher/output_mux.h"
+#include "xla_spawn/launcher/child_process.h"
+#include "xla_spawn/launcher/exit_report.h"
+#include "xla_spawn/launcher/job_peers.h"
+#include "xla_spawn/launcher/job_resources.h"
+#include "xla_spawn/launcher/output_mux.h"
 
 namespace xs {
 

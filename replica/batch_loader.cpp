@@ -1,4 +1,4 @@
-#include "replica/batch_loader.h"
+#include "xla_spawn/replica/batch_loader.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
-#include "replica/fashion_mnist.h"
-#include "replica/host_batch.h"
-#include "replica/shard_sampler.h"
+#include "xla_spawn/replica/fashion_mnist.h"
+#include "xla_spawn/replica/host_batch.h"
+#include "xla_spawn/replica/shard_sampler.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "replica/checkpoint.h"
+#include "xla_spawn/replica/checkpoint.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,12 +9,12 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "replica/detail/atomic_file.h"
-#include "replica/detail/checkpoint_format.h"
-#include "replica/detail/checkpoint_reader.h"
-#include "replica/detail/file_bytes.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/detail/atomic_file.h"
+#include "xla_spawn/replica/detail/checkpoint_format.h"
+#include "xla_spawn/replica/detail/checkpoint_reader.h"
+#include "xla_spawn/replica/detail/file_bytes.h"
 
 namespace xs {
 namespace {

@@ -19,7 +19,7 @@
 #include <variant>
 #include <vector>
 
-#include "base/dtype.h"
+#include "xla_spawn/base/dtype.h"
 
 namespace xs {
 

@@ -1,12 +1,12 @@
-#include "replica/context.h"
+#include "xla_spawn/replica/context.h"
 
 #include <algorithm>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

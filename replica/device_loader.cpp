@@ -1,9 +1,9 @@
-#include "replica/device_loader.h"
+#include "xla_spawn/replica/device_loader.h"
 
 #include <algorithm>
 #include <chrono>
 
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 namespace xs::xm {
 

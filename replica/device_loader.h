@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "replica/batch_loader.h"
-#include "runtime/tensor.h"
+#include "xla_spawn/replica/batch_loader.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs::xm {
 

@@ -1,4 +1,4 @@
-#include "replica/divergence_check.h"
+#include "xla_spawn/replica/divergence_check.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/error.h"
-#include "replica/xm.h"
-#include "replica/xm_collectives.h"
-#include "runtime/runtime.h"
-#include "runtime/state_dict.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/runtime.h"
+#include "xla_spawn/runtime/state_dict.h"
 
 namespace xs::xm {
 namespace {

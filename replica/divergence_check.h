@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs::xm {
 

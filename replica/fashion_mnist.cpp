@@ -1,10 +1,10 @@
-#include "replica/fashion_mnist.h"
+#include "xla_spawn/replica/fashion_mnist.h"
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "replica/idx.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/idx.h"
 
 namespace xs {
 namespace {

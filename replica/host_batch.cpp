@@ -1,10 +1,10 @@
-#include "replica/host_batch.h"
+#include "xla_spawn/replica/host_batch.h"
 
 #include <array>
 
 #include <fmt/format.h>
 
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 namespace xs {
 

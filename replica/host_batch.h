@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "replica/fashion_mnist.h"
-#include "replica/shard_sampler.h"
+#include "xla_spawn/replica/fashion_mnist.h"
+#include "xla_spawn/replica/shard_sampler.h"
 
 namespace xs {
 

@@ -1,9 +1,9 @@
-#include "replica/idx.h"
+#include "xla_spawn/replica/idx.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "replica/detail/file_bytes.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/detail/file_bytes.h"
 
 namespace xs {
 namespace {

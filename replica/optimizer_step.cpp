@@ -1,15 +1,15 @@
-#include "replica/optimizer_step.h"
+#include "xla_spawn/replica/optimizer_step.h"
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/env.h"
-#include "replica/divergence_check.h"
-#include "replica/xm.h"
-#include "replica/xm_collectives.h"
-#include "runtime/optim/clip_grad.h"
-#include "runtime/runtime.h"
-#include "runtime/state_dict.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/replica/divergence_check.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/optim/clip_grad.h"
+#include "xla_spawn/runtime/runtime.h"
+#include "xla_spawn/runtime/state_dict.h"
 
 namespace xs::xm {
 

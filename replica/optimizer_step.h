@@ -12,8 +12,8 @@
 //   xs::xm::broadcast_parameters(model.named_state());
 //   backward(loss); xs::xm::optimizer_step(opt);      // all-reduce, update, mark_step
 
-#include "runtime/nn/module.h"
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/runtime/nn/module.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs::xm {
 

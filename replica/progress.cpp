@@ -1,4 +1,4 @@
-#include "replica/progress.h"
+#include "xla_spawn/replica/progress.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "replica/xm.h"
+#include "xla_spawn/replica/xm.h"
 
 namespace xs::xm {
 namespace {

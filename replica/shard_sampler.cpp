@@ -1,10 +1,10 @@
-#include "replica/shard_sampler.h"
+#include "xla_spawn/replica/shard_sampler.h"
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "replica/context.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs {
 

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/splitmix64.h"
+#include "xla_spawn/base/splitmix64.h"
 
 namespace xs {
 

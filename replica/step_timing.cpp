@@ -1,13 +1,13 @@
-#include "replica/step_timing.h"
+#include "xla_spawn/replica/step_timing.h"
 
 #include <fstream>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "replica/xm.h"
-#include "replica/xm_collectives.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs::xm {
 namespace {

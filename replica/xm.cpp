@@ -1,20 +1,20 @@
-#include "replica/xm.h"
+#include "xla_spawn/replica/xm.h"
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "base/log.h"
-#include "cluster/job_token.h"
-#include "cluster/store_client.h"
-#include "collectives/local_communicator.h"
-#include "collectives/multi_host_communicator.h"
-#include "collectives/shm_communicator.h"
-#include "runtime/runtime.h"
-#include "shm/segment.h"
-#include "shm/wait.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/base/log.h"
+#include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/store_client.h"
+#include "xla_spawn/collectives/local_communicator.h"
+#include "xla_spawn/collectives/multi_host_communicator.h"
+#include "xla_spawn/collectives/shm_communicator.h"
+#include "xla_spawn/runtime/runtime.h"
+#include "xla_spawn/shm/segment.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs::xm {
 namespace {

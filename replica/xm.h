@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "collectives/communicator.h"
-#include "replica/context.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs::xm {
 

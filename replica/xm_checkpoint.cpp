@@ -1,14 +1,14 @@
-#include "replica/xm_checkpoint.h"
+#include "xla_spawn/replica/xm_checkpoint.h"
 
 #include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/error.h"
-#include "replica/xm.h"
-#include "replica/xm_collectives.h"
-#include "runtime/state_dict.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/state_dict.h"
 
 namespace xs::xm {
 namespace {

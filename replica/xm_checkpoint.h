@@ -11,9 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "replica/checkpoint.h"
-#include "runtime/nn/module.h"
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/replica/checkpoint.h"
+#include "xla_spawn/runtime/nn/module.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs::xm {
 

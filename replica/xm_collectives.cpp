@@ -1,15 +1,15 @@
-#include "replica/xm_collectives.h"
+#include "xla_spawn/replica/xm_collectives.h"
 
 #include <cstring>
 #include <map>
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "collectives/communicator.h"
-#include "replica/xm.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs::xm {
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "runtime/tensor.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs::xm {
 

@@ -1,13 +1,13 @@
-#include "runtime/autograd.h"
+#include "xla_spawn/runtime/autograd.h"
 
 #include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

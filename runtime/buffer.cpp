@@ -1,4 +1,4 @@
-#include "runtime/buffer.h"
+#include "xla_spawn/runtime/buffer.h"
 
 #include <cstdlib>
 #include <map>
@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

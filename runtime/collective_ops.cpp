@@ -1,16 +1,16 @@
-#include "runtime/collective_ops.h"
+#include "xla_spawn/runtime/collective_ops.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "collectives/communicator.h"
-#include "runtime/detail/shape_rules.h"
-#include "runtime/metrics.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/detail/shape_rules.h"
+#include "xla_spawn/runtime/metrics.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 namespace {

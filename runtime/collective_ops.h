@@ -11,10 +11,10 @@
 #include <cstdint>
 #include <span>
 
-#include "base/dtype.h"
-#include "collectives/communicator.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/tensor.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "runtime/program.h"
+#include "xla_spawn/runtime/program.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "runtime/element.h"
+#include "xla_spawn/runtime/element.h"
 
 #include <cmath>
 

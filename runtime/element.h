@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "base/dtype.h"
+#include "xla_spawn/base/dtype.h"
 
 namespace xs {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <numbers>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 namespace {
@@ -290,7 +290,7 @@ Grads grad_all_reduce(const Ctx& c, const Tensor& g) {
 GradRule grad_rule(Op op) {
   static constexpr GradRule kRules[] = {
 #define XS_OP(en, name, arity, kind, rule, grad) grad,
-#include "runtime/ops.def"
+#include "xla_spawn/runtime/ops.def"
 #undef XS_OP
   };
   return kRules[static_cast<int>(op)];

@@ -1,11 +1,11 @@
-#include "runtime/graph.h"
+#include "xla_spawn/runtime/graph.h"
 
 #include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/hash.h"
+#include "xla_spawn/runtime/hash.h"
 
 namespace xs {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/node.h"
+#include "xla_spawn/runtime/node.h"
 
 namespace xs {
 

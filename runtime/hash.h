@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "base/splitmix64.h"
+#include "xla_spawn/base/splitmix64.h"
 
 namespace xs {
 

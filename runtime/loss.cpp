@@ -1,9 +1,9 @@
-#include "runtime/loss.h"
+#include "xla_spawn/runtime/loss.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

@@ -7,7 +7,7 @@
 //   Tensor loss = cross_entropy(logits, labels);                  // mean over the batch
 //   Tensor loss = cross_entropy(logits, labels, mask, n_real);    // sum(mask * nll) / n_real
 
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

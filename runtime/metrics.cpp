@@ -1,4 +1,4 @@
-#include "runtime/metrics.h"
+#include "xla_spawn/runtime/metrics.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-#include "runtime/node.h"
+#include "xla_spawn/runtime/node.h"
 
-#include "runtime/hash.h"
+#include "xla_spawn/runtime/hash.h"
 
 namespace xs {
 

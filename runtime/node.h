@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/buffer.h"
-#include "runtime/op.h"
+#include "xla_spawn/runtime/buffer.h"
+#include "xla_spawn/runtime/op.h"
 
 namespace xs {
 

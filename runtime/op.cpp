@@ -1,25 +1,25 @@
-#include "runtime/op.h"
+#include "xla_spawn/runtime/op.h"
 
 #include <array>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/detail/shape_rules.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/detail/shape_rules.h"
 
 namespace xs {
 namespace {
 
 constexpr std::array<OpInfo, kNumOps> kOpInfos = {{
 #define XS_OP(en, name, arity, kind, rule, ...) {name, arity, OpKind::kind},
-#include "runtime/ops.def"
+#include "xla_spawn/runtime/ops.def"
 #undef XS_OP
 }};
 
 using Rule = ValueType (*)(Op, std::span<const ValueType>, const Attrs&);
 constexpr std::array<Rule, kNumOps> kRules = {{
 #define XS_OP(en, name, arity, kind, rule, ...) &detail::rule,
-#include "runtime/ops.def"
+#include "xla_spawn/runtime/ops.def"
 #undef XS_OP
 }};
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "base/dtype.h"
-#include "runtime/shape.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/runtime/shape.h"
 
 namespace xs {
 
@@ -24,13 +24,13 @@ enum class OpKind : uint8_t {
 
 enum class Op : uint8_t {
 #define XS_OP(en, name, arity, kind, rule, ...) en,
-#include "runtime/ops.def"
+#include "xla_spawn/runtime/ops.def"
 #undef XS_OP
 };
 
 inline constexpr int kNumOps = 0
 #define XS_OP(en, name, arity, kind, rule, ...) +1
-#include "runtime/ops.def"
+#include "xla_spawn/runtime/ops.def"
 #undef XS_OP
     ;
 

@@ -1,12 +1,12 @@
-#include "runtime/ops.h"
+#include "xla_spawn/runtime/ops.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 

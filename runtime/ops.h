@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "runtime/program.h"
+#include "xla_spawn/runtime/program.h"
 
 #include <algorithm>
 #include <optional>
@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "runtime/collective_ops.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/collective_ops.h"
 
 namespace xs {
 

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/buffer.h"
-#include "runtime/compiler/codegen.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/kernels/loop.h"
-#include "runtime/graph.h"
+#include "xla_spawn/runtime/buffer.h"
+#include "xla_spawn/runtime/compiler/codegen.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/loop.h"
+#include "xla_spawn/runtime/graph.h"
 
 namespace xs {
 

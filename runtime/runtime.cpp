@@ -1,4 +1,4 @@
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/runtime.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,15 +9,15 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "base/running_graph.h"
-#include "collectives/communicator.h"
-#include "runtime/graph.h"
-#include "runtime/hash.h"
-#include "runtime/compiler/codegen.h"
-#include "runtime/compiler/compile.h"
-#include "runtime/program.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/base/running_graph.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/hash.h"
+#include "xla_spawn/runtime/compiler/codegen.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/program.h"
 
 namespace xs {
 namespace {

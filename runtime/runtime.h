@@ -23,11 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/compile_cache.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/graph.h"
-#include "runtime/metrics.h"
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/compile_cache.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/metrics.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

@@ -1,9 +1,9 @@
-#include "runtime/shape.h"
+#include "xla_spawn/runtime/shape.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "runtime/state_dict.h"
+#include "xla_spawn/runtime/state_dict.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "runtime/nn/module.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs {
 

@@ -1,12 +1,12 @@
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 #include <cstring>
 #include <ostream>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 

@@ -16,9 +16,9 @@
 #include <span>
 #include <vector>
 
-#include "runtime/buffer.h"
-#include "runtime/element.h"
-#include "runtime/node.h"
+#include "xla_spawn/runtime/buffer.h"
+#include "xla_spawn/runtime/element.h"
+#include "xla_spawn/runtime/node.h"
 
 namespace xs {
 

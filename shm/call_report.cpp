@@ -1,4 +1,4 @@
-#include "shm/call_report.h"
+#include "xla_spawn/shm/call_report.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
-#include "base/dtype.h"
-#include "shm/control_block_check.h"
-#include "shm/futex.h"
-#include "shm/layout.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/shm/control_block_check.h"
+#include "xla_spawn/shm/futex.h"
+#include "xla_spawn/shm/layout.h"
 
 namespace xs {
 namespace {

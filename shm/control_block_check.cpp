@@ -1,4 +1,4 @@
-#include "shm/control_block_check.h"
+#include "xla_spawn/shm/control_block_check.h"
 
 #include <unistd.h>
 

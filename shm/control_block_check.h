@@ -18,7 +18,7 @@
 #include <span>
 #include <string>
 
-#include "shm/layout.h"
+#include "xla_spawn/shm/layout.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "shm/futex.h"
+#include "xla_spawn/shm/futex.h"
 
 #include <linux/futex.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "shm/segment.h"
+#include "xla_spawn/shm/segment.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,11 +13,11 @@
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "shm/control_block_check.h"
-#include "shm/futex.h"
-#include "shm/stack_dump.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/control_block_check.h"
+#include "xla_spawn/shm/futex.h"
+#include "xla_spawn/shm/stack_dump.h"
 
 namespace xs {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 
-#include "shm/layout.h"
+#include "xla_spawn/shm/layout.h"
 
 namespace xs {
 

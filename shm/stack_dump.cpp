@@ -1,4 +1,4 @@
-#include "shm/stack_dump.h"
+#include "xla_spawn/shm/stack_dump.h"
 
 #include <cxxabi.h>
 #include <execinfo.h>

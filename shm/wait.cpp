@@ -1,13 +1,13 @@
-#include "shm/wait.h"
+#include "xla_spawn/shm/wait.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "shm/call_report.h"
-#include "shm/futex.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/call_report.h"
+#include "xla_spawn/shm/futex.h"
 
 namespace xs {
 namespace {

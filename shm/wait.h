@@ -27,8 +27,8 @@
 #include <immintrin.h>
 #include <sched.h>
 
-#include "shm/futex.h"
-#include "shm/segment.h"
+#include "xla_spawn/shm/futex.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace xs {
 

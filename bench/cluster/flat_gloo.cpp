@@ -10,11 +10,11 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "cluster/job_token.h"
-#include "cluster/store_client.h"
-#include "shm/wait.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/store_client.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs::bench {
 

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "replica/context.h"
+#include "xla_spawn/replica/context.h"
 
 namespace gloo {
 class Context;

@@ -32,18 +32,18 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 #include "bench/collectives/sweep.h"
-#include "cluster/job_token.h"
-#include "cluster/store_client.h"
-#include "collectives/detail/hierarchy.h"
-#include "collectives/detail/node_groups.h"
-#include "collectives/detail/node_pieces.h"
-#include "collectives/multi_host_communicator.h"
-#include "replica/context.h"
-#include "shm/segment.h"
-#include "shm/wait.h"
+#include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/store_client.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/detail/node_groups.h"
+#include "xla_spawn/collectives/detail/node_pieces.h"
+#include "xla_spawn/collectives/multi_host_communicator.h"
+#include "xla_spawn/replica/context.h"
+#include "xla_spawn/shm/segment.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace {
 

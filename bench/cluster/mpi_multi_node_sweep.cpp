@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
+#include "xla_spawn/base/env.h"
 #include "bench/cluster/multi_node_bench.h"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/env.h"
-#include "base/error.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
 #include "bench/cluster/link_bytes.h"
 #include "bench/collectives/sweep.h"
 

@@ -22,8 +22,8 @@
 
 #include "bench/cluster/flat_gloo.h"
 #include "bench/cluster/multi_node_bench.h"
-#include "collectives/multi_host_communicator.h"
-#include "replica/xm.h"
+#include "xla_spawn/collectives/multi_host_communicator.h"
+#include "xla_spawn/replica/xm.h"
 
 namespace {
 

@@ -21,9 +21,9 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "replica/xm.h"
-#include "replica/xm_collectives.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_collectives.h"
 
 namespace {
 

@@ -31,8 +31,8 @@
 #include <fmt/format.h>
 
 #include "bench/collectives/sweep.h"
-#include "collectives/shm_communicator.h"
-#include "shm/segment.h"
+#include "xla_spawn/collectives/shm_communicator.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "launcher/spawn.h"
+#include "xla_spawn/launcher/spawn.h"
 
 namespace {
 

@@ -40,21 +40,21 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "bench/runtime/timing.h"
 #include "examples/train_lm/model.h"
-#include "runtime/autograd.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/loss.h"
-#include "runtime/nn/activation.h"
-#include "runtime/nn/conv2d.h"
-#include "runtime/nn/linear.h"
-#include "runtime/nn/sequential.h"
-#include "runtime/ops.h"
-#include "runtime/optim/adam.h"
-#include "runtime/optim/clip_grad.h"
-#include "runtime/optim/sgd.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/loss.h"
+#include "xla_spawn/runtime/nn/activation.h"
+#include "xla_spawn/runtime/nn/conv2d.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/nn/sequential.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/optim/clip_grad.h"
+#include "xla_spawn/runtime/optim/sgd.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

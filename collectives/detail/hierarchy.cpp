@@ -1,9 +1,9 @@
-#include "collectives/detail/hierarchy.h"
+#include "xla_spawn/collectives/detail/hierarchy.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs::detail {
 namespace {

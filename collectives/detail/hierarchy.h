@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "collectives/detail/node_groups.h"
-#include "collectives/detail/node_pieces.h"
-#include "collectives/node_topology.h"
-#include "collectives/shm_communicator.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/collectives/detail/node_groups.h"
+#include "xla_spawn/collectives/detail/node_pieces.h"
+#include "xla_spawn/collectives/node_topology.h"
+#include "xla_spawn/collectives/shm_communicator.h"
 
 namespace xs::detail {
 

@@ -1,4 +1,4 @@
-#include "collectives/detail/node_groups.h"
+#include "xla_spawn/collectives/detail/node_groups.h"
 
 #include <signal.h>
 
@@ -21,9 +21,9 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
-#include "base/error.h"
-#include "base/splitmix64.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/base/splitmix64.h"
+#include "xla_spawn/collectives/reduce.h"
 
 namespace xs::detail {
 namespace {

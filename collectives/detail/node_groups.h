@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "collectives/node_topology.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/collectives/node_topology.h"
 
 namespace gloo {
 class Context;

@@ -1,8 +1,8 @@
-#include "collectives/detail/node_pieces.h"
+#include "xla_spawn/collectives/detail/node_pieces.h"
 
 #include <algorithm>
 
-#include "shm/layout.h"
+#include "xla_spawn/shm/layout.h"
 
 namespace xs::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "collectives/detail/reduce_avx2.h"
+#include "xla_spawn/collectives/detail/reduce_avx2.h"
 
 #include <immintrin.h>
 

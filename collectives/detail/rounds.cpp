@@ -1,14 +1,14 @@
-#include "collectives/detail/rounds.h"
+#include "xla_spawn/collectives/detail/rounds.h"
 
 #include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "base/running_graph.h"
-#include "shm/call_report.h"
-#include "shm/futex.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/base/running_graph.h"
+#include "xla_spawn/shm/call_report.h"
+#include "xla_spawn/shm/futex.h"
 
 namespace xs::detail {
 namespace {

@@ -24,9 +24,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/dtype.h"
-#include "shm/segment.h"
-#include "shm/wait.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/shm/segment.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs::detail {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "collectives/communicator.h"
-#include "collectives/detail/rounds.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/collectives/detail/rounds.h"
 
 namespace xs::detail {
 

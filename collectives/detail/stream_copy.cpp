@@ -1,4 +1,4 @@
-#include "collectives/detail/stream_copy.h"
+#include "xla_spawn/collectives/detail/stream_copy.h"
 
 #include <emmintrin.h>
 

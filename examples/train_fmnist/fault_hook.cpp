@@ -14,11 +14,11 @@
 
 #include <fmt/format.h>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "collectives/communicator.h"
-#include "replica/xm.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs::fmnist {
 namespace {

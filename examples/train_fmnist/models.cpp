@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/nn/activation.h"
-#include "runtime/nn/conv2d.h"
-#include "runtime/nn/dropout.h"
-#include "runtime/nn/linear.h"
-#include "runtime/nn/sequential.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/nn/activation.h"
+#include "xla_spawn/runtime/nn/conv2d.h"
+#include "xla_spawn/runtime/nn/dropout.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/nn/sequential.h"
 
 namespace xs::fmnist {
 namespace {

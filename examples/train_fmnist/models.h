@@ -8,7 +8,7 @@
 #include <memory>
 #include <string_view>
 
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs::fmnist {
 

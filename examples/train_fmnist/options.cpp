@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "examples/cli.h"
 
 namespace xs::fmnist {

@@ -2,19 +2,19 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "examples/train_fmnist/models.h"
-#include "replica/divergence_check.h"
-#include "replica/fashion_mnist.h"
-#include "replica/optimizer_step.h"
-#include "replica/xm.h"
-#include "replica/xm_checkpoint.h"
-#include "runtime/autograd.h"
-#include "runtime/loss.h"
-#include "runtime/optim/adam.h"
-#include "runtime/optim/lr_schedule.h"
-#include "runtime/optim/sgd.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/replica/divergence_check.h"
+#include "xla_spawn/replica/fashion_mnist.h"
+#include "xla_spawn/replica/optimizer_step.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_checkpoint.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/loss.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/optim/lr_schedule.h"
+#include "xla_spawn/runtime/optim/sgd.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs::fmnist {
 namespace {

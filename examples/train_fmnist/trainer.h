@@ -13,11 +13,11 @@
 
 #include "examples/train_fmnist/fault_hook.h"
 #include "examples/train_fmnist/options.h"
-#include "replica/step_timing.h"
-#include "replica/batch_loader.h"
-#include "replica/device_loader.h"
-#include "runtime/nn/module.h"
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/replica/step_timing.h"
+#include "xla_spawn/replica/batch_loader.h"
+#include "xla_spawn/replica/device_loader.h"
+#include "xla_spawn/runtime/nn/module.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs::fmnist {
 

@@ -6,12 +6,12 @@
 
 #include <fmt/format.h>
 
-#include "replica/progress.h"
-#include "replica/xm.h"
-#include "replica/xm_collectives.h"
-#include "runtime/autograd.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/replica/progress.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs::fmnist {
 

@@ -4,9 +4,9 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "base/splitmix64.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/base/splitmix64.h"
 
 namespace xs::lm {
 

@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "replica/detail/atomic_file.h"
-#include "replica/detail/file_bytes.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/detail/atomic_file.h"
+#include "xla_spawn/replica/detail/file_bytes.h"
 
 namespace xs::lm {
 namespace {

@@ -11,11 +11,11 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "examples/train_lm/options.h"
 #include "examples/train_lm/trainer.h"
-#include "replica/xm.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/runtime/runtime.h"
 
 int main(int argc, char** argv) try {
   const xs::lm::LmOptions options = xs::lm::parse_lm_options(argc, argv);

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs::lm {
 namespace {

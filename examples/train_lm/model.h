@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/nn/attention.h"
-#include "runtime/nn/embedding.h"
-#include "runtime/nn/layer_norm.h"
-#include "runtime/nn/linear.h"
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/attention.h"
+#include "xla_spawn/runtime/nn/embedding.h"
+#include "xla_spawn/runtime/nn/layer_norm.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs::lm {
 

@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 #include <boost/program_options.hpp>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "examples/cli.h"
 
 namespace xs::lm {

@@ -8,17 +8,17 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/error.h"
-#include "replica/divergence_check.h"
-#include "replica/optimizer_step.h"
-#include "replica/xm.h"
-#include "replica/xm_checkpoint.h"
-#include "replica/xm_collectives.h"
-#include "runtime/autograd.h"
-#include "runtime/loss.h"
-#include "runtime/nn/generator.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/divergence_check.h"
+#include "xla_spawn/replica/optimizer_step.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/replica/xm_checkpoint.h"
+#include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/loss.h"
+#include "xla_spawn/runtime/nn/generator.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs::lm {
 namespace {

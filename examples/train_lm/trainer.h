@@ -16,9 +16,9 @@
 #include "examples/train_lm/corpus.h"
 #include "examples/train_lm/model.h"
 #include "examples/train_lm/options.h"
-#include "replica/step_timing.h"
-#include "runtime/optim/adam.h"
-#include "runtime/optim/lr_schedule.h"
+#include "xla_spawn/replica/step_timing.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/optim/lr_schedule.h"
 
 namespace xs::lm {
 

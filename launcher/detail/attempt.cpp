@@ -1,4 +1,4 @@
-#include "launcher/detail/attempt.h"
+#include "xla_spawn/launcher/detail/attempt.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,8 +13,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "base/int_ranges.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/base/int_ranges.h"
 
 namespace xs::detail {
 namespace {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/oom_watch.h"
-#include "launcher/signal_pipe.h"
-#include "launcher/supervisor.h"
+#include "xla_spawn/launcher/oom_watch.h"
+#include "xla_spawn/launcher/signal_pipe.h"
+#include "xla_spawn/launcher/supervisor.h"
 
 namespace xs::detail {
 

@@ -1,4 +1,4 @@
-#include "replica/detail/atomic_file.h"
+#include "xla_spawn/replica/detail/atomic_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs::detail {
 namespace {

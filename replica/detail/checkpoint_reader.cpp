@@ -1,4 +1,4 @@
-#include "replica/detail/checkpoint_reader.h"
+#include "xla_spawn/replica/detail/checkpoint_reader.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
-#include "base/error.h"
-#include "replica/checkpoint.h"
-#include "replica/detail/checkpoint_format.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/checkpoint.h"
+#include "xla_spawn/replica/detail/checkpoint_format.h"
 
 namespace xs {
 namespace detail {

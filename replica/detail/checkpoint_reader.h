@@ -8,7 +8,7 @@
 #include <optional>
 #include <span>
 
-#include "base/dtype.h"
+#include "xla_spawn/base/dtype.h"
 
 namespace xs::detail {
 

@@ -1,4 +1,4 @@
-#include "replica/detail/file_bytes.h"
+#include "xla_spawn/replica/detail/file_bytes.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs::detail {
 namespace {

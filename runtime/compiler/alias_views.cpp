@@ -3,9 +3,9 @@
 #include <utility>
 #include <vector>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "runtime/compiler/compile.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/compiler/compile.h"
 
 // alias_views: a pass over the planned kernels. In the plan an arena slot holds one value from
 // the kernel that writes it (without reading it) until the next such kernel; in-place kernels

@@ -12,7 +12,7 @@
 // kernels/elementary.h's arithmetic, operation for operation; other libm functions (and f64)
 // called lane by lane through absolute symbols bound to this process's libm, so `log` here is
 // the very `logf` the interpreter calls.
-#include "runtime/compiler/codegen.h"
+#include "xla_spawn/runtime/compiler/codegen.h"
 
 #include <algorithm>
 #include <cmath>
@@ -38,11 +38,11 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "runtime/hash.h"
-#include "runtime/kernels/elementary.h"
-#include "runtime/shape.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/hash.h"
+#include "xla_spawn/runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/shape.h"
 
 namespace xs::detail {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/kernels/loop.h"
-#include "runtime/compiler/object_cache.h"
+#include "xla_spawn/runtime/kernels/loop.h"
+#include "xla_spawn/runtime/compiler/object_cache.h"
 
 namespace xs::detail {
 

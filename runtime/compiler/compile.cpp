@@ -1,4 +1,4 @@
-#include "runtime/compiler/compile.h"
+#include "xla_spawn/runtime/compiler/compile.h"
 
 #include <algorithm>
 #include <optional>
@@ -6,9 +6,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "base/error.h"
-#include "runtime/compiler/codegen.h"
-#include "runtime/compiler/passes.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/compiler/codegen.h"
+#include "xla_spawn/runtime/compiler/passes.h"
 
 namespace xs {
 std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions& options) {

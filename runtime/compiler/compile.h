@@ -13,10 +13,10 @@
 
 #include <memory>
 
-#include "runtime/compiler/object_cache.h"
-#include "runtime/graph.h"
-#include "runtime/metrics.h"
-#include "runtime/program.h"
+#include "xla_spawn/runtime/compiler/object_cache.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/metrics.h"
+#include "xla_spawn/runtime/program.h"
 
 namespace xs {
 

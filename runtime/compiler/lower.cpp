@@ -14,9 +14,9 @@
 #include <algorithm>
 #include <map>
 
-#include "base/check.h"
-#include "runtime/compiler/passes.h"
-#include "runtime/program.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/runtime/compiler/passes.h"
+#include "xla_spawn/runtime/program.h"
 
 namespace xs::detail {
 namespace {

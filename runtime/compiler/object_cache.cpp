@@ -1,4 +1,4 @@
-#include "runtime/compiler/object_cache.h"
+#include "xla_spawn/runtime/compiler/object_cache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "base/error.h"
-#include "runtime/hash.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/hash.h"
 
 namespace xs::detail {
 namespace {

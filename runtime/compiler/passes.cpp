@@ -1,12 +1,12 @@
-#include "runtime/compiler/passes.h"
+#include "xla_spawn/runtime/compiler/passes.h"
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "runtime/kernels/loop.h"
-#include "runtime/element.h"
-#include "runtime/hash.h"
-#include "runtime/node.h"
+#include "xla_spawn/runtime/kernels/loop.h"
+#include "xla_spawn/runtime/element.h"
+#include "xla_spawn/runtime/hash.h"
+#include "xla_spawn/runtime/node.h"
 
 namespace xs::detail {
 namespace {

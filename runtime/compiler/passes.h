@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/graph.h"
-#include "runtime/program.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/program.h"
 
 namespace xs::detail {
 

@@ -1,11 +1,11 @@
-#include "runtime/detail/shape_rules.h"
+#include "xla_spawn/runtime/detail/shape_rules.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs::detail {
 namespace {

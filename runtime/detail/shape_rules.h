@@ -5,7 +5,7 @@
 
 #include <span>
 
-#include "runtime/op.h"
+#include "xla_spawn/runtime/op.h"
 
 namespace xs::detail {
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "runtime/kernels/im2col.h"
+#include "xla_spawn/runtime/kernels/im2col.h"
 
 namespace xs::detail {
 

@@ -7,8 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "base/check.h"
-#include "runtime/kernels/kernels.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 
 namespace xs::detail {
 

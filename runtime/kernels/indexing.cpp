@@ -6,11 +6,11 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/kernels/float_args.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/element.h"
-#include "runtime/hash.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/kernels/float_args.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/element.h"
+#include "xla_spawn/runtime/hash.h"
 
 namespace xs::detail {
 

@@ -1,5 +1,5 @@
 // Dispatcher and the data-movement and reduction kernels.
-#include "runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,12 +7,12 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "base/error.h"
-#include "collectives/communicator.h"
-#include "runtime/collective_ops.h"
-#include "runtime/element.h"
-#include "runtime/metrics.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/collective_ops.h"
+#include "xla_spawn/runtime/element.h"
+#include "xla_spawn/runtime/metrics.h"
 
 namespace xs::detail {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <span>
 
-#include "runtime/op.h"
+#include "xla_spawn/runtime/op.h"
 
 namespace xs {
 class Communicator;

@@ -18,13 +18,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "base/check.h"
-#include "base/env.h"
-#include "base/error.h"
-#include "runtime/kernels/conv_rows.h"
-#include "runtime/kernels/float_args.h"
-#include "runtime/kernels/im2col.h"
-#include "runtime/kernels/kernels.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/kernels/conv_rows.h"
+#include "xla_spawn/runtime/kernels/float_args.h"
+#include "xla_spawn/runtime/kernels/im2col.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 
 namespace xs::detail {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/kernels/loop.h"
+#include "xla_spawn/runtime/kernels/loop.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "base/check.h"
-#include "runtime/kernels/elementary.h"
-#include "runtime/shape.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/shape.h"
 
 namespace xs::detail {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/op.h"
+#include "xla_spawn/runtime/op.h"
 
 namespace xs::detail {
 

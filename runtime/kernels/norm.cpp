@@ -8,10 +8,10 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/kernels/elementary.h"
-#include "runtime/kernels/float_args.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/kernels/row_sum.h"
+#include "xla_spawn/runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/kernels/float_args.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
 
 namespace xs::detail {
 namespace {

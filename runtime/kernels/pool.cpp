@@ -10,10 +10,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "base/check.h"
-#include "runtime/kernels/float_args.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/kernels/pool_simd.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/runtime/kernels/float_args.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/pool_simd.h"
 
 namespace xs::detail {
 namespace {

@@ -13,7 +13,7 @@
 #include <numeric>
 #include <vector>
 
-#include "runtime/kernels/pool_simd.h"
+#include "xla_spawn/runtime/kernels/pool_simd.h"
 
 namespace xs::detail {
 

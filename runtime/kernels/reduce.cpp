@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "base/check.h"
-#include "runtime/kernels/kernels.h"
-#include "runtime/kernels/row_sum.h"
-#include "runtime/element.h"
+#include "xla_spawn/base/check.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
+#include "xla_spawn/runtime/element.h"
 
 namespace xs::detail {
 namespace {

@@ -1,6 +1,6 @@
-#include "runtime/nn/activation.h"
+#include "xla_spawn/runtime/nn/activation.h"
 
-#include "runtime/ops.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

@@ -1,11 +1,11 @@
-#include "runtime/nn/attention.h"
+#include "xla_spawn/runtime/nn/attention.h"
 
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

@@ -10,10 +10,10 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/nn/dropout.h"
-#include "runtime/nn/generator.h"
-#include "runtime/nn/linear.h"
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/dropout.h"
+#include "xla_spawn/runtime/nn/generator.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs {
 

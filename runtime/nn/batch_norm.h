@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs {
 

@@ -6,7 +6,7 @@
 //
 //   Dropout drop(0.5);  Tensor y = drop(x);
 
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs {
 

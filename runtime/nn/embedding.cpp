@@ -1,10 +1,10 @@
-#include "runtime/nn/embedding.h"
+#include "xla_spawn/runtime/nn/embedding.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/nn/init.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/nn/init.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "runtime/nn/generator.h"
+#include "xla_spawn/runtime/nn/generator.h"
 
 namespace xs {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "base/splitmix64.h"
+#include "xla_spawn/base/splitmix64.h"
 
 namespace xs {
 

@@ -1,4 +1,4 @@
-#include "runtime/nn/init.h"
+#include "xla_spawn/runtime/nn/init.h"
 
 #include <cmath>
 #include <numbers>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "runtime/nn/generator.h"
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/nn/generator.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

@@ -1,9 +1,9 @@
-#include "runtime/nn/linear.h"
+#include "xla_spawn/runtime/nn/linear.h"
 
 #include <cmath>
 
-#include "runtime/nn/init.h"
-#include "runtime/ops.h"
+#include "xla_spawn/runtime/nn/init.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

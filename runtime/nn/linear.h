@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "runtime/nn/generator.h"
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/generator.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs {
 

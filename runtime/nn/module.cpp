@@ -1,8 +1,8 @@
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

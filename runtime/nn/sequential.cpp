@@ -1,4 +1,4 @@
-#include "runtime/nn/sequential.h"
+#include "xla_spawn/runtime/nn/sequential.h"
 
 #include <string>
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/nn/module.h"
+#include "xla_spawn/runtime/nn/module.h"
 
 namespace xs {
 

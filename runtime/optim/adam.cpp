@@ -1,12 +1,12 @@
-#include "runtime/optim/adam.h"
+#include "xla_spawn/runtime/optim/adam.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

@@ -6,7 +6,7 @@
 //   AdamW opt(model.parameters(), {.lr = 1e-3, .weight_decay = 0.01});
 //   AdamW opt(params, {.weight_decay = 0.1}, decay_matrices_only(params));  // as GPT training does
 
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs {
 

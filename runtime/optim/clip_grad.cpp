@@ -1,10 +1,10 @@
-#include "runtime/optim/clip_grad.h"
+#include "xla_spawn/runtime/optim/clip_grad.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/ops.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 

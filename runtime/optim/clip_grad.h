@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "runtime/tensor.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

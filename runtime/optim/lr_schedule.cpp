@@ -1,4 +1,4 @@
-#include "runtime/optim/lr_schedule.h"
+#include "xla_spawn/runtime/optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs {
 

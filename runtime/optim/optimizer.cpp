@@ -1,9 +1,9 @@
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
 
 namespace xs {
 

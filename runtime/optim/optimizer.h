@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "runtime/nn/module.h"
-#include "runtime/tensor.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/runtime/nn/module.h"
+#include "xla_spawn/runtime/tensor.h"
 
 namespace xs {
 

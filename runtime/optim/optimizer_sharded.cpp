@@ -6,12 +6,12 @@
 // world size, and the runtime picks the ordinal's chunk when it runs them.
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/collective_ops.h"
-#include "runtime/ops.h"
-#include "runtime/optim/clip_grad.h"
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/collective_ops.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/clip_grad.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs {
 

@@ -5,7 +5,7 @@
 //
 //   SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .nesterov = true});
 
-#include "runtime/optim/optimizer.h"
+#include "xla_spawn/runtime/optim/optimizer.h"
 
 namespace xs {
 

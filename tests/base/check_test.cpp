@@ -1,8 +1,8 @@
-#include "base/check.h"
+#include "xla_spawn/base/check.h"
 
 #include <gtest/gtest.h>
 
-#include "base/env.h"
+#include "xla_spawn/base/env.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {

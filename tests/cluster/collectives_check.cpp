@@ -27,8 +27,8 @@
 
 #include <fmt/format.h>
 
-#include "collectives/communicator.h"
-#include "replica/xm.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/replica/xm.h"
 #include "tests/collectives/test_data.h"
 
 namespace xs::testing {

@@ -2,7 +2,7 @@
 // failure, the root cause among all reports, restarts, lost nodes and the rendezvous deadline.
 #include <gtest/gtest.h>
 
-#include "cluster/coordinator.h"
+#include "xla_spawn/cluster/coordinator.h"
 
 namespace xs::cluster {
 namespace {

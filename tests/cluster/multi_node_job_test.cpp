@@ -29,7 +29,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/support/deadline_scale.h"
 #include "tests/support/namespace_cluster.h"
 

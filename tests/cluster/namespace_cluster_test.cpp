@@ -22,7 +22,7 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/support/deadline_scale.h"
 #include "tests/support/scoped_env.h"
 

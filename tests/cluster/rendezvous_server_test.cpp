@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "cluster/handshake.h"
-#include "cluster/node_link.h"
-#include "cluster/rendezvous_server.h"
-#include "cluster/store_client.h"
+#include "xla_spawn/cluster/handshake.h"
+#include "xla_spawn/cluster/node_link.h"
+#include "xla_spawn/cluster/rendezvous_server.h"
+#include "xla_spawn/cluster/store_client.h"
 #include "tests/support/deadline_scale.h"
 
 namespace xs::cluster {

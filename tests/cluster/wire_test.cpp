@@ -9,9 +9,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cluster/job_token.h"
-#include "cluster/siphash.h"
-#include "cluster/wire.h"
+#include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/siphash.h"
+#include "xla_spawn/cluster/wire.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs::cluster {

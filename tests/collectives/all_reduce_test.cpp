@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/reduce.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/reduce.h"
 #include "tests/collectives/combination_sweep.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"

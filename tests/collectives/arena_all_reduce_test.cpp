@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "collectives/reduce.h"
+#include "xla_spawn/collectives/reduce.h"
 #include "tests/collectives/combination_sweep.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"

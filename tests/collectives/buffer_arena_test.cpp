@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/error.h"
-#include "collectives/buffer_arena.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/buffer_arena.h"
 #include "tests/collectives/fork_harness.h"
 
 namespace xs::testing {

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/rounds.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/rounds.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/all_reduce_algorithm.h"
+#include "xla_spawn/collectives/all_reduce_algorithm.h"
 #include "tests/collectives/fork_harness.h"
 
 namespace xs::testing {

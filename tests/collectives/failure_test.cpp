@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 #include "tests/support/scoped_env.h"

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "collectives/shm_communicator.h"
-#include "shm/segment.h"
+#include "xla_spawn/collectives/shm_communicator.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace xs::testing {
 

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "collectives/local_communicator.h"
+#include "xla_spawn/collectives/local_communicator.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 

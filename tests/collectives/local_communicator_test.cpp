@@ -1,8 +1,8 @@
-#include "collectives/local_communicator.h"
+#include "xla_spawn/collectives/local_communicator.h"
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

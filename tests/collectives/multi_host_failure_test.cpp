@@ -13,7 +13,7 @@
 
 #include <gloo/rendezvous/hash_store.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/collectives/multi_host_harness.h"
 #include "tests/support/deadline_scale.h"
 

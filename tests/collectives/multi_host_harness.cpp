@@ -8,7 +8,7 @@
 
 #include <gloo/rendezvous/file_store.h>
 
-#include "shm/wait.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs::testing {
 namespace {

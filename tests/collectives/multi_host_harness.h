@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/multi_host_communicator.h"
+#include "xla_spawn/collectives/multi_host_communicator.h"
 #include "tests/collectives/fork_harness.h"
 
 namespace xs::testing {

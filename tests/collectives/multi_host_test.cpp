@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/collectives/combination_sweep.h"
 #include "tests/collectives/multi_host_harness.h"
 #include "tests/collectives/test_data.h"

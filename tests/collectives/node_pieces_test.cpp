@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/node_groups.h"
-#include "collectives/detail/node_pieces.h"
-#include "collectives/node_topology.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/node_groups.h"
+#include "xla_spawn/collectives/detail/node_pieces.h"
+#include "xla_spawn/collectives/node_topology.h"
 
 namespace xs::detail {
 namespace {

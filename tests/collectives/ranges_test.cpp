@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "collectives/detail/node_pieces.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/detail/node_pieces.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 

@@ -1,4 +1,4 @@
-#include "collectives/reduce.h"
+#include "xla_spawn/collectives/reduce.h"
 
 #include <gtest/gtest.h>
 

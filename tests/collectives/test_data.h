@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
+#include "xla_spawn/base/dtype.h"
 
 namespace xs::testing {
 

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "replica/checkpoint.h"
+#include "xla_spawn/replica/checkpoint.h"
 #include "tests/replica/run_command.h"
 #include "tests/replica/temp_dir.h"
 

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "examples/train_lm/batches.h"
 #include "examples/train_lm/corpus.h"
 #include "examples/train_lm/model.h"

@@ -1,6 +1,6 @@
 // Line reassembly from arbitrary pipe chunks, and the replica environment builder.
 
-#include "launcher/line_splitter.h"
+#include "xla_spawn/launcher/line_splitter.h"
 
 #include <map>
 #include <string>
@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "base/int_ranges.h"
+#include "xla_spawn/base/int_ranges.h"
 
-#include "launcher/detail/attempt.h"
-#include "launcher/replica_env.h"
+#include "xla_spawn/launcher/detail/attempt.h"
+#include "xla_spawn/launcher/replica_env.h"
 
 namespace xs {
 namespace {

@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cluster/connection.h"
+#include "xla_spawn/cluster/connection.h"
 #include "tests/launcher/launch_support.h"
 #include "tests/support/deadline_scale.h"
 #include "tests/support/scoped_env.h"

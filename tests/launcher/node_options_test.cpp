@@ -1,14 +1,14 @@
 // How xla-spawn learns its node of a multi-node job: flags, Slurm's and Open MPI's
 // environment, and the errors for combinations that cannot form a job.
 
-#include "launcher/node_options.h"
+#include "xla_spawn/launcher/node_options.h"
 
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "launcher/options.h"
+#include "xla_spawn/launcher/options.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {

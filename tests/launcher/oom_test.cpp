@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "launcher/oom_watch.h"
+#include "xla_spawn/launcher/oom_watch.h"
 #include "tests/launcher/launch_support.h"
 
 namespace xs::testing {

@@ -1,14 +1,14 @@
 // The command line, the ordinal-set syntax and the PATH lookup, without forking anything.
 
-#include "launcher/options.h"
+#include "xla_spawn/launcher/options.h"
 
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "launcher/command_path.h"
-#include "launcher/ordinal_set.h"
+#include "xla_spawn/launcher/command_path.h"
+#include "xla_spawn/launcher/ordinal_set.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {

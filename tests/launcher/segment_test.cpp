@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "shm/layout.h"
+#include "xla_spawn/shm/layout.h"
 #include "tests/launcher/launch_support.h"
 
 namespace xs::testing {

@@ -1,7 +1,7 @@
 // spawn(fn): the calling program forked N times under the xla-spawn supervisor. Checks inside
 // fn throw (a gtest EXPECT in a child would be lost); the parent sees the exit codes.
 
-#include "launcher/spawn.h"
+#include "xla_spawn/launcher/spawn.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -17,8 +17,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "shm/segment.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/segment.h"
 
 namespace xs {
 namespace {

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "replica/checkpoint.h"
+#include "xla_spawn/replica/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -14,8 +14,8 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
-#include "shm/control_block_check.h"
-#include "shm/segment.h"
+#include "xla_spawn/shm/control_block_check.h"
+#include "xla_spawn/shm/segment.h"
 #include "tests/launcher/launch_support.h"
 #include "tests/reliability/job_probe.h"
 #include "tests/support/scoped_env.h"

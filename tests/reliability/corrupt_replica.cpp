@@ -27,11 +27,11 @@
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 
-#include "base/env.h"
-#include "base/error.h"
-#include "collectives/shm_communicator.h"
-#include "replica/context.h"
-#include "shm/layout.h"
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/shm_communicator.h"
+#include "xla_spawn/replica/context.h"
+#include "xla_spawn/shm/layout.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "shm/segment.h"
+#include "xla_spawn/shm/segment.h"
 #include "tests/launcher/launch_support.h"
 #include "tests/reliability/job_probe.h"
 

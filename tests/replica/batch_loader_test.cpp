@@ -1,4 +1,4 @@
-#include "replica/batch_loader.h"
+#include "xla_spawn/replica/batch_loader.h"
 
 #include <atomic>
 #include <chrono>
@@ -13,7 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

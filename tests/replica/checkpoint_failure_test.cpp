@@ -18,8 +18,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "replica/checkpoint.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/checkpoint.h"
 #include "tests/replica/temp_dir.h"
 #include "tests/support/child_with_deadline.h"
 

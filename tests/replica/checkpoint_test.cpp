@@ -1,4 +1,4 @@
-#include "replica/checkpoint.h"
+#include "xla_spawn/replica/checkpoint.h"
 
 #include <sys/stat.h>
 
@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/replica/temp_dir.h"
 
 namespace xs {

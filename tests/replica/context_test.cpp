@@ -1,4 +1,4 @@
-#include "replica/context.h"
+#include "xla_spawn/replica/context.h"
 
 #include <array>
 #include <memory>
@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {

@@ -1,4 +1,4 @@
-#include "replica/fashion_mnist.h"
+#include "xla_spawn/replica/fashion_mnist.h"
 
 #include <array>
 #include <cmath>
@@ -7,8 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "replica/host_batch.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/host_batch.h"
 #include "tests/replica/idx_files.h"
 #include "tests/replica/temp_dir.h"
 #include "tests/support/scoped_env.h"

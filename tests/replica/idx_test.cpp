@@ -1,4 +1,4 @@
-#include "replica/idx.h"
+#include "xla_spawn/replica/idx.h"
 
 #include <algorithm>
 #include <string>
@@ -6,8 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "replica/fashion_mnist.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/fashion_mnist.h"
 #include "tests/replica/idx_files.h"
 #include "tests/replica/temp_dir.h"
 

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "launcher/spawn.h"
-#include "replica/xm.h"
+#include "xla_spawn/launcher/spawn.h"
+#include "xla_spawn/replica/xm.h"
 
 namespace xs::testing {
 

@@ -1,4 +1,4 @@
-#include "replica/shard_sampler.h"
+#include "xla_spawn/replica/shard_sampler.h"
 
 #include <algorithm>
 #include <map>
@@ -9,7 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 
 namespace xs {
 namespace {

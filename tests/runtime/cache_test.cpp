@@ -2,10 +2,10 @@
 // change a graph's hash.
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "runtime/graph.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {

@@ -13,11 +13,11 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "runtime/element.h"
-#include "runtime/buffer.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/element.h"
+#include "xla_spawn/runtime/buffer.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

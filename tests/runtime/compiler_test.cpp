@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/graph.h"
-#include "runtime/ops.h"
-#include "runtime/compiler/compile.h"
-#include "runtime/program.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/program.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

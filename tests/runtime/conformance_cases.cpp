@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "collectives/communicator.h"
-#include "runtime/collective_ops.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/collective_ops.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 #include "tests/runtime/reference.h"
 
 namespace xs::testing {

@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 #include "tests/runtime/reference.h"
 
 namespace xs::testing {

@@ -8,12 +8,12 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "runtime/graph.h"
-#include "runtime/ops.h"
-#include "runtime/compiler/compile.h"
-#include "runtime/program.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/program.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

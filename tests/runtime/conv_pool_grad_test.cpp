@@ -13,13 +13,13 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/kernels/conv_rows.h"
-#include "runtime/kernels/im2col.h"
-#include "runtime/graph.h"
-#include "runtime/ops.h"
-#include "runtime/compiler/compile.h"
-#include "runtime/program.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/kernels/conv_rows.h"
+#include "xla_spawn/runtime/kernels/im2col.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/program.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

@@ -1,7 +1,7 @@
 // The runtime's own f32 exp and erf (kernels/elementary.h) against libm in double, over a
 // sweep of every float bit pattern in steps, and at the edges; and the fixed-order row sums
 // and maxima (kernels/row_sum.h).
-#include "runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/kernels/elementary.h"
 
 #include <bit>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/kernels/row_sum.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
 
 namespace xs::detail {
 namespace {

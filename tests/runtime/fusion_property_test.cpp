@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "runtime/graph.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

@@ -7,14 +7,14 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/communicator.h"
-#include "runtime/autograd.h"
-#include "runtime/collective_ops.h"
-#include "runtime/compiler/compile.h"
-#include "runtime/nn/linear.h"
-#include "runtime/ops.h"
-#include "runtime/optim/adam.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/collective_ops.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 
 namespace xs::detail {
 namespace {

@@ -4,11 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/loss.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/loss.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

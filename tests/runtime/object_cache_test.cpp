@@ -15,8 +15,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 #include "tests/support/child_with_deadline.h"
 
 namespace xs {

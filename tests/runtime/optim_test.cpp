@@ -5,17 +5,17 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/flatten.h"
-#include "runtime/nn/linear.h"
-#include "runtime/ops.h"
-#include "runtime/optim/adam.h"
-#include "runtime/optim/clip_grad.h"
-#include "runtime/optim/lr_schedule.h"
-#include "runtime/optim/sgd.h"
-#include "runtime/runtime.h"
-#include "runtime/state_dict.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/flatten.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/optim/clip_grad.h"
+#include "xla_spawn/runtime/optim/lr_schedule.h"
+#include "xla_spawn/runtime/optim/sgd.h"
+#include "xla_spawn/runtime/runtime.h"
+#include "xla_spawn/runtime/state_dict.h"
 
 namespace xs {
 namespace {

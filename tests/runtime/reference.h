@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/ops.h"
+#include "xla_spawn/runtime/ops.h"
 
 namespace xs::testing {
 

@@ -12,10 +12,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "collectives/communicator.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {

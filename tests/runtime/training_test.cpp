@@ -7,18 +7,18 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/autograd.h"
-#include "runtime/loss.h"
-#include "runtime/nn/activation.h"
-#include "runtime/nn/batch_norm.h"
-#include "runtime/nn/conv2d.h"
-#include "runtime/nn/dropout.h"
-#include "runtime/nn/linear.h"
-#include "runtime/nn/sequential.h"
-#include "runtime/ops.h"
-#include "runtime/optim/adam.h"
-#include "runtime/optim/sgd.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/loss.h"
+#include "xla_spawn/runtime/nn/activation.h"
+#include "xla_spawn/runtime/nn/batch_norm.h"
+#include "xla_spawn/runtime/nn/conv2d.h"
+#include "xla_spawn/runtime/nn/dropout.h"
+#include "xla_spawn/runtime/nn/linear.h"
+#include "xla_spawn/runtime/nn/sequential.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/optim/sgd.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

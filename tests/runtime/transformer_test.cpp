@@ -7,14 +7,14 @@
 
 #include <gtest/gtest.h>
 
-#include "base/error.h"
-#include "runtime/autograd.h"
-#include "runtime/nn/attention.h"
-#include "runtime/nn/embedding.h"
-#include "runtime/nn/layer_norm.h"
-#include "runtime/ops.h"
-#include "runtime/optim/adam.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/nn/attention.h"
+#include "xla_spawn/runtime/nn/embedding.h"
+#include "xla_spawn/runtime/nn/layer_norm.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/adam.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

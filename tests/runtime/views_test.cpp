@@ -7,11 +7,11 @@
 
 #include <gtest/gtest.h>
 
-#include "collectives/communicator.h"
-#include "runtime/compiler/compile.h"
-#include "runtime/flatten.h"
-#include "runtime/ops.h"
-#include "runtime/runtime.h"
+#include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/flatten.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 namespace {

@@ -1,4 +1,4 @@
-#include "shm/call_report.h"
+#include "xla_spawn/shm/call_report.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "shm/segment.h"
-#include "shm/stack_dump.h"
+#include "xla_spawn/shm/segment.h"
+#include "xla_spawn/shm/stack_dump.h"
 
 namespace xs {
 namespace {

@@ -1,4 +1,4 @@
-#include "shm/segment.h"
+#include "xla_spawn/shm/segment.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/support/child_with_deadline.h"
 
 namespace xs {

@@ -1,4 +1,4 @@
-#include "shm/wait.h"
+#include "xla_spawn/shm/wait.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
-#include "base/error.h"
-#include "shm/futex.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/futex.h"
 
 namespace xs {
 namespace {

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "base/env.h"
+#include "xla_spawn/base/env.h"
 
 namespace xs::testing {
 

@@ -19,7 +19,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include "base/error.h"
+#include "xla_spawn/base/error.h"
 #include "tests/support/deadline_scale.h"
 
 extern char** environ;

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The installed package as a user of it meets it (issue "usable from outside"):
+#   package_test.sh install BUILD SOURCE   cmake --install into a scratch prefix; the
+#       out-of-tree example (examples/out_of_tree, only find_package(xla_spawn)) builds
+#       against it and runs under the installed xla-spawn -n 2; the same example built with
+#       pkg-config alone; a user's own base/, runtime/, ... headers shadow none of ours.
+#   package_test.sh deb BUILD SOURCE       cpack -G DEB; its dependencies are installed Debian
+#       packages; unpacked into a scratch root (dpkg-deb -x) its xla-spawn prints the
+#       version, its man page renders without warnings and lists every option of --help,
+#       and the example builds against it and runs.
+#   package_test.sh completion BUILD SOURCE   the bash completion offers the options, a
+#       directory after --log-dir, and hands over to the command after it starts.
+set -euo pipefail
+mode=$1
+build=$(cd "$2" && pwd)
+source=$(cd "$3" && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+fail() {
+  echo "package_test: $*" >&2
+  exit 1
+}
+version=$(sed -nE 's/^project\(xla_spawn VERSION ([0-9.]+).*/\1/p' "$source/CMakeLists.txt")
+[[ -n $version ]] || fail "no version in CMakeLists.txt"
+
+# build_and_run PREFIX NAME: the out-of-tree example configured with only PREFIX to find
+# xla_spawn, built, run as 2 replicas under PREFIX's xla-spawn; both replicas report 1 + 4.
+build_and_run() {
+  local prefix=$1 name=$2 out
+  cmake -S "$source/examples/out_of_tree" -B "$scratch/$name" -G Ninja \
+    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release >"$scratch/$name.log" 2>&1 ||
+    { cat "$scratch/$name.log" >&2; fail "$name: configuring the example failed"; }
+  cmake --build "$scratch/$name" >>"$scratch/$name.log" 2>&1 ||
+    { cat "$scratch/$name.log" >&2; fail "$name: building the example failed"; }
+  run_example "$prefix" "$scratch/$name/sum_replicas" "$name"
+}
+
+run_example() {
+  local prefix=$1 program=$2 name=$3 out
+  out=$("$prefix/bin/xla-spawn" -n 2 -- "$program" 2>&1) ||
+    { echo "$out" >&2; fail "$name: the example failed under the installed xla-spawn"; }
+  for k in 0 1; do
+    grep -q "^\[$k\] ordinal $k of 2: sum of squares 5$" <<<"$out" ||
+      { echo "$out" >&2; fail "$name: ordinal $k did not report the sum"; }
+  done
+  echo "package_test: $name: example ran under $prefix/bin/xla-spawn -n 2"
+}
+
+check_version() {
+  local got
+  got=$("$1/bin/xla-spawn" --version)
+  [[ $got == "xla-spawn $version" ]] || fail "--version printed '$got', expected 'xla-spawn $version'"
+}
+
+case $mode in
+  install)
+    prefix=$scratch/prefix
+    cmake --install "$build" --prefix "$prefix" >"$scratch/install.log" ||
+      { cat "$scratch/install.log" >&2; fail "cmake --install failed"; }
+    check_version "$prefix"
+    [[ -f $prefix/include/xla_spawn/replica/xm.h ]] || fail "no include/xla_spawn/replica/xm.h"
+    for layer in base runtime replica collectives; do
+      [[ ! -e $prefix/include/$layer ]] || fail "include/$layer installed outside include/xla_spawn"
+    done
+    build_and_run "$prefix" cmake-package
+    # A user whose own include path has a header of the same name as any of ours, under the
+    # same folder (base/log.h, runtime/ops.h, ...): had an installed header included another
+    # without the prefix, it would get the user's, which stops the build.
+    (cd "$prefix/include/xla_spawn" && find . -name '*.h' -o -name '*.def') | while read -r h; do
+      mkdir -p "$scratch/user/$(dirname "$h")"
+      echo "#error the user's own $h was included instead of xla_spawn's" >"$scratch/user/$h"
+    done
+    export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+    # shellcheck disable=SC2046  # pkg-config's output is a word list
+    g++ -std=c++20 -O1 -I"$scratch/user" "$source/examples/out_of_tree/main.cpp" \
+      $(pkg-config --cflags --libs xla_spawn) -o "$scratch/sum_pc" ||
+      fail "building the example with pkg-config (and a user's own same-named headers) failed"
+    run_example "$prefix" "$scratch/sum_pc" pkg-config
+    ;;
+  deb)
+    (cd "$build" && cpack -G DEB -B "$scratch/pkg" >"$scratch/cpack.log" 2>&1) ||
+      { cat "$scratch/cpack.log" >&2; fail "cpack -G DEB failed"; }
+    deb=$(find "$scratch/pkg" -maxdepth 1 -name 'xla-spawn_*.deb')
+    [[ -n $deb ]] || fail "cpack wrote no xla-spawn_*.deb"
+    depends=$(dpkg-deb -f "$deb" Depends)
+    [[ -n $depends ]] || fail "the package declares no dependencies"
+    # Each dependency is a Debian package this machine, which built and tested the package,
+    # has: one of its alternatives (version ignored) is an installed package or provided by
+    # one (libspdlog1.10 provides libspdlog1.10-fmt9).
+    have=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Provides}\n' |
+      awk '$1 == "ii" { for (i = 2; i <= NF; i++) { sub(/,$/, "", $i); if ($i !~ /^[(=<>]/ && $i !~ /\)$/) print $i } }' |
+      sed 's/:.*//' | sort -u)
+    while read -r dep; do
+      found=""
+      for alternative in ${dep//|/ }; do
+        [[ $alternative == \(* || $alternative == *\) ]] && continue
+        grep -qxF "$alternative" <<<"$have" && found=$alternative
+      done
+      [[ -n $found ]] || fail "dependency '$dep' is neither an installed Debian package nor provided by one"
+    done < <(tr ',' '\n' <<<"$depends" | sed -E 's/^ +//; s/ +$//' | grep .)
+    echo "package_test: $(basename "$deb"): Depends: $depends"
+    root=$scratch/root
+    dpkg-deb -x "$deb" "$root"
+    check_version "$root/usr"
+    man_page=$root/usr/share/man/man1/xla-spawn.1
+    [[ -f $man_page ]] || fail "no man page at usr/share/man/man1/xla-spawn.1"
+    warnings=$(groff -man -Tutf8 -ww -z "$man_page" 2>&1)
+    [[ -z $warnings ]] || fail "the man page renders with warnings: $warnings"
+    text=$(MANWIDTH=100 man -l "$man_page" 2>/dev/null)
+    for option in $("$root/usr/bin/xla-spawn" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
+      grep -qE -- "(^| )$option( |$)" <<<"$text" || fail "the man page does not list $option"
+    done
+    [[ -f $root/usr/share/bash-completion/completions/xla-spawn ]] || fail "no bash completion"
+    build_and_run "$root/usr" deb
+    ;;
+  completion)
+    # shellcheck disable=SC1091
+    source "$build/xla-spawn.bash-completion"
+    handed=""
+    _command_offset() { handed=$1; }  # bash-completion's, which completes the command
+    complete_at() {
+      COMP_WORDS=("$@")
+      COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+      COMPREPLY=()
+      handed=""
+      _xla_spawn
+    }
+    complete_at xla-spawn --no-b
+    [[ ${COMPREPLY[*]} == --no-bind-cores ]] || fail "--no-b offered '${COMPREPLY[*]}'"
+    complete_at xla-spawn --max
+    [[ ${COMPREPLY[*]} == --max-restarts ]] || fail "--max offered '${COMPREPLY[*]}'"
+    mkdir -p "$scratch/logs-here"
+    complete_at xla-spawn --log-dir "$scratch/logs-"
+    [[ ${COMPREPLY[*]} == "$scratch/logs-here" ]] || fail "--log-dir offered '${COMPREPLY[*]}'"
+    complete_at xla-spawn -n 2 ./train --ep
+    [[ $handed == 3 ]] || fail "the command after '-n 2' was not handed over (got '$handed')"
+    complete_at xla-spawn --timestamp -- ./train -n
+    [[ $handed == 3 ]] || fail "the command after '--' was not handed over (got '$handed')"
+    for option in $("$build/launcher/xla-spawn" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
+      complete_at xla-spawn "$option"
+      [[ " ${COMPREPLY[*]} " == *" $option "* ]] || fail "$option is not offered"
+    done
+    echo "package_test: completion offers every option of --help"
+    ;;
+  *) fail "unknown mode '$mode' (install, deb or completion)" ;;
+esac
