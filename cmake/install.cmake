@@ -62,6 +62,7 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
     "libfmt-dev, libspdlog-dev, libboost-dev, libboost-program-options-dev, zlib1g-dev, \
 libgloo-dev, libopenblas-dev, libdnnl-dev, llvm-14-dev")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS bash-completion)
 set(CPACK_DEBIAN_COMPRESSION_TYPE gzip)
 set(CPACK_GENERATOR DEB)
 include(CPack)

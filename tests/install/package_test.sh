@@ -136,6 +136,12 @@ case $mode in
     [[ $handed == 3 ]] || fail "the command after '-n 2' was not handed over (got '$handed')"
     complete_at xla-spawn --timestamp -- ./train -n
     [[ $handed == 3 ]] || fail "the command after '--' was not handed over (got '$handed')"
+    # Without bash-completion: command names, then file names.
+    unset -f _command_offset
+    complete_at xla-spawn -n 2 bas
+    [[ " ${COMPREPLY[*]} " == *" bash "* ]] || fail "'bas' as the command did not offer bash"
+    complete_at xla-spawn -n 2 ./train "$scratch/logs-"
+    [[ ${COMPREPLY[*]} == "$scratch/logs-here" ]] || fail "an argument of the command offered '${COMPREPLY[*]}'"
     for option in $("$build/launcher/xla-spawn" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
       complete_at xla-spawn "$option"
       [[ " ${COMPREPLY[*]} " == *" $option "* ]] || fail "$option is not offered"
