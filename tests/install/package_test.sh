@@ -4,10 +4,10 @@
 #       out-of-tree example (examples/out_of_tree, only find_package(xla_spawn)) builds
 #       against it and runs under the installed xla-spawn -n 2; the same example built with
 #       pkg-config alone; a user's own base/, runtime/, ... headers shadow none of ours.
-#   package_test.sh deb BUILD SOURCE       cpack -G DEB; its dependencies are installed Debian
-#       packages; unpacked into a scratch root (dpkg-deb -x) its xla-spawn prints the
-#       version, its man page renders without warnings and lists every option of --help,
-#       and the example builds against it and runs.
+#   package_test.sh deb BUILD SOURCE       scripts/package on BUILD (cpack -G DEB); its
+#       dependencies are installed Debian packages; unpacked into a scratch root (dpkg-deb -x)
+#       its xla-spawn prints the version, its man page renders without warnings and lists
+#       every option of --help, and the example builds against it and runs.
 #   package_test.sh completion BUILD SOURCE   the bash completion offers the options, a
 #       directory after --log-dir, and hands over to the command after it starts.
 set -euo pipefail
@@ -78,10 +78,11 @@ case $mode in
     run_example "$prefix" "$scratch/sum_pc" pkg-config
     ;;
   deb)
-    (cd "$build" && cpack -G DEB -B "$scratch/pkg" >"$scratch/cpack.log" 2>&1) ||
-      { cat "$scratch/cpack.log" >&2; fail "cpack -G DEB failed"; }
-    deb=$(find "$scratch/pkg" -maxdepth 1 -name 'xla-spawn_*.deb')
-    [[ -n $deb ]] || fail "cpack wrote no xla-spawn_*.deb"
+    deb=$build/xla-spawn_${version}_amd64.deb
+    rm -f "$deb"
+    XS_BUILD_DIR=$build "$source/scripts/package" >"$scratch/package.log" 2>&1 ||
+      { cat "$scratch/package.log" >&2; fail "scripts/package failed"; }
+    [[ -f $deb ]] || fail "scripts/package wrote no $(basename "$deb")"
     depends=$(dpkg-deb -f "$deb" Depends)
     [[ -n $depends ]] || fail "the package declares no dependencies"
     # Each dependency is a Debian package this machine, which built and tested the package,
