@@ -41,9 +41,9 @@ std::optional<AllReduceAlgorithm> all_reduce_algorithm_from_env() {
 
 // One-shot up to one_shot_max_bytes; above it, CMA when every replica has a core of its
 // own and the two-shot when they share cores. Measured with each schedule forced (time per
-// call in us, medians, two runs each; the 2-core machine shared with other work, see the
-// README), after the one-pass AVX2 reduction kernels (collectives/detail/reduce_avx2.h)
-// made the one-shot's N reads per element cheaper:
+// call in us, medians, two runs each; the 2-core machine shared with other work, see
+// docs/performance.md), after the one-pass AVX2 reduction kernels
+// (collectives/detail/reduce_avx2.h) made the one-shot's N reads per element cheaper:
 //   for n in 2 3 4 8; do for a in oneshot twoshot cma; do
 //     XLA_SPAWN_ALLREDUCE_ALGO=$a all_reduce_sweep --nprocs $n --min-bytes 8192
 //       --max-bytes 524288 --factor 2         (one command line)

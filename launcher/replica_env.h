@@ -29,7 +29,7 @@ std::string make_job_id();
 // variable unset: one thread per replica (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS = 1, as
 // torchrun does), and OPENBLAS_CORETYPE naming the CPU's real kernel class (SkylakeX on
 // AVX-512, Haswell on AVX2), because under a hypervisor OpenBLAS often fails to recognise the
-// CPU and falls back to its SSE3 kernels, about 4x slower at GEMM (README: "Runtime benchmarks").
+// CPU and falls back to its SSE3 kernels, about 4x slower at GEMM (docs/performance.md).
 std::vector<EnvVar> compute_env_defaults();
 
 // Where one replica sits: in the job, and on its node (the same numbers on a single node).

@@ -40,7 +40,7 @@ std::string load_error(const std::string& dir, Split split) {
   return "";
 }
 
-// The real files, both splits: counts, shape, and the balanced classes the README states.
+// The real files, both splits: counts, shape, and the balanced classes of the data set.
 TEST(FashionMnist, LoadsBothInstalledSplitsWithBalancedLabels) {
   for (const auto& [split, n] : {std::pair{Split::kTrain, 60000}, std::pair{Split::kTest, 10000}}) {
     const ImageDataset data = load_fashion_mnist(kDefaultFashionMnistDir, split);

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Every command the README shows is run by a test or by CI, so the README cannot drift.
+
+The commands are the lines of the README's ```sh blocks (a trailing `# comment` dropped,
+backslash continuations joined). COVERAGE below says, for each one, what runs it:
+
+  run(group)          this script runs it as written, in a sandbox (below), as part of the
+                      CTest of that group (GROUP_TESTS), and checks its exit status and the
+                      output the README promises (expect);
+  short(group)        a benchmark script: run as `XS_SHORT=1 <the command>`, the same script and
+                      arguments in the script's short mode (no set-up or build, smallest sizes);
+  args(group, cmd)    a benchmark binary: the same program, run with the smaller arguments cmd;
+  ci(file)            a CI entry point runs it: the file must hold the command;
+  ctest(regex)        that CTest runs it: `ctest -N -R regex` in the build must list it.
+
+`check` fails when a README command has no entry, when an entry names a command the README no
+longer shows, when a CI file no longer holds its command, or when a CTest named here (the
+groups' own included) is not registered in the build. `run GROUP` runs the group's commands.
+
+The sandbox is a temporary folder holding links to the repository's top-level entries, with
+`build` linked to the build under test, so `build/...` and `scripts/...` resolve as in a
+checkout and anything a command writes (checkpoints, out/, graphs/) stays in the sandbox.
+XLA_SPAWN_JOB_TOKEN is set so multi-node commands do not create a token file in $HOME. A
+command whose requirement is missing (the Fashion-MNIST files, PyTorch, an AVX-512 CPU for
+OPENBLAS_CORETYPE=SkylakeX) is skipped with the reason; the group then exits 77 (skipped) if
+everything else passed. A script that exits 77 itself (bench-multihost without root) skips too.
+
+Usage: readme_commands.py SOURCE_DIR BUILD_DIR check
+       readme_commands.py SOURCE_DIR BUILD_DIR run GROUP
+"""
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+SKIP = 77
+
+# The CTest that runs each group; `check` requires every one of them to be registered.
+GROUP_TESTS = {
+    "tour": "ReadmeCommands.TheTourRuns",
+    "bench": "ReadmeCommands.TheBenchmarksRunInShortMode",
+    "multihost": "ReadmeCommands.TheMultiHostBenchmarkRunsInShortMode",
+    "demo": "ReadmeCommands.TheDemoRuns",
+}
+# Wall-clock limit of a group, below the tests' CTest limit (300 s; stretched under sanitizers
+# by XS_TEST_DEADLINE_SCALE, as scripts/sanitize sets it, and so is the CTest limit).
+DEADLINE_SCALE = float(os.environ.get("XS_TEST_DEADLINE_SCALE", "1"))
+GROUP_TIMEOUT_S = {g: s * DEADLINE_SCALE for g, s in {"tour": 240, "bench": 270, "multihost": 240, "demo": 840}.items()}
+
+
+@dataclass
+class Entry:
+    kind: str                      # run, short, args, ci, ctest
+    where: str                     # group, CI file or CTest regex
+    cmd: str = ""                  # args: the command actually run
+    expect: list = field(default_factory=list)    # regexes the output must match
+    requires: list = field(default_factory=list)  # data, torch
+
+
+def run(group, expect=(), requires=()):
+    return Entry("run", group, expect=list(expect), requires=list(requires))
+
+
+def short(group, expect=(), requires=()):
+    return Entry("short", group, expect=list(expect), requires=list(requires))
+
+
+def args(group, cmd, expect=(), requires=()):
+    return Entry("args", group, cmd=cmd, expect=list(expect), requires=list(requires))
+
+
+def ci(path):
+    return Entry("ci", path)
+
+
+def ctest(regex):
+    return Entry("ctest", regex)
+
+
+HELLO = "build/examples/hello_replicas"
+COVERAGE = {
+    # The demo as a user runs it, into a build folder of its own: it configures without the
+    # tests, which must not happen to the build under test.
+    "scripts/demo": args("demo", "XS_BUILD_DIR=$PWD/demo-build scripts/demo",
+                         expect=[r"demo: set up and built in \d+ s", r"demo: done in \d+ s"],
+                         requires=["data"]),
+    "scripts/test": ci(".ci/run"),
+    # Run with a scratch prefix and build folder instead of /usr/local and /tmp/app.
+    "scripts/build && cmake --install build --prefix /usr/local": ctest(r"^Package\.install$"),
+    "cmake -S examples/out_of_tree -B /tmp/app -DCMAKE_PREFIX_PATH=/usr/local && "
+    "cmake --build /tmp/app": ctest(r"^Package\.install$"),
+    "xla-spawn -n 2 -- /tmp/app/sum_replicas": ctest(r"^Package\.install$"),
+    "scripts/package": ctest(r"^Package\.deb$"),
+    'export PATH="$PWD/build/launcher:$PATH"': run("tour"),
+    f"xla-spawn -n 4 -- {HELLO}": run("tour", expect=[r"\[3\] .*replica 3 of 4",
+                                                      r"master: 4 replicas started"]),
+    """xla-spawn -n 3 -- sh -c 'echo "working $RANK"; [ "$RANK" != 2 ] || exit 3; sleep 30'; """
+    """echo "exit status $?\"""": run("tour", expect=[
+        r"ordinal 2 exited with code 3; stopping the other 2 replica\(s\)",
+        r"last 1 line\(s\) of ordinal 2:\n  \[2\] working 2",
+        r"stopped by xla-spawn \(not failures\): ordinal\(s\) 0-1", r"\nexit status 3\n"]),
+    "xla-spawn -n 4 --max-restarts 1 -- build/examples/train_fmnist --epochs 1 --checkpoint "
+    "mlp.ckpt --checkpoint-every 50 --resume --fail-at-step 120": run("tour", expect=[
+        r"ordinal 3 killed by signal 9", r"restarting all 4 replica\(s\): attempt 1",
+        r"resumed from mlp\.ckpt: epoch \d+, batch 100, step 100"], requires=["data"]),
+    "XLA_SPAWN_DUMP_GRAPHS=graphs build/examples/train_fmnist --max-steps 20 --no-eval --metrics":
+        run("tour", expect=[
+        r"Counter: CachedCompile\n  Value: 19\n", r"Counter: UncachedCompile\n  Value: 1\n"],
+        requires=["data"]),
+    f"xla-spawn --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 -n 2 -- {HELLO} &": run("tour"),
+    f"xla-spawn --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 -n 2 -- {HELLO}; wait":
+        run("tour", expect=[r"\[3\] .*replica 3 of 4 \(local 1 of 2\)",
+                            r"master: 4 replicas started"]),
+    "xla-spawn --help": run("tour", expect=[r"usage: xla-spawn \[options\] -- COMMAND"]),
+    "xla-spawn --version": run("tour", expect=[r"^xla-spawn \d+\.\d+\.\d+$"]),
+    "scripts/bench-launch 200": short("bench", expect=[r"ratio xla-spawn/floor"]),
+    "scripts/bench-allreduce --priority 2 8": short("bench", expect=[r"== N = 8"]),
+    "scripts/bench-scaling --priority --rounds 8": short(
+        "bench", expect=[r"round 1 N = 2 "], requires=["data"]),
+    "scripts/bench-multihost --priority --runs 3": short(
+        "multihost", expect=[r"2 hosts x 2 replicas, veth: medians over 1 run"]),
+    'scripts/bench-lm --replicas "1 2" --reps 2': short(
+        "bench", expect=[r"N = 2: median tokens/s xla-spawn \d+, torch \d+"],
+        requires=["torch"]),
+    "OPENBLAS_CORETYPE=SkylakeX build/bench/runtime/runtime_bench": args(
+        "bench", "OPENBLAS_CORETYPE=SkylakeX build/bench/runtime/runtime_bench --quick"),
+    "OPENBLAS_CORETYPE=SkylakeX build/bench/runtime/train_bench --reps 90": args(
+        "bench", "OPENBLAS_CORETYPE=SkylakeX build/bench/runtime/train_bench --reps 1"),
+}
+
+
+def readme_commands(source):
+    """The README's shell commands in order: (line number, command)."""
+    commands, block, pending = [], None, None
+    lines = open(os.path.join(source, "README.md"), encoding="utf-8").read().split("\n")
+    for number, line in enumerate(lines, 1):
+        fence = re.match(r"^\s*(```+|~~~+)\s*(\S*)", line)
+        if fence and block is None:
+            block = fence.group(2).lower()
+            continue
+        if fence and block is not None:
+            block = None
+            continue
+        if block not in ("sh", "bash", "shell", "console", "zsh"):
+            continue
+        text = strip_comment(line).strip()
+        if pending is not None:
+            text = pending[1] + " " + text
+            number = pending[0]
+            pending = None
+        if text.endswith("\\"):
+            pending = (number, text[:-1].strip())
+            continue
+        if text:
+            commands.append((number, re.sub(r"[ \t]+", " ", text)))
+    return commands
+
+
+def strip_comment(line):
+    """The line without a trailing shell comment (a # outside quotes after a blank)."""
+    quote = None
+    for i, c in enumerate(line):
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+            return line[:i]
+    return line
+
+
+def program_of(cmd):
+    """The first word that is not a VAR=value assignment."""
+    words = shlex.split(cmd)
+    return next((w for w in words if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)), "")
+
+
+def registered_tests(build):
+    out = subprocess.run(["ctest", "-N"], cwd=build, capture_output=True, text=True, timeout=120)
+    return re.findall(r"Test\s+#\d+:\s+(\S+)", out.stdout)
+
+
+def check(source, build):
+    problems = []
+    shown = readme_commands(source)
+    shown_set = {c for _, c in shown}
+    for number, cmd in shown:
+        if cmd not in COVERAGE:
+            problems.append(f"README.md:{number}: `{cmd}` is run by no test: add it to COVERAGE in "
+                            f"tests/docs/readme_commands.py with what runs it (a group, a CTest "
+                            f"or a CI file)")
+    for cmd in COVERAGE:
+        if cmd not in shown_set:
+            problems.append(f"COVERAGE names `{cmd}`, which README.md no longer shows")
+    tests = registered_tests(build)
+    missing_groups = set()
+    for cmd, entry in COVERAGE.items():
+        if entry.kind == "ci":
+            path = os.path.join(source, entry.where)
+            held = os.path.exists(path) and any(
+                cmd in line and not line.lstrip().startswith("#")
+                for line in open(path, encoding="utf-8"))
+            if not held:
+                problems.append(f"`{cmd}` is said to run in CI ({entry.where}), which does not run it")
+        elif entry.kind == "ctest":
+            if not any(re.search(entry.where, t) for t in tests):
+                problems.append(f"`{cmd}` is said to run in the CTest /{entry.where}/, which is not "
+                                f"registered in {build}")
+        else:
+            if entry.where not in GROUP_TESTS:
+                problems.append(f"`{cmd}`: unknown group '{entry.where}'")
+            elif GROUP_TESTS[entry.where] not in tests:
+                missing_groups.add(entry.where)
+            if entry.kind == "args" and program_of(entry.cmd) != program_of(cmd):
+                problems.append(f"`{cmd}`: its short form `{entry.cmd}` runs another program")
+            if entry.kind == "short" and not program_of(cmd).startswith("scripts/"):
+                problems.append(f"`{cmd}`: short mode (XS_SHORT=1) is for scripts/; use args()")
+    for group in sorted(missing_groups):
+        problems.append(f"the CTest {GROUP_TESTS[group]}, which runs the README's '{group}' "
+                        f"commands, is not registered in {build} (tests/CMakeLists.txt)")
+    for p in problems:
+        print(p)
+    print(f"readme_commands: {len(shown)} README commands, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def missing_requirement(entry, cmd):
+    for need in entry.requires:
+        if need == "data":
+            data = os.environ.get("XLA_SPAWN_DATA_DIR", "/usr/share/datasets/fashion-mnist")
+            if not os.path.isdir(data):
+                return f"the Fashion-MNIST files ({data}; scripts/setup installs them)"
+        if need == "torch":
+            ok = os.path.exists("/usr/bin/python3") and subprocess.run(
+                ["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0
+            if not ok:
+                return "PyTorch for /usr/bin/python3 (python3-torch, scripts/setup test)"
+    if "OPENBLAS_CORETYPE=SkylakeX" in cmd:
+        flags = open("/proc/cpuinfo").read()
+        if not all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl")):
+            return "an AVX-512 CPU (OpenBLAS's SkylakeX kernels)"
+    return None
+
+
+def make_sandbox(source, build):
+    sandbox = tempfile.mkdtemp(prefix="readme-commands-")
+    for name in os.listdir(source):
+        if name.startswith("build") or name in ("out", ".git"):
+            continue
+        os.symlink(os.path.join(source, name), os.path.join(sandbox, name))
+    os.symlink(os.path.abspath(build), os.path.join(sandbox, "build"))
+    return sandbox
+
+
+def run_group(source, build, group):
+    if group not in GROUP_TESTS:
+        sys.exit(f"readme_commands: unknown group '{group}' (expected {', '.join(GROUP_TESTS)})")
+    chosen, skipped = [], []
+    for number, cmd in readme_commands(source):
+        entry = COVERAGE.get(cmd)
+        if entry is None or entry.kind not in ("run", "short", "args") or entry.where != group:
+            continue
+        why = missing_requirement(entry, cmd)
+        if why:
+            skipped.append(f"README.md:{number}: `{cmd}` skipped: needs {why}")
+            continue
+        actual = {"run": cmd, "short": "XS_SHORT=1 " + cmd, "args": entry.cmd}[entry.kind]
+        chosen.append((number, cmd, actual, entry))
+    if not chosen:
+        print("\n".join(skipped) or f"readme_commands: group '{group}' has no command")
+        return SKIP if skipped else 1
+
+    sandbox = make_sandbox(source, build)
+    # One script, commands in README order, so `export` and `cmd &` ... `wait` work as in a
+    # shell; each command's status is kept, and a marker line starts its output.
+    lines = ["cd " + shlex.quote(sandbox)]
+    for k, (number, cmd, actual, _) in enumerate(chosen):
+        lines.append(f"echo {shlex.quote(f'@@readme {k}: {actual}')}")
+        lines.append(actual)
+        lines.append(f"echo \"@@status {k} $?\"")
+    env = dict(os.environ, XLA_SPAWN_JOB_TOKEN="readme-commands-test-token")
+    start = time.monotonic()
+    proc = subprocess.Popen(["bash", "-c", "\n".join(lines)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=GROUP_TIMEOUT_S[group])
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        print(output)
+        print(f"readme_commands: group '{group}' did not finish within {GROUP_TIMEOUT_S[group]:.0f} s")
+        return 1
+    finally:
+        shutil.rmtree(sandbox, ignore_errors=True)
+    print(output)
+    problems, script_skips = [], []
+    for k, (number, cmd, actual, entry) in enumerate(chosen):
+        begin = output.find(f"@@readme {k}: ")
+        status = re.search(rf"^@@status {k} (\d+)$", output, re.M)
+        if begin < 0 or status is None:
+            problems.append(f"README.md:{number}: `{actual}` did not run to its end")
+            continue
+        if int(status.group(1)) == SKIP and entry.kind == "short":
+            script_skips.append(f"README.md:{number}: `{actual}` skipped itself (exit 77)")
+            continue
+        if int(status.group(1)) != 0:
+            problems.append(f"README.md:{number}: `{actual}` exited {status.group(1)}")
+        after = output[begin:]
+        for pattern in entry.expect:
+            if not re.search(pattern, after, re.M):
+                problems.append(f"README.md:{number}: `{actual}`: no output matching /{pattern}/")
+    print(f"readme_commands: group '{group}': {len(chosen)} command(s) in "
+          f"{time.monotonic() - start:.1f} s")
+    for p in problems + skipped + script_skips:
+        print(p)
+    if problems:
+        return 1
+    return SKIP if skipped or script_skips else 0
+
+
+def main():
+    source, build = (os.path.abspath(p) for p in sys.argv[1:3]) if len(sys.argv) > 3 else ("", "")
+    if len(sys.argv) == 4 and sys.argv[3] == "check":
+        return check(source, build)
+    if len(sys.argv) == 5 and sys.argv[3] == "run":
+        return run_group(source, build, sys.argv[4])
+    sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
