@@ -5,7 +5,7 @@
 #   lib/cmake/xla_spawn/, the CMake package: find_package(xla_spawn CONFIG), targets
 #     xla_spawn::base, ::cluster, ::store_client, ::shm, ::collectives, ::runtime, ::replica,
 #     ::xm (the training API; links the rest), ::launcher (spawn(fn) and the supervisor)
-#   lib/pkgconfig/xla_spawn.pc, the same for builds without CMake (everything but the launcher)
+#   lib/pkgconfig/xla_spawn.pc, the same for builds without CMake
 #   share/man/man1/xla-spawn.1 and share/bash-completion/completions/xla-spawn
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -16,7 +16,7 @@ install(TARGETS ${xs_libraries} EXPORT xla_spawn_targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS xla-spawn RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(layer base cluster shm collectives runtime replica launcher)
+foreach(layer ${XS_LAYERS})
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${layer}/
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/xla_spawn/${layer}
           FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
@@ -36,7 +36,7 @@ install(FILES ${PROJECT_BINARY_DIR}/xla_spawnConfig.cmake
 
 # pkg-config: the prefix is found from the .pc file's own place, so the tree can move (a DEB
 # unpacked into a scratch root works as installed). The runtime's private libraries are the
-# files CMake found, as the static libraries need them at the consumer's link.
+# files CMake found (Debian's paths), as the static libraries need them at the consumer's link.
 file(RELATIVE_PATH xs_pc_to_prefix /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" xs_pc_to_prefix "${xs_pc_to_prefix}")
 set(xs_pc_private_libs "${XS_OPENBLAS_LIBRARY} ${XS_DNNL_LIBRARY} ${XS_GOMP_LIBRARY} ${XS_LLVM_LIBRARY}")

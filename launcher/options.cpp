@@ -30,7 +30,8 @@ po::options_description describe_options() {
       ("help,h", "show this help and exit")
       ("version", "print the version and exit")
       ("nprocs,n", po::value<std::string>()->value_name("N"),
-       "number of replicas, 1..1024 (default: the number of CPUs; -np also works)")
+       "number of replicas on this node, 1..1024 (default: the number of CPUs; -np also "
+       "works)")
       ("no-prefix", po::bool_switch(), "do not prefix console lines with \"[ordinal] \"")
       ("timestamp", po::bool_switch(), "prefix each line with the local time HH:MM:SS.mmm")
       ("log-dir", po::value<std::string>()->value_name("DIR"),

@@ -92,12 +92,16 @@ COVERAGE = {
                          expect=[r"demo: set up and built in \d+ s", r"demo: done in \d+ s"],
                          requires=["data"]),
     "scripts/test": ci(".ci/run"),
-    # Run with a scratch prefix and build folder instead of /usr/local and /tmp/app.
-    "scripts/build && cmake --install build --prefix /usr/local": ctest(r"^Package\.install$"),
-    "cmake -S examples/out_of_tree -B /tmp/app -DCMAKE_PREFIX_PATH=/usr/local && "
-    "cmake --build /tmp/app": ctest(r"^Package\.install$"),
+    # The suite's build installed into a scratch prefix instead of /usr/local, the example
+    # built in a scratch folder against it and run; the .deb packed and unpacked, not installed.
+    "scripts/setup && cmake -S . -B build-install -G Ninja -DXS_BUILD_TESTS=OFF "
+    "-DXS_BUILD_BENCH=OFF": ctest(r"^Package\.install$"),
+    "cmake --build build-install && sudo cmake --install build-install --prefix /usr/local":
+        ctest(r"^Package\.install$"),
+    "cmake -S examples/out_of_tree -B /tmp/app && cmake --build /tmp/app": ctest(r"^Package\.install$"),
     "xla-spawn -n 2 -- /tmp/app/sum_replicas": ctest(r"^Package\.install$"),
-    "scripts/package": ctest(r"^Package\.deb$"),
+    "scripts/package && sudo apt install ./build-package/xla-spawn_*.deb":
+        ctest(r"^Package\.deb$"),
     'export PATH="$PWD/build/launcher:$PATH"': run("tour"),
     f"xla-spawn -n 4 -- {HELLO}": run("tour", expect=[r"\[3\] .*replica 3 of 4",
                                                       r"master: 4 replicas started"]),

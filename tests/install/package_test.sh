@@ -46,6 +46,11 @@ run_example() {
   echo "package_test: $name: example ran under $prefix/bin/xla-spawn -n 2"
 }
 
+# Every long option `xla-spawn --help` lists ("  -n [ --nprocs ] N", "  --version", ...).
+help_options() {
+  "$1" --help | grep -oE '^  (-[a-z] \[ )?--[a-z-]+' | grep -oE -- '--[a-z-]+'
+}
+
 check_version() {
   local got
   got=$("$1/bin/xla-spawn" --version)
@@ -59,22 +64,30 @@ case $mode in
       { cat "$scratch/install.log" >&2; fail "cmake --install failed"; }
     check_version "$prefix"
     [[ -f $prefix/include/xla_spawn/replica/xm.h ]] || fail "no include/xla_spawn/replica/xm.h"
-    for layer in base runtime replica collectives; do
+    for layer in base cluster shm collectives runtime replica launcher; do
       [[ ! -e $prefix/include/$layer ]] || fail "include/$layer installed outside include/xla_spawn"
     done
     build_and_run "$prefix" cmake-package
     # A user whose own include path has a header of the same name as any of ours, under the
     # same folder (base/log.h, runtime/ops.h, ...): had an installed header included another
-    # without the prefix, it would get the user's, which stops the build.
-    (cd "$prefix/include/xla_spawn" && find . -name '*.h' -o -name '*.def') | while read -r h; do
+    # without the prefix, it would get the user's, which stops the build. One file includes
+    # every installed header, so all of them are checked, not only those the example uses.
+    (cd "$prefix/include/xla_spawn" && find . -name '*.h' -o -name '*.def') | sort | while read -r h; do
       mkdir -p "$scratch/user/$(dirname "$h")"
       echo "#error the user's own $h was included instead of xla_spawn's" >"$scratch/user/$h"
+      if [[ $h == *.h ]]; then echo "#include \"xla_spawn/${h#./}\"" >>"$scratch/all_headers.cpp"; fi
     done
+    headers=$(grep -c . "$scratch/all_headers.cpp")
     export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+    # pkg-config's flags alone (no -std: the package must bring C++20 itself).
     # shellcheck disable=SC2046  # pkg-config's output is a word list
-    g++ -std=c++20 -O1 -I"$scratch/user" "$source/examples/out_of_tree/main.cpp" \
+    g++ -fsyntax-only -I"$scratch/user" $(pkg-config --cflags xla_spawn) "$scratch/all_headers.cpp" ||
+      fail "the $headers installed headers do not compile together with pkg-config's flags and a user's same-named headers first"
+    echo "package_test: all $headers installed headers compile with a user's same-named ones first"
+    # shellcheck disable=SC2046
+    g++ -O1 -I"$scratch/user" "$source/examples/out_of_tree/main.cpp" \
       $(pkg-config --cflags --libs xla_spawn) -o "$scratch/sum_pc" ||
-      fail "building the example with pkg-config (and a user's own same-named headers) failed"
+      fail "building the example with pkg-config failed"
     run_example "$prefix" "$scratch/sum_pc" pkg-config
     ;;
   deb)
@@ -107,10 +120,15 @@ case $mode in
     [[ -f $man_page ]] || fail "no man page at usr/share/man/man1/xla-spawn.1"
     warnings=$(groff -man -Tutf8 -ww -z "$man_page" 2>&1)
     [[ -z $warnings ]] || fail "the man page renders with warnings: $warnings"
-    text=$(MANWIDTH=100 man -l "$man_page" 2>/dev/null)
-    for option in $("$root/usr/bin/xla-spawn" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
-      grep -qE -- "(^| )$option( |$)" <<<"$text" || fail "the man page does not list $option"
+    # The OPTIONS section alone: other sections mention options too.
+    options_text=$(MANWIDTH=100 man -l "$man_page" 2>/dev/null | sed -n '/^OPTIONS/,/^[A-Z]/p')
+    listed=0
+    for option in $(help_options "$root/usr/bin/xla-spawn"); do
+      grep -qE -- "^ +(-[a-z], )?$option( |$)" <<<"$options_text" ||
+        fail "the man page's OPTIONS do not list $option"
+      listed=$((listed + 1))
     done
+    ((listed >= 15)) || fail "only $listed options found in --help"
     [[ -f $root/usr/share/bash-completion/completions/xla-spawn ]] || fail "no bash completion"
     build_and_run "$root/usr" deb
     ;;
@@ -137,13 +155,19 @@ case $mode in
     [[ $handed == 3 ]] || fail "the command after '-n 2' was not handed over (got '$handed')"
     complete_at xla-spawn --timestamp -- ./train -n
     [[ $handed == 3 ]] || fail "the command after '--' was not handed over (got '$handed')"
+    complete_at xla-spawn --nprocs = 4 ./train --ep  # as bash splits --nprocs=4
+    [[ $handed == 4 ]] || fail "the command after '--nprocs=4' was not handed over (got '$handed')"
+    mkdir -p "$scratch/my logs"
+    complete_at xla-spawn --log-dir = "$scratch/my"
+    [[ ${#COMPREPLY[@]} == 1 && ${COMPREPLY[0]} == "$scratch/my logs" ]] ||
+      fail "--log-dir=DIR with a space offered ${#COMPREPLY[@]} word(s): '${COMPREPLY[*]}'"
     # Without bash-completion: command names, then file names.
     unset -f _command_offset
     complete_at xla-spawn -n 2 bas
     [[ " ${COMPREPLY[*]} " == *" bash "* ]] || fail "'bas' as the command did not offer bash"
     complete_at xla-spawn -n 2 ./train "$scratch/logs-"
     [[ ${COMPREPLY[*]} == "$scratch/logs-here" ]] || fail "an argument of the command offered '${COMPREPLY[*]}'"
-    for option in $("$build/launcher/xla-spawn" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
+    for option in $(help_options "$build/launcher/xla-spawn"); do
       complete_at xla-spawn "$option"
       [[ " ${COMPREPLY[*]} " == *" $option "* ]] || fail "$option is not offered"
     done
