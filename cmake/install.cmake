@@ -40,6 +40,9 @@ install(FILES ${PROJECT_BINARY_DIR}/xla_spawnConfig.cmake
 file(RELATIVE_PATH xs_pc_to_prefix /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
 string(REGEX REPLACE "/$" "" xs_pc_to_prefix "${xs_pc_to_prefix}")
 set(xs_pc_private_libs "${XS_OPENBLAS_LIBRARY} ${XS_DNNL_LIBRARY} ${XS_GOMP_LIBRARY} ${XS_LLVM_LIBRARY}")
+if(XS_SANITIZE)
+  string(APPEND xs_pc_private_libs " -fsanitize=${XS_SANITIZE}")
+endif()
 configure_file(${CMAKE_CURRENT_LIST_DIR}/xla_spawn.pc.in ${PROJECT_BINARY_DIR}/xla_spawn.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/xla_spawn.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 

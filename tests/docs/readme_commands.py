@@ -267,6 +267,10 @@ def make_sandbox(source, build):
 def run_group(source, build, group):
     if group not in GROUP_TESTS:
         sys.exit(f"readme_commands: unknown group '{group}' (expected {', '.join(GROUP_TESTS)})")
+    if group in ("bench", "multihost") and not os.path.isdir(os.path.join(build, "bench")):
+        print(f"readme_commands: group '{group}' skipped: {build} has no benchmarks "
+              f"(configured with XS_BUILD_BENCH=OFF, as scripts/sanitize does)")
+        return SKIP
     chosen, skipped = [], []
     for number, cmd in readme_commands(source):
         entry = COVERAGE.get(cmd)
