@@ -86,12 +86,14 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
   // call) or in the same call without waiting itself, and that is not sleeping in a wait of
   // its own (stopped, gone, computing, stuck elsewhere). A wait for an ordinal already past
   // the waiter's call is stale: the waiter was stopped or died before it saw the peer move.
+  // So is any wait of a stopped waiter: stopped inside a wait, it never saw the peer it
+  // waited for arrive (which then waits for it), and only its own stop holds it.
   const auto asleep_in_wait = [](const OrdinalCall& c) {
     return c.seconds_waiting >= 0 && (c.state == 'S' || c.state == 'R');
   };
   std::vector<bool> holds_up(calls.size(), false);
   for (const OrdinalCall& w : calls) {
-    if (w.seconds_waiting < 0 || w.awaited < 0 ||
+    if (w.seconds_waiting < 0 || w.awaited < 0 || w.state == 'T' || w.state == 't' ||
         static_cast<size_t>(w.awaited) >= calls.size()) {
       continue;
     }

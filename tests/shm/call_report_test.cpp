@@ -1,14 +1,25 @@
 #include "xla_spawn/shm/call_report.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <poll.h>
+
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "xla_spawn/shm/segment.h"
 #include "xla_spawn/shm/stack_dump.h"
+
+// Calls generated code (a page of its own, no unwind tables); exported, so the dump can name it.
+volatile int xs_test_returned_from_generated_code = 0;
+extern "C" __attribute__((noinline)) void xs_test_enter_generated_code(void (*code)()) {
+  code();
+  xs_test_returned_from_generated_code = 1;  // no tail call: the return address stays on the stack
+}
 
 namespace xs {
 namespace {
@@ -52,6 +63,14 @@ TEST(CallReport, AnOrdinalWithoutCallsAndOneThatIsGone) {
   EXPECT_NE(report.find("ordinal 1 (pid 7, running): no collective call yet\n"), std::string::npos)
       << report;
   EXPECT_NE(report.find("held up by ordinal(s) 1 (running)"), std::string::npos) << report;
+}
+
+// Ordinal 1 was stopped inside its wait for ordinal 0; ordinal 0 then arrived, waited for 1
+// and died of the timeout. Only the stopped one holds the job up: its wait is stale.
+TEST(CallReport, AWaitOfAStoppedOrdinalBlamesNobody) {
+  const std::string report =
+      format_calls({call(0, '\0', 20, 5.1, 1), call(1, 'T', 20, 5.1, 0)}, 0);
+  EXPECT_NE(report.find("  held up by ordinal(s) 1 (stopped)\n"), std::string::npos) << report;
 }
 
 // The records come from a real segment's slots; garbage in one (a scribbling replica) is
@@ -139,6 +158,54 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   }
   EXPECT_EQ(lines, static_cast<size_t>(*frames)) << err;
   EXPECT_GT(lines, 2u) << err;
+}
+
+// The unwinder stops in code no module holds, as in oneDNN's generated GEMM kernels or the
+// runtime's JIT loops: the frames above it are found by scanning the interrupted stack.
+TEST(StackDump, FramesAboveGeneratedCodeAreScannedFromTheStack) {
+  const std::string id = "stackscan" + std::to_string(::getpid());
+  OwnedSegment owned(id, 1, 64 << 10);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::dup2(fds[1], 2);
+    ::close(fds[1]);
+    ::alarm(20);
+    Segment segment = Segment::attach(owned.name(), 0, 1, id);
+    void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) ::_exit(4);
+    const unsigned char spin[] = {0xEB, 0xFE};  // jmp . (for ever, until killed)
+    std::memcpy(page, spin, sizeof spin);
+    xs_test_enter_generated_code(reinterpret_cast<void (*)()>(page));
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  ::usleep(300 * 1000);  // into the loop
+  ASSERT_EQ(::kill(pid, stack_dump_signal()), 0);
+  std::string err;
+  char buffer[4096];
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Until the dump's last line (the scanned frames end it) or 10 s.
+  while (err.empty() || err.back() != '\n' || err.find("[scanned]") == std::string::npos) {
+    if (std::chrono::steady_clock::now() > until) break;
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    if (n <= 0) break;
+    err.append(buffer, static_cast<size_t>(n));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ::usleep(200 * 1000);  // the dumping grandchild has written by now
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) err.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  EXPECT_NE(err.find("xla-spawn: stack of pid " + std::to_string(pid) + ", "), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("  at xs_test_enter_generated_code (shm_test+"), std::string::npos) << err;
+  EXPECT_NE(err.find("[scanned]"), std::string::npos) << err;
 }
 
 }  // namespace
