@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "xla_spawn/shm/segment.h"
@@ -118,31 +119,44 @@ TEST(StackDump, FramesAreDemangledWithTheirModule) {
   EXPECT_EQ(stack_header_frames("something else"), std::nullopt);
 }
 
-// A process that attached handles the signal: its stack arrives on stderr, demangled, every
-// frame the header announces, and it goes on (the unwinding happens in a throwaway copy).
-TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
-  const std::string id = "stackdump" + std::to_string(::getpid());
-  OwnedSegment owned(id, 1, 64 << 10);
+// Forks a process that writes its stderr to the returned pipe, attaches to `owned` as ordinal
+// 0 and runs `body`, then exits 0. Returns the pid; `err_fd` is the pipe's read end.
+pid_t fork_attached(const OwnedSegment& owned, const std::string& id, int& err_fd,
+                    const std::function<void(Segment&)>& body) {
   int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
+  if (::pipe(fds) != 0) return -1;
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
     ::dup2(fds[1], 2);
     ::close(fds[1]);
     Segment segment = Segment::attach(owned.name(), 0, 1, id);
-    if (segment.slot(0).call.dumps_stack.load() != 1) ::_exit(3);
-    ::raise(stack_dump_signal());
+    body(segment);
     ::_exit(0);
   }
   ::close(fds[1]);
+  err_fd = fds[0];
+  return pid;
+}
+
+// A process that attached handles the signal: its stack arrives on stderr, demangled, every
+// frame the header announces, and it goes on (the unwinding happens in a throwaway copy).
+TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
+  const std::string id = "stackdump" + std::to_string(::getpid());
+  OwnedSegment owned(id, 1, 64 << 10);
+  int err_fd = -1;
+  const pid_t pid = fork_attached(owned, id, err_fd, [](Segment& segment) {
+    if (segment.slot(0).call.dumps_stack.load() != 1) ::_exit(3);
+    ::raise(stack_dump_signal());
+  });
+  ASSERT_GT(pid, 0);
   std::string err;
   char buffer[4096];
   // EOF once the replica and the dumping grandchild (which holds stderr too) are done.
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) {
+  for (ssize_t n; (n = ::read(err_fd, buffer, sizeof buffer)) > 0;) {
     err.append(buffer, static_cast<size_t>(n));
   }
-  ::close(fds[0]);
+  ::close(err_fd);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status)) << status;
@@ -165,24 +179,17 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
 TEST(StackDump, FramesAboveGeneratedCodeAreScannedFromTheStack) {
   const std::string id = "stackscan" + std::to_string(::getpid());
   OwnedSegment owned(id, 1, 64 << 10);
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    ::dup2(fds[1], 2);
-    ::close(fds[1]);
+  int err_fd = -1;
+  const pid_t pid = fork_attached(owned, id, err_fd, [](Segment&) {
     ::alarm(20);
-    Segment segment = Segment::attach(owned.name(), 0, 1, id);
     void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED) ::_exit(4);
     const unsigned char spin[] = {0xEB, 0xFE};  // jmp . (for ever, until killed)
     std::memcpy(page, spin, sizeof spin);
     xs_test_enter_generated_code(reinterpret_cast<void (*)()>(page));
-    ::_exit(0);
-  }
-  ::close(fds[1]);
+  });
+  ASSERT_GT(pid, 0);
   ::usleep(300 * 1000);  // into the loop
   ASSERT_EQ(::kill(pid, stack_dump_signal()), 0);
   std::string err;
@@ -191,17 +198,19 @@ TEST(StackDump, FramesAboveGeneratedCodeAreScannedFromTheStack) {
   // Until the dump's last line (the scanned frames end it) or 10 s.
   while (err.empty() || err.back() != '\n' || err.find("[scanned]") == std::string::npos) {
     if (std::chrono::steady_clock::now() > until) break;
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{err_fd, POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0) continue;
-    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    const ssize_t n = ::read(err_fd, buffer, sizeof buffer);
     if (n <= 0) break;
     err.append(buffer, static_cast<size_t>(n));
   }
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
   ::usleep(200 * 1000);  // the dumping grandchild has written by now
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) > 0;) err.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
+  for (ssize_t n; (n = ::read(err_fd, buffer, sizeof buffer)) > 0;) {
+    err.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(err_fd);
   EXPECT_NE(err.find("xla-spawn: stack of pid " + std::to_string(pid) + ", "), std::string::npos)
       << err;
   EXPECT_NE(err.find("  at xs_test_enter_generated_code (shm_test+"), std::string::npos) << err;
