@@ -61,7 +61,7 @@ class Entry:
     where: str                     # group, CI file or CTest regex
     cmd: str = ""                  # args: the command actually run
     expect: list = field(default_factory=list)    # regexes the output must match
-    requires: list = field(default_factory=list)  # data, torch
+    requires: list = field(default_factory=list)  # data, torch, python, python-torch
 
 
 def run(group, expect=(), requires=()):
@@ -122,6 +122,11 @@ COVERAGE = {
     f"xla-spawn --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 -n 2 -- {HELLO}; wait":
         run("tour", expect=[r"\[3\] .*replica 3 of 4 \(local 1 of 2\)",
                             r"master: 4 replicas started"]),
+    "PYTHONPATH=build/python xla-spawn -n 4 -- python3 examples/python/numpy_all_reduce.py":
+        run("tour", expect=[r"\[3\] ordinal 3 of 4: sum 10$"], requires=["python"]),
+    "PYTHONPATH=build/python xla-spawn -n 2 -- python3 examples/python/ddp_fmnist.py --epochs 1":
+        run("tour", expect=[r"result backend=xla_spawn world=2 accuracy=0\.(8[3-9]|9)"],
+            requires=["python-torch", "data"]),
     "xla-spawn --help": run("tour", expect=[r"usage: xla-spawn \[options\] -- COMMAND"]),
     "xla-spawn --version": run("tour", expect=[r"^xla-spawn \d+\.\d+\.\d+$"]),
     "scripts/bench-launch 200": short("bench", expect=[r"ratio xla-spawn/floor"]),
@@ -236,7 +241,7 @@ def check(source, build):
     return 1 if problems else 0
 
 
-def missing_requirement(entry, cmd):
+def missing_requirement(entry, cmd, build):
     for need in entry.requires:
         if need == "data":
             data = os.environ.get("XLA_SPAWN_DATA_DIR", "/usr/share/datasets/fashion-mnist")
@@ -247,6 +252,14 @@ def missing_requirement(entry, cmd):
                 ["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0
             if not ok:
                 return "PyTorch for /usr/bin/python3 (python3-torch, scripts/setup test)"
+        if need in ("python", "python-torch"):
+            # The command runs `python3` from PATH with the package built in build/python.
+            modules = "numpy, torch" if need == "python-torch" else "numpy"
+            if not os.path.isdir(os.path.join(build, "python", "xla_spawn")):
+                return "the Python package (pybind11-dev, python3-dev: scripts/setup test)"
+            if subprocess.run(["python3", "-c", f"import {modules}"],
+                              capture_output=True).returncode != 0:
+                return f"a python3 on PATH that imports {modules} (Debian's, scripts/setup test)"
     if "OPENBLAS_CORETYPE=SkylakeX" in cmd:
         flags = open("/proc/cpuinfo").read()
         if not all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl")):
@@ -276,7 +289,7 @@ def run_group(source, build, group):
         entry = COVERAGE.get(cmd)
         if entry is None or entry.kind not in ("run", "short", "args") or entry.where != group:
             continue
-        why = missing_requirement(entry, cmd)
+        why = missing_requirement(entry, cmd, build)
         if why:
             skipped.append(f"README.md:{number}: `{cmd}` skipped: needs {why}")
             continue

@@ -3,6 +3,8 @@
 # MASTER_PORT from the launcher. Each rank trains a small MLP on its own data for a few steps,
 # then every rank checks that all ranks hold the same parameters (DDP averaged the gradients)
 # and that they moved from where they started.
+# Usage: torch_ddp.py [BACKEND]: gloo by default; "xla_spawn" imports the xla_spawn module,
+# which registers that backend (the module's tests run it so).
 # Prints "rank R of W: STEPS steps, loss L, parameters agree" on success; exits 1 otherwise.
 import datetime
 import os
@@ -16,7 +18,10 @@ STEPS = 5
 
 
 def main():
-    dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=60))
+    backend = sys.argv[1] if len(sys.argv) > 1 else "gloo"
+    if backend == "xla_spawn":
+        import xla_spawn  # noqa: F401 (registers the backend)
+    dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank != int(os.environ["XLA_SPAWN_ORDINAL"]) or world != int(os.environ["XLA_SPAWN_WORLD_SIZE"]):
         print(f"rank {rank} of {world} disagrees with xla-spawn's ordinal and world size", flush=True)

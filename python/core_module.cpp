@@ -1,0 +1,356 @@
+// The `xla_spawn._core` extension: who this replica is, and the job's collectives in place on
+// any object with the buffer protocol (NumPy arrays, torch.Tensor.numpy() views, bytearray),
+// without copies, through the communicator xs::xm::init builds from the launcher's
+// environment. The package's __init__.py wraps it (python/xla_spawn/__init__.py).
+//
+//   import numpy as np, xla_spawn as xs
+//   grads = np.ones(1024, np.float32)
+//   xs.all_reduce(grads, "mean")          # every replica now holds the mean
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "python/comm_api.h"
+#include "xla_spawn/base/dtype.h"
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/context.h"
+#include "xla_spawn/replica/xm.h"
+
+namespace py = pybind11;
+
+namespace {
+
+xs::Communicator& communicator() {
+  xs::xm::init();  // idempotent: the first call attaches the job
+  return xs::xm::communicator();
+}
+
+xs::ReduceOp parse_op(std::string_view op) {
+  if (op == "sum") return xs::ReduceOp::kSum;
+  if (op == "mean") return xs::ReduceOp::kMean;
+  if (op == "max") return xs::ReduceOp::kMax;
+  if (op == "min") return xs::ReduceOp::kMin;
+  throw xs::InvalidArgument(
+      fmt::format("reduce op '{}': expected 'sum', 'mean', 'max' or 'min'", op));
+}
+
+// A C-contiguous view of a Python buffer for the length of one call, with its element type.
+// `arithmetic` calls (reductions) need one of the project's dtypes; the others move bytes and
+// take any element type.
+class BufferView {
+ public:
+  BufferView(py::handle object, bool writable, const char* call, const char* argument,
+             const std::string& dtype_name, bool arithmetic)
+      : call_(call), argument_(argument) {
+    const int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) {
+      py::error_already_set e;
+      py::raise_from(e, PyExc_ValueError,
+                     fmt::format("{}: {} must be a{} C-contiguous buffer (NumPy array, "
+                                 "bytearray, memoryview, torch.Tensor.numpy())",
+                                 call, argument, writable ? " writable" : "")
+                         .c_str());
+      throw py::error_already_set();
+    }
+    try {
+      resolve_dtype(dtype_name, arithmetic);
+    } catch (...) {
+      PyBuffer_Release(&view_);
+      throw;
+    }
+  }
+  ~BufferView() { PyBuffer_Release(&view_); }
+  BufferView(const BufferView&) = delete;
+  BufferView& operator=(const BufferView&) = delete;
+
+  void* data() const { return view_.buf; }
+  size_t bytes() const { return static_cast<size_t>(view_.len); }
+  xs::DType dtype() const { return dtype_; }
+  size_t n_elems() const { return bytes() / xs::dtype_size(dtype_); }
+  std::string describe() const {
+    return fmt::format("{} of {} {} elements", argument_, n_elems(), xs::dtype_name(dtype_));
+  }
+
+ private:
+  void resolve_dtype(const std::string& dtype_name, bool arithmetic) {
+    const size_t item = static_cast<size_t>(view_.itemsize);
+    std::string_view format = view_.format != nullptr ? view_.format : "B";
+    if (!format.empty() && std::string_view("@=<").find(format[0]) != std::string_view::npos) {
+      format.remove_prefix(1);
+    }
+    if (!dtype_name.empty()) {
+      if (dtype_name != "bf16" && dtype_name != "bfloat16") {
+        throw xs::InvalidArgument(fmt::format(
+            "{}: dtype='{}': only 'bf16' may be named (the others follow the buffer's format)",
+            call_, dtype_name));
+      }
+      if (item != 2) {
+        throw xs::InvalidArgument(fmt::format(
+            "{}: dtype='bf16' needs 2-byte elements; {} has {}-byte elements", call_, argument_,
+            item));
+      }
+      dtype_ = xs::DType::kBF16;
+      return;
+    }
+    const bool signed_int = format == "i" || format == "l" || format == "q";
+    if (format == "f" && item == 4) dtype_ = xs::DType::kF32;
+    else if (format == "d" && item == 8) dtype_ = xs::DType::kF64;
+    else if (signed_int && item == 4) dtype_ = xs::DType::kI32;
+    else if (signed_int && item == 8) dtype_ = xs::DType::kI64;
+    else if (format == "?" && item == 1 && !arithmetic) dtype_ = xs::DType::kBool;
+    else if (!arithmetic) {
+      dtype_ = xs::DType::kBool;  // moved as bytes: any element type
+    } else {
+      throw xs::InvalidArgument(fmt::format(
+          "{}: {} has elements of format '{}' ({} bytes); reductions take float32, float64, "
+          "int32, int64, or bf16 held as 2-byte elements with dtype='bf16'",
+          call_, argument_, format, item));
+    }
+  }
+
+  Py_buffer view_{};
+  const char* call_;
+  const char* argument_;
+  xs::DType dtype_ = xs::DType::kBool;
+};
+
+void all_reduce(py::handle data, const std::string& op, const std::string& dtype) {
+  const BufferView view(data, true, "all_reduce", "data", dtype, true);
+  const xs::ReduceOp reduce = parse_op(op);
+  py::gil_scoped_release release;
+  communicator().all_reduce(view.data(), view.n_elems(), view.dtype(), reduce);
+}
+
+void broadcast(py::handle data, int root, const std::string& dtype) {
+  const BufferView view(data, true, "broadcast", "data", dtype, false);
+  py::gil_scoped_release release;
+  communicator().broadcast(view.data(), view.n_elems(), view.dtype(), root);
+}
+
+void all_gather(py::handle in, py::handle out, const std::string& dtype) {
+  const BufferView input(in, false, "all_gather", "input", dtype, false);
+  const BufferView output(out, true, "all_gather", "output", dtype, false);
+  xs::Communicator& comm = communicator();
+  const size_t world = static_cast<size_t>(comm.world_size());
+  if (output.dtype() != input.dtype() || output.n_elems() != world * input.n_elems()) {
+    throw xs::InvalidArgument(fmt::format(
+        "all_gather: {} must be world size {} times {}", output.describe(), world,
+        input.describe()));
+  }
+  py::gil_scoped_release release;
+  comm.all_gather(input.data(), output.data(), input.n_elems(), input.dtype());
+}
+
+void reduce_scatter(py::handle in, py::handle out, const std::string& op,
+                    const std::string& dtype) {
+  const BufferView input(in, false, "reduce_scatter", "input", dtype, true);
+  const BufferView output(out, true, "reduce_scatter", "output", dtype, true);
+  const xs::ReduceOp reduce = parse_op(op);
+  xs::Communicator& comm = communicator();
+  const size_t world = static_cast<size_t>(comm.world_size());
+  if (output.dtype() != input.dtype() || input.n_elems() != world * output.n_elems()) {
+    throw xs::InvalidArgument(fmt::format(
+        "reduce_scatter: {} must be world size {} times {}", input.describe(), world,
+        output.describe()));
+  }
+  py::gil_scoped_release release;
+  comm.reduce_scatter(input.data(), output.data(), output.n_elems(), output.dtype(), reduce);
+}
+
+std::vector<py::bytes> rendezvous(const std::string& tag, const py::bytes& payload) {
+  const std::string_view mine = payload;
+  const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(mine.data()),
+                                         mine.size());
+  std::vector<std::vector<std::byte>> all;
+  {
+    py::gil_scoped_release release;
+    all = communicator().rendezvous(tag, bytes);
+  }
+  std::vector<py::bytes> out;
+  for (const std::vector<std::byte>& p : all) {
+    out.emplace_back(reinterpret_cast<const char*>(p.data()), p.size());
+  }
+  return out;
+}
+
+// Arrays handed out by alloc_buffer and not yet collected: shutdown() would unmap the arena
+// under them, so it refuses while any is alive.
+std::atomic<int> g_live_buffers{0};
+
+py::array alloc_buffer(const std::vector<py::ssize_t>& shape, const py::dtype& dtype) {
+  size_t bytes = static_cast<size_t>(dtype.itemsize());
+  for (py::ssize_t d : shape) {
+    if (d < 0) throw xs::InvalidArgument(fmt::format("alloc_buffer: negative dimension {}", d));
+    bytes *= static_cast<size_t>(d);
+  }
+  xs::Communicator& comm = communicator();
+  void* data = comm.alloc_buffer(bytes);
+  ++g_live_buffers;
+  // The array's base frees the memory when the last view of it goes.
+  py::capsule owner(data, [](void* p) {
+    xs::xm::communicator().free_buffer(p);
+    --g_live_buffers;
+  });
+  return py::array(dtype, shape, {}, data, owner);
+}
+
+void shutdown() {
+  const int live = g_live_buffers.load();
+  if (live > 0) {
+    throw xs::InvalidArgument(fmt::format(
+        "shutdown: {} array(s) from alloc_buffer are still alive; the arena they live in "
+        "would be unmapped under them (del them first)",
+        live));
+  }
+  xs::xm::shutdown();
+}
+
+// The C table for the torch.distributed backend (comm_api.h).
+template <typename Body>
+int guarded(XsCommError* error, Body body) {
+  const auto fail = [&](int kind, const char* what) {
+    const size_t n = std::min(std::strlen(what), sizeof(error->message) - 1);
+    std::memcpy(error->message, what, n);
+    error->message[n] = '\0';
+    return kind;
+  };
+  try {
+    body();
+    return kXsOk;
+  } catch (const xs::InvalidArgument& e) {
+    return fail(kXsInvalidArgument, e.what());
+  } catch (const xs::IoError& e) {
+    return fail(kXsIoError, e.what());
+  } catch (const xs::PeerFailure& e) {
+    return fail(kXsPeerFailure, e.what());
+  } catch (const xs::Timeout& e) {
+    return fail(kXsTimeout, e.what());
+  } catch (const xs::InternalError& e) {
+    return fail(kXsInternalError, e.what());
+  } catch (const std::exception& e) {
+    return fail(kXsOtherError, e.what());
+  }
+}
+
+const XsCommApi kCommApi = {
+    kXsCommApiVersion,
+    [](int* ordinal, int* world_size, XsCommError* error) {
+      return guarded(error, [&] {
+        const xs::Communicator& comm = communicator();
+        *ordinal = comm.ordinal();
+        *world_size = comm.world_size();
+      });
+    },
+    [](void* data, size_t n, int dtype, int op, XsCommError* error) {
+      return guarded(error, [&] {
+        communicator().all_reduce(data, n, static_cast<xs::DType>(dtype),
+                                  static_cast<xs::ReduceOp>(op));
+      });
+    },
+    [](void* data, size_t n, int dtype, int root, XsCommError* error) {
+      return guarded(error, [&] {
+        communicator().broadcast(data, n, static_cast<xs::DType>(dtype), root);
+      });
+    },
+    [](const void* in, void* out, size_t n, int dtype, XsCommError* error) {
+      return guarded(error, [&] {
+        communicator().all_gather(in, out, n, static_cast<xs::DType>(dtype));
+      });
+    },
+    [](const void* in, void* out, size_t n, int dtype, int op, XsCommError* error) {
+      return guarded(error, [&] {
+        communicator().reduce_scatter(in, out, n, static_cast<xs::DType>(dtype),
+                                      static_cast<xs::ReduceOp>(op));
+      });
+    },
+    [](XsCommError* error) { return guarded(error, [&] { communicator().barrier(); }); },
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "xla_spawn's replica context and shared-memory collectives (see xla_spawn)";
+
+  // Errors: xs::Error's hierarchy (base/error.h). Later registrations are tried first, so the
+  // base goes first.
+  static py::exception<xs::Error> error(m, "Error", PyExc_RuntimeError);
+  static py::exception<xs::InvalidArgument> invalid(m, "InvalidArgument", error.ptr());
+  static py::exception<xs::IoError> io(m, "IoError", error.ptr());
+  static py::exception<xs::PeerFailure> peer(m, "PeerFailure", error.ptr());
+  static py::exception<xs::Timeout> timeout(m, "Timeout", error.ptr());
+  static py::exception<xs::InternalError> internal(m, "InternalError", error.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const xs::InvalidArgument& e) {
+      invalid(e.what());
+    } catch (const xs::IoError& e) {
+      io(e.what());
+    } catch (const xs::PeerFailure& e) {
+      peer(e.what());
+    } catch (const xs::Timeout& e) {
+      timeout(e.what());
+    } catch (const xs::InternalError& e) {
+      internal(e.what());
+    } catch (const xs::Error& e) {
+      error(e.what());
+    }
+  });
+
+  py::class_<xs::ReplicaContext>(m, "ReplicaContext", "Who this replica is in its job.")
+      .def_readonly("ordinal", &xs::ReplicaContext::ordinal, "Global rank, 0..world_size-1.")
+      .def_readonly("local_ordinal", &xs::ReplicaContext::local_ordinal, "Rank on this host.")
+      .def_readonly("world_size", &xs::ReplicaContext::world_size)
+      .def_readonly("local_world_size", &xs::ReplicaContext::local_world_size)
+      .def_readonly("node", &xs::ReplicaContext::node, "This host's node rank.")
+      .def_readonly("nnodes", &xs::ReplicaContext::nnodes)
+      .def_readonly("attempt", &xs::ReplicaContext::attempt,
+                    "0 on the first run, k after the k-th --max-restarts restart.")
+      .def_readonly("job_id", &xs::ReplicaContext::job_id, "Empty when started alone.")
+      .def_property_readonly("standalone", &xs::ReplicaContext::standalone)
+      .def("is_master", [](const xs::ReplicaContext& c, bool local) {
+            return local ? c.is_local_master() : c.is_master();
+          }, py::arg("local") = false, "Ordinal 0 of the job (or of this host, local=True).")
+      .def("__repr__", [](const xs::ReplicaContext& c) {
+        return fmt::format("ReplicaContext(ordinal={}, local_ordinal={}, world_size={}, "
+                           "local_world_size={}, node={}, nnodes={}, job_id='{}')",
+                           c.ordinal, c.local_ordinal, c.world_size, c.local_world_size, c.node,
+                           c.nnodes, c.job_id);
+      });
+
+  m.def("init", [] { xs::xm::init(); },
+        "Attaches this process to its job (idempotent; every other call does it first).");
+  m.def("context", [] {
+    xs::xm::init();
+    return xs::xm::context();
+  }, "This replica's ReplicaContext.");
+  m.def("shutdown", &shutdown, "Detaches from the job; refuses while alloc_buffer arrays live.");
+  m.def("all_reduce", &all_reduce, py::arg("data"), py::arg("op") = "sum",
+        py::arg("dtype") = "", "Reduces `data` over the replicas in place.");
+  m.def("broadcast", &broadcast, py::arg("data"), py::arg("root") = 0, py::arg("dtype") = "",
+        "Copies the root's `data` into every replica's.");
+  m.def("all_gather", &all_gather, py::arg("input"), py::arg("output"), py::arg("dtype") = "",
+        "output[k * len(input):(k + 1) * len(input)] = ordinal k's input.");
+  m.def("reduce_scatter", &reduce_scatter, py::arg("input"), py::arg("output"),
+        py::arg("op") = "sum", py::arg("dtype") = "",
+        "output = this ordinal's chunk of `input` reduced over the replicas.");
+  m.def("barrier", [] {
+    xs::Communicator& comm = communicator();
+    py::gil_scoped_release release;
+    comm.barrier();
+  }, "Waits until every replica has called barrier().");
+  m.def("rendezvous", &rendezvous, py::arg("tag"), py::arg("payload") = py::bytes(),
+        "Waits for every replica to reach `tag`; returns each ordinal's payload.");
+  m.def("alloc_buffer", &alloc_buffer, py::arg("shape"), py::arg("dtype"),
+        "A NumPy array in the job's shared-memory arena: collectives on it copy nothing.");
+  m.attr("_comm_api") = py::capsule(&kCommApi, kXsCommApiCapsule);
+}

@@ -1,0 +1,150 @@
+"""The xla_spawn Python module under the real launcher: collectives on NumPy arrays at N = 1..4,
+bit-identical across replicas; C++ errors as Python exceptions with their message; a replica
+killed mid-call fails the others within 2 s. Run by CTest (Python.Collectives) with
+XS_LAUNCHER and PYTHONPATH pointing into the build tree.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import xla_spawn as xs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCHER = os.environ.get("XS_LAUNCHER", "xla-spawn")
+
+
+def run_job(n, code=None, script=None, args=(), timeout=120, env=None):
+    """Runs `python3 -c code` (or a script with args) under `xla-spawn -n n`; returns the
+    completed process and the wall time."""
+    program = [script, *args] if script else ["-c", textwrap.dedent(code)]
+    command = [LAUNCHER, "-n", str(n), "--", sys.executable, *program]
+    full_env = {**os.environ, "XLA_SPAWN_NO_TORCH": "1", **(env or {})}
+    start = time.monotonic()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env)
+    return result, time.monotonic() - start
+
+
+def lines_of(stdout, ordinal):
+    """The lines ordinal `ordinal` printed (the launcher prefixes them with "[k] ")."""
+    prefix = f"[{ordinal}] "
+    return [line[len(prefix):] for line in stdout.splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_every_collective_dtype_and_op_is_right_and_bit_identical(n):
+    result, _ = run_job(n, script=os.path.join(HERE, "replica_collectives.py"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    digests = [lines_of(result.stdout, k)[-1] for k in range(n)]
+    assert all(d.startswith("digest ") for d in digests), digests
+    assert len(set(digests)) == 1, digests
+
+
+def test_alone_a_script_is_ordinal_0_of_1_and_collectives_are_identities():
+    ctx = xs.context()
+    assert (ctx.ordinal, ctx.world_size, ctx.standalone) == (0, 1, True)
+    assert xs.is_master_ordinal() and xs.is_master_ordinal(local=False)
+    data = np.arange(10, dtype=np.float64)
+    xs.all_reduce(data, xs.REDUCE_MEAN)
+    assert np.array_equal(data, np.arange(10, dtype=np.float64))
+
+
+def test_bad_arguments_raise_with_the_message_that_names_them():
+    with pytest.raises(xs.InvalidArgument, match=r"all_reduce: data has elements of format 'B'"):
+        xs.all_reduce(np.zeros(3, np.uint8))
+    with pytest.raises(xs.InvalidArgument, match=r"reduce op 'prod': expected 'sum', 'mean'"):
+        xs.all_reduce(np.zeros(3, np.float32), "prod")
+    with pytest.raises(ValueError, match=r"all_reduce: data must be a writable C-contiguous"):
+        xs.all_reduce(np.zeros((3, 4), np.float32)[:, 1])
+    read_only = np.zeros(3, np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match=r"writable"):
+        xs.all_reduce(read_only)
+    with pytest.raises(xs.InvalidArgument, match=r"all_gather: output of 5 f32 elements must be "
+                       r"world size 1 times input of 4 f32 elements"):
+        xs.all_gather(np.zeros(4, np.float32), np.zeros(5, np.float32))
+    with pytest.raises(xs.InvalidArgument, match=r"dtype='bf16' needs 2-byte elements"):
+        xs.all_reduce(np.zeros(4, np.float32), dtype="bf16")
+    assert issubclass(xs.PeerFailure, xs.Error) and issubclass(xs.Error, RuntimeError)
+
+
+def test_shutdown_refuses_while_an_arena_array_lives():
+    buffer = xs.alloc_buffer((2, 3), np.float32)
+    assert buffer.shape == (2, 3) and buffer.dtype == np.float32
+    with pytest.raises(xs.InvalidArgument, match=r"1 array\(s\) from alloc_buffer are still alive"):
+        xs.shutdown()
+    del buffer
+    xs.shutdown()
+    assert xs.world_size() == 1  # the next call attaches again
+
+
+def test_a_size_mismatch_is_a_peer_failure_naming_both_sides():
+    result, _ = run_job(2, """
+        import sys, numpy as np, xla_spawn as xs
+        try:
+            xs.all_reduce(np.ones(4 + xs.get_ordinal(), np.float32))
+        except xs.PeerFailure as e:
+            print("PeerFailure:", e, flush=True)
+            sys.exit(3)
+    """)
+    assert result.returncode != 0
+    failures = [line for k in range(2) for line in lines_of(result.stdout, k)
+                if line.startswith("PeerFailure:")]
+    assert failures, result.stdout + result.stderr
+    for line in failures:
+        assert "with 4 elements of f32" in line and "with 5 elements of f32" in line, line
+
+
+def test_a_replica_killed_mid_call_fails_the_others_within_2_s():
+    # The survivors ignore the launcher's SIGTERM so that what stops them is the library's
+    # PeerFailure, not the launcher; the kill time and the failure times share CLOCK_REALTIME.
+    result, _ = run_job(3, """
+        import os, signal, sys, time
+        import numpy as np, xla_spawn as xs
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        xs.barrier()
+        if xs.get_ordinal() == 1:
+            time.sleep(0.2)  # the others are inside all_reduce, waiting for this one
+            print(f"killed at {time.time():.6f}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            xs.all_reduce(np.ones(1 << 20, np.float32))
+        except xs.PeerFailure as e:
+            print(f"failed at {time.time():.6f}: {e}", flush=True)
+            sys.exit(3)
+    """)
+    assert result.returncode != 0
+    killed = float(lines_of(result.stdout, 1)[0].split()[2])
+    for k in (0, 2):
+        line = lines_of(result.stdout, k)[0]
+        assert line.startswith("failed at "), result.stdout + result.stderr
+        assert float(line.split()[2].rstrip(":")) - killed < 2.0, line
+        assert "ordinal 1" in line, line
+    assert "ordinal 1 killed by signal 9" in result.stderr
+
+
+def test_mesh_reduce_and_rendezvous_carry_python_values():
+    result, _ = run_job(3, """
+        import xla_spawn as xs
+        merged = xs.mesh_reduce("dicts", {xs.get_ordinal(): "x" * xs.get_ordinal()},
+                                lambda ds: {k: v for d in ds for k, v in d.items()})
+        print(sorted(merged.items()), flush=True)
+    """)
+    assert result.returncode == 0, result.stderr
+    for k in range(3):
+        assert lines_of(result.stdout, k) == ["[(0, ''), (1, 'x'), (2, 'xx')]"]
+
+
+def test_python_m_xla_spawn_runs_the_launcher():
+    env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "xla_spawn", "-n", "2", "--", sys.executable, "-c",
+         "import xla_spawn as xs; print(xs.get_ordinal(), xs.world_size())"],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(lines_of(result.stdout, 0) + lines_of(result.stdout, 1)) == ["0 2", "1 2"]
