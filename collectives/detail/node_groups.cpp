@@ -360,7 +360,17 @@ void NodeGroups::reduce_to_owners(std::span<const int> holders, std::byte* data,
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
     auto mine = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
     auto theirs = context->createUnboundBuffer(partials_.data(), partials_.size());
-    if (!run_batch(*mine, sends, *theirs, receives, nodes, timeout_)) {
+    bool done = false;
+    try {
+      done = run_batch(*mine, sends, *theirs, receives, nodes, timeout_);
+    } catch (...) {
+      failed_buffers_.push_back(std::move(mine));
+      failed_buffers_.push_back(std::move(theirs));
+      throw;
+    }
+    if (!done) {
+      failed_buffers_.push_back(std::move(mine));
+      failed_buffers_.push_back(std::move(theirs));
       throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
     }
   });
@@ -402,7 +412,15 @@ void NodeGroups::send_from_owners(std::span<const int> holders, std::byte* data,
   }
   run(holders, [&](const std::shared_ptr<gloo::Context>& context) {
     auto buffer = context->createUnboundBuffer(data, span_bytes(pieces, elem_bytes));
-    if (!run_batch(*buffer, sends, *buffer, receives, nodes, timeout_)) {
+    bool done = false;
+    try {
+      done = run_batch(*buffer, sends, *buffer, receives, nodes, timeout_);
+    } catch (...) {
+      failed_buffers_.push_back(std::move(buffer));  // see failed_buffers_
+      throw;
+    }
+    if (!done) {
+      failed_buffers_.push_back(std::move(buffer));
       throw PeerFailure(fmt::format("{}: a transfer was aborted", where(holders)));
     }
   });

@@ -38,6 +38,7 @@ namespace gloo {
 class Context;
 namespace transport {
 class Device;
+class UnboundBuffer;
 }
 namespace rendezvous {
 class Store;
@@ -131,9 +132,14 @@ class NodeGroups {
   // alike).
   uint64_t next_slot(std::span<const int> holders, size_t n_pieces);
 
+  // Declared before the contexts, so destroyed after them (and their connections):
+  std::vector<std::byte> partials_;  // reduce_to_owners' receive buffer
+  // A failed transfer's buffers. gloo's loop thread may still signal them (its
+  // UnboundBuffer::signalException, when a peer's connection breaks) after the wait that
+  // threw, so they go with the contexts, not during the unwind (ThreadSanitizer saw that race).
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> failed_buffers_;
   std::map<std::vector<int>, std::shared_ptr<gloo::Context>> contexts_;
   std::map<std::vector<int>, uint64_t> batches_;  // batches run per group
-  std::vector<std::byte> partials_;              // reduce_to_owners' receive buffer
   CallInfo call_;
   double connect_seconds_ = 0;
   double network_seconds_ = 0;

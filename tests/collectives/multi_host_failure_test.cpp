@@ -61,7 +61,10 @@ void expect_clean_failures(const std::vector<int>& sizes, size_t n_elems,
                            const std::string& call = "all_reduce") {
   const NodeTopology shape(sizes, 0, 0);
   const int victim = shape.first_ordinal(1) + shape.node_size(1) - 1;  // node 1's last replica
-  MultiHostJob job(sizes, {.timeout_ms = kTimeoutMs, .prefix = {}});
+  // Stretched under sanitizers: six instrumented processes connecting their gloo groups on a
+  // loaded machine once took longer than 5 s, before the victim was even killed.
+  const int64_t timeout_ms = kTimeoutMs * deadline_scale();
+  MultiHostJob job(sizes, {.timeout_ms = timeout_ms, .prefix = {}});
   job.start([victim, n_elems, call](Child& child, MultiHostCommunicator& comm) {
     const auto w = static_cast<size_t>(child.world_size);
     std::vector<float> data(call == "all_reduce" ? n_elems : w * n_elems, 1.0f);

@@ -51,7 +51,7 @@ TEST(ForwardTest, SecondSigintKillsReplicasThatIgnoreTheFirst) {
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
   ASSERT_TRUE(wait_until([&] { return run.err().find("received SIGINT;") != std::string::npos; },
-                         std::chrono::seconds(10)))
+                         scaled(std::chrono::seconds(10))))
       << run.err();
   for (pid_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "ignored SIGINT, must still run";
   const auto second_at = Clock::now();
