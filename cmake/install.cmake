@@ -50,7 +50,7 @@ install(FILES ${PROJECT_BINARY_DIR}/xla-spawn.1 DESTINATION ${CMAKE_INSTALL_MAND
 install(FILES ${PROJECT_BINARY_DIR}/xla-spawn.bash-completion
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME xla-spawn)
 
-# `cpack -G DEB` (scripts/package): one package with all of the above. Its dependencies are
+# `cpack -G DEB` (scripts/package): one package with all of the above (and one for Python). Its dependencies are
 # what the binary needs at run time (dpkg-shlibdeps) and the Debian -dev packages the
 # libraries' users compile and link against.
 set(CPACK_PACKAGE_NAME xla-spawn)
@@ -68,4 +68,17 @@ libgloo-dev, libopenblas-dev, libdnnl-dev, llvm-14-dev")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS bash-completion)
 set(CPACK_DEBIAN_COMPRESSION_TYPE gzip)
 set(CPACK_GENERATOR DEB)
+if(XS_BUILD_PYTHON)
+  # Two packages then: xla-spawn (all of the above) and python3-xla-spawn (the Python package,
+  # install component "python"), whose torch.distributed backend links PyTorch, which only
+  # the Python package's users should have to install.
+  set(CPACK_DEB_COMPONENT_INSTALL ON)
+  set(CPACK_COMPONENTS_ALL Unspecified python)
+  set(CPACK_DEBIAN_UNSPECIFIED_PACKAGE_NAME xla-spawn)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-xla-spawn)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "xla-spawn (= ${PROJECT_VERSION}), python3, python3-numpy")
+  set(CPACK_DEBIAN_PYTHON_DESCRIPTION
+      "Python package of xla-spawn: collectives on NumPy arrays, a torch.distributed backend")
+endif()
 include(CPack)

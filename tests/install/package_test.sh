@@ -7,7 +7,9 @@
 #   package_test.sh deb BUILD SOURCE       scripts/package on BUILD (cpack -G DEB); its
 #       dependencies are installed Debian packages; unpacked into a scratch root (dpkg-deb -x)
 #       its xla-spawn prints the version, its man page renders without warnings and lists
-#       every option of --help, and the example builds against it and runs.
+#       every option of --help, and the example builds against it and runs. With the Python
+#       package built, python3-xla-spawn too: its dependencies, and the NumPy example run
+#       through `python3 -m xla_spawn` from the unpacked tree (so also after install).
 #   package_test.sh completion BUILD SOURCE   the bash completion offers the options, a
 #       directory after --log-dir, and hands over to the command after it starts.
 set -euo pipefail
@@ -57,6 +59,43 @@ check_version() {
   [[ $got == "xla-spawn $version" ]] || fail "--version printed '$got', expected 'xla-spawn $version'"
 }
 
+# check_depends DEB: every dependency of DEB is a Debian package this machine, which built and
+# tested the package, has: one of its alternatives (version ignored) is an installed package or
+# provided by one (libspdlog1.10 provides libspdlog1.10-fmt9); xla-spawn itself, for the
+# Python package, is the other package built here.
+check_depends() {
+  local deb=$1 depends have dep found alternative
+  depends=$(dpkg-deb -f "$deb" Depends)
+  [[ -n $depends ]] || fail "$(basename "$deb") declares no dependencies"
+  have=$( (echo xla-spawn; dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Provides}\n' |
+    awk '$1 == "ii" { for (i = 2; i <= NF; i++) { sub(/,$/, "", $i); if ($i !~ /^[(=<>]/ && $i !~ /\)$/) print $i } }' |
+    sed 's/:.*//') | sort -u)
+  while read -r dep; do
+    found=""
+    for alternative in ${dep//|/ }; do
+      [[ $alternative == \(* || $alternative == *\) ]] && continue
+      grep -qxF "$alternative" <<<"$have" && found=$alternative
+    done
+    [[ -n $found ]] || fail "$(basename "$deb"): dependency '$dep' is neither an installed Debian package nor provided by one"
+  done < <(tr ',' '\n' <<<"$depends" | sed -E 's/^ +//; s/ +$//' | grep .)
+  echo "package_test: $(basename "$deb"): Depends: $depends"
+}
+
+# run_python ROOT SITE NAME: when the Python package was built, the one installed under SITE
+# (ROOT's lib/python3/dist-packages) runs the NumPy example as 2 replicas through
+# `python3 -m xla_spawn`, which must find ROOT/bin/xla-spawn beside the package.
+run_python() {
+  local prefix=$1 site=$2 name=$3 out
+  [[ -d $build/python/xla_spawn ]] || return 0
+  [[ -f $site/xla_spawn/__init__.py ]] || fail "$name: no Python package under $site"
+  out=$(cd "$scratch" && env -u XLA_SPAWN_LAUNCHER PATH=/usr/bin:/bin PYTHONPATH="$site" \
+    XLA_SPAWN_NO_TORCH=1 /usr/bin/python3 -m xla_spawn -n 2 -- /usr/bin/python3 \
+    "$source/examples/python/numpy_all_reduce.py" 2>&1) ||
+    { echo "$out" >&2; fail "$name: the Python example failed"; }
+  grep -q "^\[1\] ordinal 1 of 2: sum 3$" <<<"$out" || { echo "$out" >&2; fail "$name: no sum from ordinal 1"; }
+  echo "package_test: $name: the Python package ran under $prefix/bin/xla-spawn"
+}
+
 case $mode in
   install)
     prefix=$scratch/prefix
@@ -89,32 +128,23 @@ case $mode in
       $(pkg-config --cflags --libs xla_spawn) -o "$scratch/sum_pc" ||
       fail "building the example with pkg-config failed"
     run_example "$prefix" "$scratch/sum_pc" pkg-config
+    run_python "$prefix" "$prefix/lib/python3/dist-packages" install
     ;;
   deb)
     deb=$build/xla-spawn_${version}_amd64.deb
-    rm -f "$deb"
+    python_deb=$build/python3-xla-spawn_${version}_amd64.deb
+    rm -f "$deb" "$python_deb"
     XS_BUILD_DIR=$build "$source/scripts/package" >"$scratch/package.log" 2>&1 ||
       { cat "$scratch/package.log" >&2; fail "scripts/package failed"; }
     [[ -f $deb ]] || fail "scripts/package wrote no $(basename "$deb")"
-    depends=$(dpkg-deb -f "$deb" Depends)
-    [[ -n $depends ]] || fail "the package declares no dependencies"
-    # Each dependency is a Debian package this machine, which built and tested the package,
-    # has: one of its alternatives (version ignored) is an installed package or provided by
-    # one (libspdlog1.10 provides libspdlog1.10-fmt9).
-    have=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package} ${Provides}\n' |
-      awk '$1 == "ii" { for (i = 2; i <= NF; i++) { sub(/,$/, "", $i); if ($i !~ /^[(=<>]/ && $i !~ /\)$/) print $i } }' |
-      sed 's/:.*//' | sort -u)
-    while read -r dep; do
-      found=""
-      for alternative in ${dep//|/ }; do
-        [[ $alternative == \(* || $alternative == *\) ]] && continue
-        grep -qxF "$alternative" <<<"$have" && found=$alternative
-      done
-      [[ -n $found ]] || fail "dependency '$dep' is neither an installed Debian package nor provided by one"
-    done < <(tr ',' '\n' <<<"$depends" | sed -E 's/^ +//; s/ +$//' | grep .)
-    echo "package_test: $(basename "$deb"): Depends: $depends"
+    check_depends "$deb"
+    if [[ -d $build/python/xla_spawn ]]; then
+      [[ -f $python_deb ]] || fail "scripts/package wrote no $(basename "$python_deb")"
+      check_depends "$python_deb"
+    fi
     root=$scratch/root
     dpkg-deb -x "$deb" "$root"
+    [[ ! -f $python_deb ]] || dpkg-deb -x "$python_deb" "$root"
     check_version "$root/usr"
     man_page=$root/usr/share/man/man1/xla-spawn.1
     [[ -f $man_page ]] || fail "no man page at usr/share/man/man1/xla-spawn.1"
@@ -131,6 +161,7 @@ case $mode in
     ((listed >= 15)) || fail "only $listed options found in --help"
     [[ -f $root/usr/share/bash-completion/completions/xla-spawn ]] || fail "no bash completion"
     build_and_run "$root/usr" deb
+    run_python "$root/usr" "$root/usr/lib/python3/dist-packages" deb
     ;;
   completion)
     # shellcheck disable=SC1091
