@@ -133,8 +133,16 @@ pid_t spawn_replica(const ChildSetup& setup, const ExecCommand& command) {
   sigset_t all, previous;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer keeps its view of the process (the handlers the program installed, among
+  // others) in the address space: a child sharing it would rewrite the launcher's, and its
+  // reset to SIG_DFL made the instrumented launcher drop SIGINT. So that build forks.
+  const pid_t pid = ::fork();
+  if (pid == 0) exec_child(const_cast<SpawnArgs*>(&args));
+#else
   const pid_t pid = ::clone(exec_child, stack.data() + stack.size(),
                             CLONE_VM | CLONE_VFORK | SIGCHLD, const_cast<SpawnArgs*>(&args));
+#endif
   const int clone_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) {

@@ -6,8 +6,9 @@
 //   dist.init_process_group("xla_spawn")
 //
 // Every operation runs to completion in the calling thread and returns finished Work. Tensors
-// must be CPU tensors of float32, float64, bfloat16, int32 or int64 (any layout: a
-// non-contiguous one is reduced through a contiguous copy). Operations this backend lacks
+// must be CPU tensors, any layout (a non-contiguous one goes through a contiguous copy);
+// reductions take float32, float64, bfloat16, int32 or int64, broadcast and allgather any
+// dtype (moved as bytes). Operations this backend lacks
 // (reduce, gather, scatter, all-to-all, send/recv, sub-groups, product and bitwise ops)
 // raise an error that names them.
 #include <pybind11/pybind11.h>
@@ -67,8 +68,8 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
                 tensors.size(), ", root tensor ", opts.rootTensor, ")");
     in_place("broadcast", tensors[0], [&](at::Tensor& c) {
       call("broadcast", [&](XsCommError* e) {
-        return api_->broadcast(c.data_ptr(), c.numel(), dtype("broadcast", c),
-                               static_cast<int>(opts.rootRank), e);
+        const Moved m = moved(c);
+      return api_->broadcast(c.data_ptr(), m.count, m.dtype, static_cast<int>(opts.rootRank), e);
       });
     });
     return done(tensors);
@@ -163,6 +164,23 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
     }
   }
 
+  // broadcast and allgather only move data: a tensor of another dtype (uint8 for
+  // all_gather_object, bool, float16, ...) goes as its bytes.
+  struct Moved {
+    size_t count;
+    int dtype;
+  };
+  static Moved moved(const at::Tensor& t) {
+    switch (t.scalar_type()) {
+      case at::kFloat: return {size_t(t.numel()), int(xs::DType::kF32)};
+      case at::kDouble: return {size_t(t.numel()), int(xs::DType::kF64)};
+      case at::kBFloat16: return {size_t(t.numel()), int(xs::DType::kBF16)};
+      case at::kInt: return {size_t(t.numel()), int(xs::DType::kI32)};
+      case at::kLong: return {size_t(t.numel()), int(xs::DType::kI64)};
+      default: return {size_t(t.numel()) * t.element_size(), int(xs::DType::kBool)};
+    }
+  }
+
   static xs::ReduceOp reduce_op(const char* what, const c10d::ReduceOp& op) {
     switch (op.op_) {
       case c10d::ReduceOp::SUM: return xs::ReduceOp::kSum;
@@ -197,8 +215,8 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
   // `out` (contiguous, world size times `in`'s elements) gets every process's `in`.
   void gather_into(const at::Tensor& in, at::Tensor& out) {
     call("allgather", [&](XsCommError* e) {
-      return api_->all_gather(in.data_ptr(), out.data_ptr(), in.numel(), dtype("allgather", in),
-                              e);
+      const Moved m = moved(in);
+      return api_->all_gather(in.data_ptr(), out.data_ptr(), m.count, m.dtype, e);
     });
   }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,10 +30,30 @@ namespace py = pybind11;
 
 namespace {
 
+// Serialises every call on the communicator: collectives from several Python threads (the
+// GIL is released while one runs) would otherwise interleave inside the shared rounds and
+// corrupt each other's results, and shutdown() would free it under a waiting call. Callers
+// from Python release the GIL before taking it (Locked below).
+std::mutex g_mutex;
+// Set by shutdown(): the process has left its job. Attaching again would restart the call
+// count at 1 against peers that did not, and mix one call's data into another's.
+bool g_shut_down = false;
+
+// With g_mutex held.
 xs::Communicator& communicator() {
+  if (g_shut_down) {
+    throw xs::InvalidArgument(
+        "xla_spawn: shutdown() was called: this process has left its job and cannot rejoin it");
+  }
   xs::xm::init();  // idempotent: the first call attaches the job
   return xs::xm::communicator();
 }
+
+// The GIL released, then g_mutex held, for one call from Python.
+struct Locked {
+  py::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock{g_mutex};
+};
 
 xs::ReduceOp parse_op(std::string_view op) {
   if (op == "sum") return xs::ReduceOp::kSum;
@@ -84,6 +105,11 @@ class BufferView {
   void resolve_dtype(const std::string& dtype_name, bool arithmetic) {
     const size_t item = static_cast<size_t>(view_.itemsize);
     std::string_view format = view_.format != nullptr ? view_.format : "B";
+    if (format.find('O') != std::string_view::npos) {  // Python object pointers: not data
+      throw xs::InvalidArgument(fmt::format(
+          "{}: {} holds Python objects (format '{}'); only plain data can be exchanged", call_,
+          argument_, format));
+    }
     if (!format.empty() && std::string_view("@=<").find(format[0]) != std::string_view::npos) {
       format.remove_prefix(1);
     }
@@ -126,19 +152,42 @@ class BufferView {
 void all_reduce(py::handle data, const std::string& op, const std::string& dtype) {
   const BufferView view(data, true, "all_reduce", "data", dtype, true);
   const xs::ReduceOp reduce = parse_op(op);
-  py::gil_scoped_release release;
+  Locked locked;
   communicator().all_reduce(view.data(), view.n_elems(), view.dtype(), reduce);
 }
 
 void broadcast(py::handle data, int root, const std::string& dtype) {
   const BufferView view(data, true, "broadcast", "data", dtype, false);
-  py::gil_scoped_release release;
+  Locked locked;
   communicator().broadcast(view.data(), view.n_elems(), view.dtype(), root);
+}
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+// Input and output may overlap only as the in-place form: the smaller one exactly this
+// ordinal's chunk of the larger (other overlaps gave wrong, varying results).
+void check_overlap(const char* call, const BufferView& small, const BufferView& large,
+                   int ordinal) {
+  const auto* own = static_cast<const std::byte*>(large.data()) +
+                    static_cast<size_t>(ordinal) * small.bytes();
+  if (overlap(small.data(), small.bytes(), large.data(), large.bytes()) &&
+      small.data() != own) {
+    throw xs::InvalidArgument(fmt::format(
+        "{}: input and output overlap; they may only when the smaller one is exactly this "
+        "ordinal's chunk of the larger (in place)",
+        call));
+  }
 }
 
 void all_gather(py::handle in, py::handle out, const std::string& dtype) {
   const BufferView input(in, false, "all_gather", "input", dtype, false);
   const BufferView output(out, true, "all_gather", "output", dtype, false);
+  Locked locked;
   xs::Communicator& comm = communicator();
   const size_t world = static_cast<size_t>(comm.world_size());
   if (output.dtype() != input.dtype() || output.n_elems() != world * input.n_elems()) {
@@ -146,7 +195,7 @@ void all_gather(py::handle in, py::handle out, const std::string& dtype) {
         "all_gather: {} must be world size {} times {}", output.describe(), world,
         input.describe()));
   }
-  py::gil_scoped_release release;
+  check_overlap("all_gather", input, output, comm.ordinal());
   comm.all_gather(input.data(), output.data(), input.n_elems(), input.dtype());
 }
 
@@ -155,6 +204,7 @@ void reduce_scatter(py::handle in, py::handle out, const std::string& op,
   const BufferView input(in, false, "reduce_scatter", "input", dtype, true);
   const BufferView output(out, true, "reduce_scatter", "output", dtype, true);
   const xs::ReduceOp reduce = parse_op(op);
+  Locked locked;
   xs::Communicator& comm = communicator();
   const size_t world = static_cast<size_t>(comm.world_size());
   if (output.dtype() != input.dtype() || input.n_elems() != world * output.n_elems()) {
@@ -162,7 +212,7 @@ void reduce_scatter(py::handle in, py::handle out, const std::string& op,
         "reduce_scatter: {} must be world size {} times {}", input.describe(), world,
         output.describe()));
   }
-  py::gil_scoped_release release;
+  check_overlap("reduce_scatter", output, input, comm.ordinal());
   comm.reduce_scatter(input.data(), output.data(), output.n_elems(), output.dtype(), reduce);
 }
 
@@ -172,7 +222,7 @@ std::vector<py::bytes> rendezvous(const std::string& tag, const py::bytes& paylo
                                          mine.size());
   std::vector<std::vector<std::byte>> all;
   {
-    py::gil_scoped_release release;
+    Locked locked;
     all = communicator().rendezvous(tag, bytes);
   }
   std::vector<py::bytes> out;
@@ -187,16 +237,26 @@ std::vector<py::bytes> rendezvous(const std::string& tag, const py::bytes& paylo
 std::atomic<int> g_live_buffers{0};
 
 py::array alloc_buffer(const std::vector<py::ssize_t>& shape, const py::dtype& dtype) {
+  if (dtype.attr("hasobject").cast<bool>()) {
+    throw xs::InvalidArgument(fmt::format(
+        "alloc_buffer: dtype {} holds Python objects; only plain data can live in the arena",
+        std::string(py::str(static_cast<const py::handle&>(dtype)))));
+  }
   size_t bytes = static_cast<size_t>(dtype.itemsize());
   for (py::ssize_t d : shape) {
     if (d < 0) throw xs::InvalidArgument(fmt::format("alloc_buffer: negative dimension {}", d));
     bytes *= static_cast<size_t>(d);
   }
-  xs::Communicator& comm = communicator();
-  void* data = comm.alloc_buffer(bytes);
+  void* data = nullptr;
+  {
+    Locked locked;
+    data = communicator().alloc_buffer(bytes);
+  }
   ++g_live_buffers;
   // The array's base frees the memory when the last view of it goes.
   py::capsule owner(data, [](void* p) {
+    // Freed under the lock, so never beside a call (shutdown waits for the last of these).
+    std::lock_guard<std::mutex> lock(g_mutex);
     xs::xm::communicator().free_buffer(p);
     --g_live_buffers;
   });
@@ -204,6 +264,8 @@ py::array alloc_buffer(const std::vector<py::ssize_t>& shape, const py::dtype& d
 }
 
 void shutdown() {
+  Locked locked;  // after a call another thread is in
+  if (g_shut_down) return;
   const int live = g_live_buffers.load();
   if (live > 0) {
     throw xs::InvalidArgument(fmt::format(
@@ -212,6 +274,7 @@ void shutdown() {
         live));
   }
   xs::xm::shutdown();
+  g_shut_down = true;
 }
 
 // The C table for the torch.distributed backend (comm_api.h).
@@ -224,6 +287,7 @@ int guarded(XsCommError* error, Body body) {
     return kind;
   };
   try {
+    std::lock_guard<std::mutex> lock(g_mutex);  // the caller's GIL state is torch's affair
     body();
     return kXsOk;
   } catch (const xs::InvalidArgument& e) {
@@ -327,10 +391,14 @@ PYBIND11_MODULE(_core, m) {
                            c.nnodes, c.job_id);
       });
 
-  m.def("init", [] { xs::xm::init(); },
+  m.def("init", [] {
+    Locked locked;
+    communicator();
+  },
         "Attaches this process to its job (idempotent; every other call does it first).");
   m.def("context", [] {
-    xs::xm::init();
+    Locked locked;
+    communicator();
     return xs::xm::context();
   }, "This replica's ReplicaContext.");
   m.def("shutdown", &shutdown, "Detaches from the job; refuses while alloc_buffer arrays live.");
@@ -344,9 +412,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("op") = "sum", py::arg("dtype") = "",
         "output = this ordinal's chunk of `input` reduced over the replicas.");
   m.def("barrier", [] {
-    xs::Communicator& comm = communicator();
-    py::gil_scoped_release release;
-    comm.barrier();
+    Locked locked;
+    communicator().barrier();
   }, "Waits until every replica has called barrier().");
   m.def("rendezvous", &rendezvous, py::arg("tag"), py::arg("payload") = py::bytes(),
         "Waits for every replica to reach `tag`; returns each ordinal's payload.");

@@ -1,5 +1,6 @@
-"""``python3 -m xla_spawn -n 4 -- python3 train.py``: the xla-spawn launcher, found beside this
-package (the build tree or the install prefix) or on PATH."""
+"""``python3 -m xla_spawn -n 4 -- python3 train.py``: the xla-spawn launcher: XLA_SPAWN_LAUNCHER
+when set, else the one beside this package (the build tree or the install prefix), else the
+first on PATH."""
 
 import os
 import shutil
@@ -7,9 +8,13 @@ import sys
 
 
 def _launcher():
+    chosen = os.environ.get("XLA_SPAWN_LAUNCHER")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            sys.exit(f"python3 -m xla_spawn: XLA_SPAWN_LAUNCHER={chosen} is not an executable file")
+        return chosen
     here = os.path.dirname(os.path.abspath(__file__))
     for candidate in (
-        os.environ.get("XLA_SPAWN_LAUNCHER"),
         os.path.join(here, "..", "..", "launcher", "xla-spawn"),  # build tree: build/python/xla_spawn
         os.path.join(here, "..", "..", "..", "..", "bin", "xla-spawn"),  # <prefix>/lib/python3/dist-packages
         shutil.which("xla-spawn"),

@@ -89,6 +89,15 @@ def main():
             dist.broadcast(t, src=world - 1)
             if not torch.equal(t, data_of(world - 1, n, dtype)):
                 fail(f"broadcast {dtype} n={n}")
+    # Other dtypes move as bytes: all_gather_object pickles into uint8 tensors.
+    objects = [None] * world
+    dist.all_gather_object(objects, {"rank": rank})
+    if objects != [{"rank": k} for k in range(world)]:
+        fail(f"all_gather_object: {objects}")
+    half = torch.full((5,), float(rank), dtype=torch.float16)
+    dist.broadcast(half, src=0)
+    if not torch.equal(half, torch.zeros(5, dtype=torch.float16)):
+        fail(f"broadcast of float16: {half}")
     dist.barrier()
     t = torch.ones(4)
     expect_error("reduce", lambda: dist.reduce(t, dst=0), "does not support reduce")

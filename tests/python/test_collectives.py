@@ -73,14 +73,66 @@ def test_bad_arguments_raise_with_the_message_that_names_them():
     assert issubclass(xs.PeerFailure, xs.Error) and issubclass(xs.Error, RuntimeError)
 
 
-def test_shutdown_refuses_while_an_arena_array_lives():
-    buffer = xs.alloc_buffer((2, 3), np.float32)
-    assert buffer.shape == (2, 3) and buffer.dtype == np.float32
-    with pytest.raises(xs.InvalidArgument, match=r"1 array\(s\) from alloc_buffer are still alive"):
+def test_shutdown_refuses_while_an_arena_array_lives_and_is_final():
+    result, _ = run_job(1, """
+        import numpy as np, xla_spawn as xs
+        buffer = xs.alloc_buffer((2, 3), np.float32)
+        assert buffer.shape == (2, 3) and buffer.dtype == np.float32
+        try:
+            xs.shutdown()
+        except xs.InvalidArgument as e:
+            print("refused:", e, flush=True)
+        del buffer
         xs.shutdown()
-    del buffer
-    xs.shutdown()
-    assert xs.world_size() == 1  # the next call attaches again
+        try:
+            xs.all_reduce(np.ones(2, np.float32))  # rejoining would restart the call count
+        except xs.InvalidArgument as e:
+            print("after shutdown:", e, flush=True)
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = lines_of(result.stdout, 0)
+    assert "1 array(s) from alloc_buffer are still alive" in out[0], out
+    assert "shutdown() was called: this process has left its job" in out[1], out
+
+
+def test_python_objects_and_overlapping_operands_are_refused():
+    with pytest.raises(xs.InvalidArgument, match=r"broadcast: data holds Python objects"):
+        xs.broadcast(np.array(["a", {}], dtype=object))
+    with pytest.raises(xs.InvalidArgument, match=r"alloc_buffer: dtype object holds Python objects"):
+        xs.alloc_buffer(3, object)
+    base = np.zeros(5, np.float32)
+    with pytest.raises(xs.InvalidArgument, match=r"reduce_scatter: input and output overlap"):
+        xs.reduce_scatter(base[:4], base[1:5])
+    whole = np.arange(4, dtype=np.float32)
+    xs.all_gather(whole, whole)  # in place: the input is this ordinal's chunk of the output
+    assert np.array_equal(whole, np.arange(4, dtype=np.float32))
+
+
+def test_calls_from_two_threads_are_serialised_and_shutdown_waits_for_them():
+    # Before calls were serialised, two threads' all-reduces mixed inside the shared rounds
+    # (results 0, 1 and 3 instead of 2), and shutdown() freed the communicator under a wait.
+    result, _ = run_job(2, """
+        import threading, numpy as np, xla_spawn as xs
+        wrong = []
+        def worker():
+            for _ in range(300):
+                a = np.ones(1000, np.float32)
+                xs.all_reduce(a)
+                if not np.all(a == 2):
+                    wrong.append(a[:3])
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print("wrong:", len(wrong), flush=True)
+        late = threading.Thread(target=xs.barrier)
+        late.start()
+        xs.shutdown()  # waits for the barrier the other thread is in
+        late.join()
+        print("shut down after the barrier", flush=True)
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for k in range(2):
+        assert lines_of(result.stdout, k) == ["wrong: 0", "shut down after the barrier"], result.stdout
 
 
 def test_a_size_mismatch_is_a_peer_failure_naming_both_sides():
