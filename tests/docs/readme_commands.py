@@ -61,7 +61,7 @@ class Entry:
     where: str                     # group, CI file or CTest regex
     cmd: str = ""                  # args: the command actually run
     expect: list = field(default_factory=list)    # regexes the output must match
-    requires: list = field(default_factory=list)  # data, torch, python, python-torch
+    requires: list = field(default_factory=list)  # data, torch, package, python, python-torch
 
 
 def run(group, expect=(), requires=()):
@@ -135,6 +135,8 @@ COVERAGE = {
         "bench", expect=[r"round 1 N = 2 "], requires=["data"]),
     "scripts/bench-multihost --priority --runs 3": short(
         "multihost", expect=[r"2 hosts x 2 replicas, veth: medians over 1 run"]),
+    "scripts/bench-python --reps 3": short(
+        "bench", expect=[r"N = 2: xla_spawn \d+, gloo \d+, ratio"], requires=["torch", "package"]),
     'scripts/bench-lm --replicas "1 2" --reps 2': short(
         "bench", expect=[r"N = 2: median tokens/s xla-spawn \d+, torch \d+"],
         requires=["torch"]),
@@ -252,6 +254,8 @@ def missing_requirement(entry, cmd, build):
                 ["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0
             if not ok:
                 return "PyTorch for /usr/bin/python3 (python3-torch, scripts/setup test)"
+        if need == "package" and not os.path.isdir(os.path.join(build, "python", "xla_spawn")):
+            return "the Python package (pybind11-dev, python3-dev: scripts/setup test)"
         if need in ("python", "python-torch"):
             # The command runs `python3` from PATH with the package built in build/python.
             modules = "numpy, torch" if need == "python-torch" else "numpy"
