@@ -169,12 +169,18 @@ bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
-// Input and output may overlap only as the in-place form: the smaller one exactly this
-// ordinal's chunk of the larger (other overlaps gave wrong, varying results).
-void check_overlap(const char* call, const BufferView& small, const BufferView& large,
-                   int ordinal) {
+// The operands of all_gather and reduce_scatter: `large` holds world size times `small`'s
+// elements of the same dtype, and they overlap only in the in-place form, `small` exactly this
+// ordinal's chunk of `large` (other overlaps gave wrong, varying results).
+void check_chunked(const char* call, const BufferView& small, const BufferView& large,
+                   const xs::Communicator& comm) {
+  const auto world = static_cast<size_t>(comm.world_size());
+  if (large.dtype() != small.dtype() || large.n_elems() != world * small.n_elems()) {
+    throw xs::InvalidArgument(fmt::format("{}: {} must be world size {} times {}", call,
+                                          large.describe(), world, small.describe()));
+  }
   const auto* own = static_cast<const std::byte*>(large.data()) +
-                    static_cast<size_t>(ordinal) * small.bytes();
+                    static_cast<size_t>(comm.ordinal()) * small.bytes();
   if (overlap(small.data(), small.bytes(), large.data(), large.bytes()) &&
       small.data() != own) {
     throw xs::InvalidArgument(fmt::format(
@@ -189,13 +195,7 @@ void all_gather(py::handle in, py::handle out, const std::string& dtype) {
   const BufferView output(out, true, "all_gather", "output", dtype, false);
   Locked locked;
   xs::Communicator& comm = communicator();
-  const size_t world = static_cast<size_t>(comm.world_size());
-  if (output.dtype() != input.dtype() || output.n_elems() != world * input.n_elems()) {
-    throw xs::InvalidArgument(fmt::format(
-        "all_gather: {} must be world size {} times {}", output.describe(), world,
-        input.describe()));
-  }
-  check_overlap("all_gather", input, output, comm.ordinal());
+  check_chunked("all_gather", input, output, comm);
   comm.all_gather(input.data(), output.data(), input.n_elems(), input.dtype());
 }
 
@@ -206,13 +206,7 @@ void reduce_scatter(py::handle in, py::handle out, const std::string& op,
   const xs::ReduceOp reduce = parse_op(op);
   Locked locked;
   xs::Communicator& comm = communicator();
-  const size_t world = static_cast<size_t>(comm.world_size());
-  if (output.dtype() != input.dtype() || input.n_elems() != world * output.n_elems()) {
-    throw xs::InvalidArgument(fmt::format(
-        "reduce_scatter: {} must be world size {} times {}", input.describe(), world,
-        output.describe()));
-  }
-  check_overlap("reduce_scatter", output, input, comm.ordinal());
+  check_chunked("reduce_scatter", output, input, comm);
   comm.reduce_scatter(input.data(), output.data(), output.n_elems(), output.dtype(), reduce);
 }
 
