@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -151,17 +152,23 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
     return t;
   }
 
-  int dtype(const char* what, const at::Tensor& t) const {
+  // The project's dtype of a tensor, or none for dtypes the collectives do not reduce.
+  static std::optional<xs::DType> our_dtype(const at::Tensor& t) {
     switch (t.scalar_type()) {
-      case at::kFloat: return int(xs::DType::kF32);
-      case at::kDouble: return int(xs::DType::kF64);
-      case at::kBFloat16: return int(xs::DType::kBF16);
-      case at::kInt: return int(xs::DType::kI32);
-      case at::kLong: return int(xs::DType::kI64);
-      default:
-        TORCH_CHECK(false, "xla_spawn backend: ", what, " does not support dtype ",
-                    t.scalar_type(), " (float32, float64, bfloat16, int32, int64 are supported)");
+      case at::kFloat: return xs::DType::kF32;
+      case at::kDouble: return xs::DType::kF64;
+      case at::kBFloat16: return xs::DType::kBF16;
+      case at::kInt: return xs::DType::kI32;
+      case at::kLong: return xs::DType::kI64;
+      default: return std::nullopt;
     }
+  }
+
+  int dtype(const char* what, const at::Tensor& t) const {
+    const std::optional<xs::DType> d = our_dtype(t);
+    TORCH_CHECK(d.has_value(), "xla_spawn backend: ", what, " does not support dtype ",
+                t.scalar_type(), " (float32, float64, bfloat16, int32, int64 are supported)");
+    return int(*d);
   }
 
   // broadcast and allgather only move data: a tensor of another dtype (uint8 for
@@ -171,14 +178,9 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
     int dtype;
   };
   static Moved moved(const at::Tensor& t) {
-    switch (t.scalar_type()) {
-      case at::kFloat: return {size_t(t.numel()), int(xs::DType::kF32)};
-      case at::kDouble: return {size_t(t.numel()), int(xs::DType::kF64)};
-      case at::kBFloat16: return {size_t(t.numel()), int(xs::DType::kBF16)};
-      case at::kInt: return {size_t(t.numel()), int(xs::DType::kI32)};
-      case at::kLong: return {size_t(t.numel()), int(xs::DType::kI64)};
-      default: return {size_t(t.numel()) * t.element_size(), int(xs::DType::kBool)};
-    }
+    const std::optional<xs::DType> d = our_dtype(t);
+    if (d) return {size_t(t.numel()), int(*d)};
+    return {size_t(t.numel()) * t.element_size(), int(xs::DType::kBool)};
   }
 
   static xs::ReduceOp reduce_op(const char* what, const c10d::ReduceOp& op) {
