@@ -1,5 +1,10 @@
 #include "xla_spawn/collectives/buffer_arena.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
@@ -64,6 +69,15 @@ bool BufferArena::contains(const void* data, size_t bytes) const {
 
 size_t BufferArena::offset(const void* data) const {
   return static_cast<size_t>(static_cast<const std::byte*>(data) - base_);
+}
+
+bool populate_arena_pages(void* block, size_t bytes) {
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
+  const size_t span = shm::round_up(std::max<size_t>(bytes, 1), BufferArena::kAlignBytes);
+  if (::madvise(block, span, kPopulateWrite) == 0) return true;
+  if (errno == EINVAL) return true;
+  ::madvise(block, span, MADV_REMOVE);  // give back the pages it did back, for other blocks
+  return false;
 }
 
 size_t BufferArena::free_bytes() const {

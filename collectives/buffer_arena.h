@@ -40,4 +40,10 @@ class BufferArena {
   std::map<size_t, size_t> used_;  // offset -> bytes
 };
 
+// The arena is sparse: /dev/shm backs its pages only when first written, and a full /dev/shm
+// then raises SIGBUS in whichever process touches the page. So a block's pages are backed
+// before it is handed out (MADV_POPULATE_WRITE, Linux 5.14): false when /dev/shm cannot back
+// them, after giving back what was backed. On an older kernel (EINVAL) nothing is checked.
+bool populate_arena_pages(void* block, size_t bytes);
+
 }  // namespace xs

@@ -16,6 +16,8 @@
 //   float* grads = static_cast<float*>(comm.alloc_buffer(n * sizeof(float)));
 //   comm.all_reduce(grads, n, DType::kF32, ReduceOp::kSum);   // zero-copy
 //   comm.free_buffer(grads);
+//
+// Memory that cannot come from alloc_buffer can be registered instead (register_buffer).
 
 #include <algorithm>
 #include <cstddef>
@@ -113,6 +115,21 @@ class Communicator {
   virtual void free_buffer(void* data) {
     ::operator delete (data, std::align_val_t{kBufferAlignBytes});
   }
+
+  // Registers memory the caller already has (a std::vector, a tensor's storage) for zero-copy
+  // collectives, as NCCL's ncclCommRegister does: true when from now on operands inside
+  // [data, data + bytes) are read and written in place by peers, false when this memory cannot
+  // be (the call changed nothing; collectives on it still work, through copies). Not
+  // collective. The memory must stay allocated until deregister_buffer (or the communicator's
+  // end), and nothing may write it while either call runs; a child forked meanwhile shares
+  // its pages rather than copying them. This default registers nothing.
+  virtual bool register_buffer(void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return false;
+  }
+  // Ends the registration that starts at `data`; the memory keeps its contents.
+  virtual void deregister_buffer(void* data) { (void)data; }
 };
 
 }  // namespace xs

@@ -87,6 +87,14 @@ void MultiHostCommunicator::free_buffer(void* data) {
   Communicator::free_buffer(data);
 }
 
+bool MultiHostCommunicator::register_buffer(void* data, size_t bytes) {
+  return local_ && local_->register_buffer(data, bytes);
+}
+
+void MultiHostCommunicator::deregister_buffer(void* data) {
+  if (local_) local_->deregister_buffer(data);
+}
+
 void MultiHostCommunicator::run(const detail::CallInfo& call,
                                 const std::function<void(const detail::Hierarchy&)>& body) {
   if (broken_) {

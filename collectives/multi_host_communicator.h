@@ -111,6 +111,9 @@ class MultiHostCommunicator final : public Communicator {
   // This node's buffer arena (the local communicator's); the heap on a node of one replica.
   void* alloc_buffer(size_t bytes) override;
   void free_buffer(void* data) override;
+  // Registered with the local communicator, for the node-local phases.
+  bool register_buffer(void* data, size_t bytes) override;
+  void deregister_buffer(void* data) override;
 
   double network_seconds() const override;
 

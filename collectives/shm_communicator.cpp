@@ -13,6 +13,7 @@
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/splitmix64.h"
 #include "xla_spawn/collectives/buffer_arena.h"
+#include "xla_spawn/collectives/detail/registered_buffers.h"
 #include "xla_spawn/collectives/detail/rounds.h"
 #include "xla_spawn/collectives/detail/schedules.h"
 #include "xla_spawn/collectives/reduce.h"
@@ -23,20 +24,6 @@ namespace {
 
 using detail::CallHeader;
 using detail::CallKind;
-
-// The arena is sparse: /dev/shm backs its pages only when first written, and a full /dev/shm
-// then raises SIGBUS in whichever process touches the page. So a block's pages are backed
-// before it is handed out (MADV_POPULATE_WRITE, Linux 5.14): false when /dev/shm cannot back
-// them, after giving back what was backed. On an older kernel (EINVAL) nothing is checked.
-bool back_with_pages(void* block, size_t bytes) {
-  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
-  const size_t span = (std::max<size_t>(bytes, 1) + BufferArena::kAlignBytes - 1) /
-                      BufferArena::kAlignBytes * BufferArena::kAlignBytes;
-  if (::madvise(block, span, kPopulateWrite) == 0) return true;
-  if (errno == EINVAL) return true;
-  ::madvise(block, span, MADV_REMOVE);  // give back the pages it did back, for other blocks
-  return false;
-}
 
 // Said once per process: which allocations fell back to the heap, and why.
 void warn_arena_unbacked(size_t bytes) {
@@ -92,6 +79,8 @@ ShmCommunicator::ShmCommunicator(Segment segment, ShmCommunicatorOptions options
   rounds_ = std::make_unique<detail::Rounds>(std::move(segment), timeout_ms);
   arena_ = std::make_unique<BufferArena>(rounds_->segment().arena(ordinal()),
                                          rounds_->segment().arena_bytes());
+  registered_ = std::make_unique<detail::RegisteredBuffers>(
+      *arena_, "/dev/shm" + rounds_->segment().name());
 }
 
 ShmCommunicator::~ShmCommunicator() = default;
@@ -108,7 +97,7 @@ const Segment& ShmCommunicator::segment() const {
 
 void* ShmCommunicator::alloc_buffer(size_t bytes) {
   if (void* block = arena_->allocate(bytes)) {
-    if (back_with_pages(block, bytes)) return block;
+    if (populate_arena_pages(block, bytes)) return block;
     arena_->deallocate(block);
     warn_arena_unbacked(bytes);
   }
@@ -121,8 +110,32 @@ void ShmCommunicator::free_buffer(void* data) {
   Communicator::free_buffer(data);
 }
 
+bool ShmCommunicator::register_buffer(void* data, size_t bytes) {
+  if (arena_->contains(data, bytes)) return true;  // an alloc_buffer block already
+  return registered_->add(data, bytes);
+}
+
+void ShmCommunicator::deregister_buffer(void* data) {
+  registered_->remove(data);
+}
+
 bool ShmCommunicator::in_arena(const void* data, size_t bytes) const {
-  return arena_->contains(data, bytes);
+  return place(data, bytes).in_arena;
+}
+
+ShmCommunicator::Placed ShmCommunicator::place(const void* data, size_t bytes) const {
+  if (bytes == 0) return {};
+  if (arena_->contains(data, bytes)) return {true, arena_->offset(data), nullptr};
+  if (const detail::Registration* r = registered_->find(data, bytes)) {
+    return {true, r->offset(data), r};
+  }
+  return {};
+}
+
+int ShmCommunicator::publish(const Placed& placed, const void* data, size_t bytes) {
+  if (placed.registered) detail::RegisteredBuffers::edges_in(*placed.registered, data, bytes);
+  return detail::publish_operand(*rounds_, const_cast<std::byte*>(static_cast<const std::byte*>(data)),
+                                 placed.offset);
 }
 
 AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in_arena) const {
@@ -155,7 +168,8 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
   const bool forced_direct = forced_ == AllReduceAlgorithm::kDirect;
-  const bool arena = n_bytes != 0 && in_arena(data, n_bytes);
+  const Placed placed = place(data, n_bytes);
+  const bool arena = placed.in_arena;
   AllReduceAlgorithm base =
       forced_ ? *forced_
               : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
@@ -170,7 +184,7 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
   const bool cma = wants_cma && *cma_;
   if (base == AllReduceAlgorithm::kCma && !cma) base = AllReduceAlgorithm::kTwoShot;
   if (direct || base == AllReduceAlgorithm::kCma || forced_direct) {
-    return all_reduce_in_place(bytes, n_elems, dtype, op, base, cma);
+    return all_reduce_in_place(bytes, n_elems, dtype, op, base, cma, placed);
   }
   const bool yield = !forced_;
   switch (base) {
@@ -188,12 +202,16 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
 }
 
 // Round 1 publishes every operand; then kDirect, or the fallback for `base` (see all_reduce).
+// kDirect runs on the arena's view of a registered operand, whose edges peers write there;
+// the other schedules on `data`, whose interior is the same pages.
 void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
-                                          AllReduceAlgorithm base, bool cma) {
-  const bool arena = rounds_->header().in_arena;
-  const int parity = detail::publish_operand(*rounds_, data, arena ? arena_->offset(data) : 0);
+                                          AllReduceAlgorithm base, bool cma, const Placed& placed) {
+  const size_t n_bytes = n_elems * dtype_size(dtype);
+  const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
-    return detail::all_reduce_direct(*rounds_, parity, data, n_elems, dtype, op);
+    if (!placed.registered) return detail::all_reduce_direct(*rounds_, parity, data, n_elems, dtype, op);
+    detail::all_reduce_direct(*rounds_, parity, placed.registered->view(data), n_elems, dtype, op);
+    return detail::RegisteredBuffers::edges_out(*placed.registered, data, n_bytes);
   }
   if (cma) return detail::all_reduce_cma(*rounds_, parity, data, n_elems, dtype, op);
   if (base == AllReduceAlgorithm::kOneShot) {
@@ -229,12 +247,11 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
   const size_t total_bytes = bytes * static_cast<size_t>(world_size());
   check_gather_pieces(pieces, total_bytes);
   if (world_size() == 1) return copy_to_pieces(pieces, 0, in, bytes);
-  const bool arena = bytes != 0 && in_arena(in, bytes);
-  rounds_->begin_call("all_gather",
-                      CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum, n_elems, 0, arena});
+  const Placed placed = place(in, bytes);
+  rounds_->begin_call("all_gather", CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum,
+                                               n_elems, 0, placed.in_arena});
   const auto* from = static_cast<const std::byte*>(in);
-  const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
-                                             arena ? arena_->offset(in) : 0);
+  const int parity = publish(placed, in, bytes);
   if (rounds_->all_in_arena(parity))
     return detail::all_gather_direct(*rounds_, parity, from, pieces, bytes);
   if (pieces.size() == 1 && pieces[0].offset_bytes == 0 && pieces[0].size_bytes == total_bytes) {
@@ -254,13 +271,12 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
     return;
   }
   const size_t in_bytes = n_elems * static_cast<size_t>(world_size()) * dtype_size(dtype);
-  const bool arena = in_bytes != 0 && in_arena(in, in_bytes);
+  const Placed placed = place(in, in_bytes);
   rounds_->begin_call("reduce_scatter",
-                      CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0, arena});
+                      CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0, placed.in_arena});
   const auto* from = static_cast<const std::byte*>(in);
   auto* to = static_cast<std::byte*>(out);
-  const int parity = detail::publish_operand(*rounds_, const_cast<std::byte*>(from),
-                                             arena ? arena_->offset(in) : 0);
+  const int parity = publish(placed, in, in_bytes);
   if (rounds_->all_in_arena(parity)) {
     return detail::reduce_scatter_direct(*rounds_, parity, from, to, n_elems, dtype, op);
   }
@@ -278,12 +294,16 @@ void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, Red
   if (world_size() == 1) return;  // the reduction of one replica: its input
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
-  const bool arena = n_bytes != 0 && in_arena(data, n_bytes);
-  rounds_->begin_call("reduce_ranges",
-                      CallHeader{CallKind::kReduceRanges, dtype, op, n_elems, digest, arena});
-  const int parity = detail::publish_operand(*rounds_, bytes, arena ? arena_->offset(data) : 0);
+  const Placed placed = place(data, n_bytes);
+  rounds_->begin_call("reduce_ranges", CallHeader{CallKind::kReduceRanges, dtype, op, n_elems,
+                                                  digest, placed.in_arena});
+  const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
-    return detail::reduce_ranges_direct(*rounds_, parity, bytes, dtype, op, bounds);
+    if (!placed.registered) {
+      return detail::reduce_ranges_direct(*rounds_, parity, bytes, dtype, op, bounds);
+    }
+    detail::reduce_ranges_direct(*rounds_, parity, placed.registered->view(data), dtype, op, bounds);
+    return detail::RegisteredBuffers::edges_out(*placed.registered, data, n_bytes);
   }
   if (n_bytes <= one_shot_max_bytes(world_size())) {
     detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op);
@@ -298,12 +318,17 @@ void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
   if (world_size() == 1) return;
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
-  const bool arena = n_bytes != 0 && in_arena(data, n_bytes);
+  const Placed placed = place(data, n_bytes);
   rounds_->begin_call("gather_ranges", CallHeader{CallKind::kGatherRanges, dtype, ReduceOp::kSum,
-                                                  n_elems, digest, arena});
-  const int parity = detail::publish_operand(*rounds_, bytes, arena ? arena_->offset(data) : 0);
+                                                  n_elems, digest, placed.in_arena});
+  const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
-    return detail::gather_ranges_direct(*rounds_, parity, bytes, dtype_size(dtype), bounds);
+    if (!placed.registered) {
+      return detail::gather_ranges_direct(*rounds_, parity, bytes, dtype_size(dtype), bounds);
+    }
+    detail::gather_ranges_direct(*rounds_, parity, placed.registered->view(data), dtype_size(dtype),
+                                 bounds);
+    return detail::RegisteredBuffers::edges_out(*placed.registered, data, n_bytes);
   }
   detail::gather_ranges(*rounds_, bytes, dtype_size(dtype), bounds);
 }

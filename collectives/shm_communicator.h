@@ -8,7 +8,8 @@
 //
 // Operands from alloc_buffer() live in this ordinal's buffer arena in the segment; when every
 // replica passes one, all_reduce from direct_min_bytes up runs the zero-copy kDirect
-// schedule (see all_reduce_algorithm.h). Any other memory works too, through staging or CMA.
+// schedule (see all_reduce_algorithm.h); so do buffers from register_buffer. Any other
+// memory works too, through staging or CMA.
 //
 // Waits time out after XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (default 60 s); a dead peer, a
 // timeout or a poisoned segment throw xs::PeerFailure / xs::Timeout naming the ordinal.
@@ -26,6 +27,8 @@ class BufferArena;
 
 namespace detail {
 class Rounds;
+class RegisteredBuffers;
+struct Registration;
 }
 
 struct ShmCommunicatorOptions {
@@ -71,7 +74,13 @@ class ShmCommunicator final : public Communicator {
   // From this ordinal's buffer arena; the heap when the arena is full (or absent).
   void* alloc_buffer(size_t bytes) override;
   void free_buffer(void* data) override;
-  // Whether [data, data + bytes) lies in this ordinal's buffer arena.
+  // Moves the buffer's whole pages into this ordinal's buffer arena (detail/registered_buffers.h):
+  // false when it spans fewer than 64 KiB of whole pages, is not private anonymous memory
+  // (the heap, an anonymous mapping), or does not fit the arena or /dev/shm.
+  bool register_buffer(void* data, size_t bytes) override;
+  void deregister_buffer(void* data) override;
+  // Whether [data, data + bytes) lies in this ordinal's buffer arena: in an alloc_buffer block
+  // or a registered buffer.
   bool in_arena(const void* data, size_t bytes) const;
 
   // The schedule all_reduce uses for this size (the forced one, if any; kCma reads as
@@ -81,11 +90,22 @@ class ShmCommunicator final : public Communicator {
   const Segment& segment() const;
 
  private:
+  // Where peers find an operand of this ordinal in its arena, if they can.
+  struct Placed {
+    bool in_arena = false;
+    uint64_t offset = 0;
+    const detail::Registration* registered = nullptr;  // with edges to mirror (edges_in/out)
+  };
+  Placed place(const void* data, size_t bytes) const;
+  // Round 1 of the in-place schedules: mirrors a registered operand's edges, then publishes
+  // it (detail::publish_operand). Returns the round's parity.
+  int publish(const Placed& placed, const void* data, size_t bytes);
   void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
-                           AllReduceAlgorithm base, bool cma);
+                           AllReduceAlgorithm base, bool cma, const Placed& placed);
 
   std::unique_ptr<detail::Rounds> rounds_;
   std::unique_ptr<BufferArena> arena_;
+  std::unique_ptr<detail::RegisteredBuffers> registered_;  // before arena_ and rounds_ go
   std::optional<AllReduceAlgorithm> forced_;
   std::optional<bool> cma_;  // negotiated at the first kCma call: may replicas use CMA?
 };

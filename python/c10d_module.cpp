@@ -8,13 +8,17 @@
 // Every operation runs to completion in the calling thread and returns finished Work. Tensors
 // must be CPU tensors, any layout (a non-contiguous one goes through a contiguous copy);
 // reductions take float32, float64, bfloat16, int32 or int64, broadcast and allgather any
-// dtype (moved as bytes). Operations this backend lacks
+// dtype (moved as bytes). The storage of a tensor all-reduced a second time (DDP's gradient
+// buckets) is registered with the communicator, zero-copy from then on (Registrations
+// below). Operations this backend lacks
 // (reduce, gather, scatter, all-to-all, send/recv, sub-groups, product and bitwise ops)
 // raise an error that names them.
 #include <pybind11/pybind11.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,10 +41,92 @@ const char* kind_name(int kind) {
   }
 }
 
+// Storages registered with the communicator (register_buffer), so that their all-reduces are
+// zero-copy. A storage is registered the second time a tensor on it is all-reduced (one used
+// once is not worth the copy registering makes). The group holds a reference to each: its
+// memory cannot be freed while registered. One that only this reference keeps alive, or whose
+// memory moved (a resize), is deregistered and let go at the next all-reduce.
+class Registrations {
+ public:
+  static constexpr size_t kMinBytes = size_t{72} << 10;  // 64 KiB of whole pages, and its ends
+  static constexpr size_t kMaxSeen = 64;
+
+  explicit Registrations(const XsCommApi* api) : api_(api) {}
+  ~Registrations() {
+    for (const Entry& e : entries_) deregister(e);  // fails quietly once the job is left
+  }
+
+  // Before t's all-reduce.
+  void note(const at::Tensor& t) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    collect();
+    const c10::Storage& storage = t.storage();
+    if (storage.nbytes() < kMinBytes || storage.data() == nullptr) return;
+    for (const Entry& e : entries_) {
+      if (e.storage.unsafeGetStorageImpl() == storage.unsafeGetStorageImpl()) return;
+    }
+    auto seen = std::find_if(seen_.begin(), seen_.end(), [&](const Seen& s) {
+      return s.storage.lock().get() == storage.unsafeGetStorageImpl();
+    });
+    if (seen == seen_.end()) {
+      if (seen_.size() == kMaxSeen) seen_.erase(seen_.begin());
+      seen_.push_back({storage.getWeakStorageImpl(), false});
+      return;
+    }
+    if (seen->refused) return;
+    int registered = 0;
+    XsCommError error;
+    if (api_->register_buffer(storage.data(), storage.nbytes(), &registered, &error) != kXsOk ||
+        registered == 0) {
+      seen->refused = true;  // stays an ordinary operand
+      return;
+    }
+    entries_.push_back({storage, storage.data(), storage.nbytes()});
+    seen_.erase(seen);
+  }
+
+ private:
+  struct Entry {
+    c10::Storage storage;
+    void* data;
+    size_t bytes;
+  };
+  struct Seen {
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+    bool refused;
+  };
+
+  // Lets go of what only this table keeps alive, or whose memory moved; forgets the dead.
+  void collect() {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (it->storage.use_count() > 1 && it->storage.data() == it->data &&
+          it->storage.nbytes() == it->bytes) {
+        ++it;
+        continue;
+      }
+      deregister(*it);
+      it = entries_.erase(it);
+    }
+    seen_.erase(std::remove_if(seen_.begin(), seen_.end(),
+                               [](const Seen& s) { return s.storage.expired(); }),
+                seen_.end());
+  }
+
+  void deregister(const Entry& e) {
+    XsCommError error;
+    api_->deregister_buffer(e.data, &error);
+  }
+
+  const XsCommApi* api_;
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
+  std::vector<Seen> seen_;
+};
+
 class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
  public:
   ProcessGroupXlaSpawn(const XsCommApi* api, int rank, int size)
-      : ProcessGroup(rank, size), api_(api) {}
+      : ProcessGroup(rank, size), api_(api), registrations_(api) {}
 
   const std::string getBackendName() const override { return "xla_spawn"; }
 
@@ -49,6 +135,7 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
     const xs::ReduceOp op = reduce_op("allreduce", opts.reduceOp);
     for (at::Tensor& t : tensors) {
       in_place("allreduce", t, [&](at::Tensor& c) {
+        registrations_.note(c);
         call("allreduce", [&](XsCommError* e) {
           return api_->all_reduce(c.data_ptr(), c.numel(), dtype("allreduce", c), int(op), e);
         });
@@ -244,6 +331,7 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
   }
 
   const XsCommApi* api_;
+  Registrations registrations_;
 };
 
 const XsCommApi* comm_api() {

@@ -17,7 +17,7 @@
 
 inline constexpr const char* kXsCommApiCapsule = "xla_spawn._core._comm_api";
 // Raised when the table changes shape; a backend built against another version refuses it.
-inline constexpr uint32_t kXsCommApiVersion = 1;
+inline constexpr uint32_t kXsCommApiVersion = 2;
 
 // What went wrong, as xs::Error's subclasses (base/error.h).
 enum XsCommErrorKind : int {
@@ -46,4 +46,8 @@ struct XsCommApi {
   int (*reduce_scatter)(const void* in, void* out, size_t n_elems, int dtype, int op,
                         XsCommError* error);
   int (*barrier)(XsCommError* error);
+  // xs::Communicator::register_buffer / deregister_buffer: *registered is 1 when the memory
+  // now takes the zero-copy path, 0 when it stays ordinary (not an error).
+  int (*register_buffer)(void* data, size_t bytes, int* registered, XsCommError* error);
+  int (*deregister_buffer)(void* data, XsCommError* error);
 };

@@ -331,6 +331,12 @@ const XsCommApi kCommApi = {
       });
     },
     [](XsCommError* error) { return guarded(error, [&] { communicator().barrier(); }); },
+    [](void* data, size_t bytes, int* registered, XsCommError* error) {
+      return guarded(error, [&] { *registered = communicator().register_buffer(data, bytes); });
+    },
+    [](void* data, XsCommError* error) {
+      return guarded(error, [&] { communicator().deregister_buffer(data); });
+    },
 };
 
 }  // namespace

@@ -9,7 +9,8 @@
 // The operand comes from Communicator::alloc_buffer (the segment's buffer arena, sized to
 // the largest message), so all_reduce reduces in place where it can (kDirect), as
 // nccl-tests time registered buffers; --heap-buffers times ordinary heap memory instead
-// (the staging / CMA schedules).
+// (the staging / CMA schedules), and --heap-buffers --register heap memory registered once
+// with Communicator::register_buffer (zero-copy again).
 //
 // Like mpirun, replicas are bound one per core when they fit (N <= cores; --no-bind turns
 // it off): two spinning replicas that the scheduler puts on one core would only slow down.
@@ -25,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -46,6 +48,7 @@ struct Args {
   size_t stress_bytes = 8;
   bool bind = true;
   bool heap_buffers = false;
+  bool register_heap = false;
   xs::bench::SweepOptions sweep;
 };
 
@@ -69,6 +72,8 @@ Args parse(int argc, char** argv) {
       args.bind = false;
     else if (rest[i] == "--heap-buffers")
       args.heap_buffers = true;
+    else if (rest[i] == "--register")
+      args.register_heap = true;
     else if (rest[i] == "--bytes")
       args.stress_bytes = std::stoull(value());
     else
@@ -149,13 +154,25 @@ int replica(const Args& args, const std::string& segment, const std::string& job
     comm.broadcast(&v, 1, xs::DType::kI64, 0);
     return v;
   };
+  const bool zero_copy = !args.heap_buffers || args.register_heap;
   hooks.algorithm = [&](size_t bytes) {
-    return std::string(
-        xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes, !args.heap_buffers)));
+    return std::string(xs::all_reduce_algorithm_name(comm.all_reduce_algorithm(bytes, zero_copy)));
   };
   if (!args.heap_buffers) {
     hooks.allocate = [&](size_t n) { return static_cast<float*>(comm.alloc_buffer(n * 4)); };
     hooks.release = [&](float* p) { comm.free_buffer(p); };
+  } else if (args.register_heap) {
+    hooks.allocate = [&](size_t n) {
+      auto* p = new float[n]();
+      if (!comm.register_buffer(p, n * sizeof(float))) {
+        throw std::runtime_error(fmt::format("register_buffer refused {} bytes", n * sizeof(float)));
+      }
+      return p;
+    };
+    hooks.release = [&](float* p) {
+      comm.deregister_buffer(p);
+      delete[] p;
+    };
   }
   auto rows = xs::bench::run_sweep(args.sweep, hooks);
   if (ordinal != 0) return 0;
@@ -172,9 +189,9 @@ int run(const Args& args) {
     memcpy_gbps = xs::bench::measure_memcpy(xs::bench::sweep_sizes(args.sweep), args.sweep);
   }
   const std::string job_id = fmt::format("bench-{}", ::getpid());
-  // Arena: the largest operand (the sweep's, or the stress loop's) and a page.
+  // Arena: the largest operand (the sweep's, or the stress loop's) and the pages around it.
   const size_t arena_bytes =
-      (args.stress_iterations > 0 ? args.stress_bytes : args.sweep.max_bytes) + 8192;
+      (args.stress_iterations > 0 ? args.stress_bytes : args.sweep.max_bytes) + 4 * 4096;
   xs::OwnedSegment segment(job_id, args.nprocs, args.staging_bytes, arena_bytes);
   std::fflush(stdout);
   std::vector<pid_t> pids;

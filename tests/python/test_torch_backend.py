@@ -33,6 +33,47 @@ def test_an_unmodified_ddp_script_trains_with_the_backend():
         assert lines_of(result.stdout, k)[-1].endswith("parameters agree"), result.stdout
 
 
+def test_a_tensor_all_reduced_again_goes_zero_copy_and_is_let_go_when_dropped():
+    # Its storage is registered at the second all_reduce (its pages then map the job's
+    # segment), the results stay right, and once only the backend holds the storage the next
+    # all_reduce deregisters it: no mapping of the segment is left over.
+    result, _ = run_job(2, """
+        import torch
+        import torch.distributed as dist
+        import xla_spawn
+
+        def segment_mappings():
+            return sum("xla-spawn" in line for line in open("/proc/self/maps"))
+
+        def maps_segment(t):
+            at = t.data_ptr() + 8192
+            for line in open("/proc/self/maps"):
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= at < hi:
+                    return "xla-spawn" in line
+
+        dist.init_process_group("xla_spawn")
+        rank = dist.get_rank()
+        dist.all_reduce(torch.ones(4))
+        before = segment_mappings()
+        t = torch.zeros(1 << 18)
+        shared = []
+        for step in range(3):
+            t.fill_(rank + step)
+            dist.all_reduce(t)
+            assert torch.equal(t, torch.full_like(t, 1 + 2 * step)), (step, t[:4])
+            shared.append(maps_segment(t))
+        del t
+        dist.all_reduce(torch.ones(4))
+        print("shared", shared, "left over", segment_mappings() - before, flush=True)
+        dist.destroy_process_group()
+    """, env=TORCH)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for k in range(2):
+        assert lines_of(result.stdout, k)[-1] == "shared [False, True, True] left over 0", \
+            result.stdout
+
+
 def test_a_sub_group_is_refused_with_a_message():
     # What dist.new_group([0]) hands the backend's creator on rank 0 of 2 (new_group itself
     # would leave the non-member waiting in torch's store barrier).

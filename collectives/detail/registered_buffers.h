@@ -1,0 +1,101 @@
+#pragma once
+// Heap memory registered with Communicator::register_buffer: the buffer's whole pages move
+// into this ordinal's buffer arena at the same virtual addresses (shared pages now, same
+// contents), so peers read and write it in place as they do alloc_buffer blocks and the
+// collectives on it run zero-copy. Only the owning process registers; nothing is shared but
+// the pages.
+//
+//   RegisteredBuffers registered(arena);
+//   registered.add(grads.data(), bytes);                 // false: stays an ordinary operand
+//   if (const Registration* r = registered.find(p, n)) {
+//     registered.edges_in(*r, p, n);                     // before peers read the operand
+//     ... peers use r->offset(p) in the arena ...
+//     registered.edges_out(*r, p, n);                    // after they wrote it
+//   }
+//   registered.remove(grads.data());                     // private pages again, contents kept
+//
+// A buffer rarely starts and ends on a page boundary, and its partial first and last pages
+// hold other objects: those pages stay private, and the buffer's bytes in them are mirrored
+// into the arena block around a zero-copy call (edges_in, edges_out). The user promises what
+// an MPI or NCCL registration asks: the memory stays allocated until remove(), and nothing
+// writes it while add() or remove() runs.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace xs {
+class BufferArena;
+}
+
+namespace xs::detail {
+
+struct Registration {
+  std::byte* begin = nullptr;  // the buffer as registered
+  size_t bytes = 0;
+  std::byte* pages_begin = nullptr;     // the pages holding the buffer, [pages_begin, pages_end)
+  std::byte* interior_begin = nullptr;  // the whole pages inside it: shared with the arena
+  std::byte* interior_end = nullptr;
+  std::byte* block = nullptr;  // the arena block standing for [pages_begin, pages_end)
+  size_t block_offset = 0;     // the block's offset in the arena, what peers are told
+  uint64_t file_offset = 0;    // where interior_begin maps in the segment's file
+
+  // The arena offset and this process's arena view of buffer byte `p`.
+  uint64_t offset(const void* p) const {
+    return block_offset + static_cast<size_t>(static_cast<const std::byte*>(p) - pages_begin);
+  }
+  std::byte* view(const void* p) const {
+    return block + (static_cast<const std::byte*>(p) - pages_begin);
+  }
+};
+
+class RegisteredBuffers {
+ public:
+  // Whole pages a buffer must span to be worth moving (smaller operands are latency-bound and
+  // gain nothing from zero-copy).
+  static constexpr size_t kMinInteriorBytes = size_t{64} << 10;
+
+  // `segment_path`: the arena's file as /proc/self/maps names it ("/dev/shm/<segment name>").
+  RegisteredBuffers(BufferArena& arena, std::string segment_path);
+  ~RegisteredBuffers();  // every registration removed (contents kept)
+  RegisteredBuffers(const RegisteredBuffers&) = delete;
+  RegisteredBuffers& operator=(const RegisteredBuffers&) = delete;
+
+  // Moves [data, data + bytes) into the arena. True when registered (or already, with the same
+  // bounds); false when it cannot be: fewer than kMinInteriorBytes of whole pages, memory that
+  // is not private, anonymous and writable (a file mapping must keep its file), or an arena
+  // too full or a /dev/shm too small to hold it. Throws xs::InvalidArgument when it overlaps
+  // another registration.
+  bool add(void* data, size_t bytes);
+  // Gives the buffer registered at `data` private pages again, contents kept. Throws
+  // xs::InvalidArgument when none starts there.
+  void remove(void* data);
+
+  // The registration holding all of [data, data + bytes), or nullptr. A registration whose
+  // pages are no longer the segment's (the buffer was freed and unmapped without
+  // deregister_buffer) is dropped here rather than used; checked with one PROCMAP_QUERY per
+  // end page (Linux 6.11; older kernels trust the registration).
+  const Registration* find(const void* data, size_t bytes);
+  // Copies the operand's bytes in the buffer's partial end pages into the arena block, and back.
+  static void edges_in(const Registration& r, const void* data, size_t bytes);
+  static void edges_out(const Registration& r, void* data, size_t bytes);
+
+  size_t size() const;
+
+ private:
+  void release(const Registration& r);
+  bool alive(const Registration& r) const;
+  std::optional<uint64_t> segment_offset(const std::byte* p, bool& known) const;
+
+  BufferArena& arena_;
+  std::string segment_path_;
+  int maps_fd_ = -1;              // /proc/self/maps, for PROCMAP_QUERY
+  uint64_t segment_inode_ = 0;    // the segment file's, once a registration saw it
+  mutable std::mutex mutex_;
+  std::map<const std::byte*, Registration> by_begin_;
+};
+
+}  // namespace xs::detail
