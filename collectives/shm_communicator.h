@@ -75,7 +75,7 @@ class ShmCommunicator final : public Communicator {
   void* alloc_buffer(size_t bytes) override;
   void free_buffer(void* data) override;
   // Moves the buffer's whole pages into this ordinal's buffer arena (detail/registered_buffers.h):
-  // false when it spans fewer than 64 KiB of whole pages, is not private anonymous memory
+  // false when it spans fewer than 16 KiB of whole pages, is not private anonymous memory
   // (the heap, an anonymous mapping), or does not fit the arena or /dev/shm.
   bool register_buffer(void* data, size_t bytes) override;
   void deregister_buffer(void* data) override;

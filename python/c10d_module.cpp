@@ -48,7 +48,7 @@ const char* kind_name(int kind) {
 // memory moved (a resize), is deregistered and let go at the next all-reduce.
 class Registrations {
  public:
-  static constexpr size_t kMinBytes = size_t{72} << 10;  // 64 KiB of whole pages, and its ends
+  static constexpr size_t kMinBytes = size_t{24} << 10;  // 16 KiB of whole pages, and its ends
   static constexpr size_t kMaxSeen = 64;
 
   explicit Registrations(const XsCommApi* api) : api_(api) {}

@@ -54,9 +54,9 @@ struct Registration {
 
 class RegisteredBuffers {
  public:
-  // Whole pages a buffer must span to be worth moving (smaller operands are latency-bound and
-  // gain nothing from zero-copy).
-  static constexpr size_t kMinInteriorBytes = size_t{64} << 10;
+  // Whole pages a buffer must span to be registered: registering reads /proc/self/maps and
+  // copies the pages, which a few small operands would not win back.
+  static constexpr size_t kMinInteriorBytes = size_t{16} << 10;
 
   // `segment_path`: the arena's file as /proc/self/maps names it ("/dev/shm/<segment name>").
   RegisteredBuffers(BufferArena& arena, std::string segment_path);
