@@ -119,7 +119,8 @@ class Communicator {
   // Registers memory the caller already has (a std::vector, a tensor's storage) for zero-copy
   // collectives, as NCCL's ncclCommRegister does: true when from now on operands inside
   // [data, data + bytes) are read and written in place by peers, false when this memory cannot
-  // be (the call changed nothing; collectives on it still work, through copies). Not
+  // be (the call changed nothing; collectives on it still work, through copies, or zero-copy
+  // already for memory from alloc_buffer). Not
   // collective. The memory must stay allocated until deregister_buffer (or the communicator's
   // end), and nothing may write it while either call runs; a child forked meanwhile shares
   // its pages rather than copying them. This default registers nothing.

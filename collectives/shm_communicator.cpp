@@ -79,8 +79,7 @@ ShmCommunicator::ShmCommunicator(Segment segment, ShmCommunicatorOptions options
   rounds_ = std::make_unique<detail::Rounds>(std::move(segment), timeout_ms);
   arena_ = std::make_unique<BufferArena>(rounds_->segment().arena(ordinal()),
                                          rounds_->segment().arena_bytes());
-  registered_ = std::make_unique<detail::RegisteredBuffers>(
-      *arena_, "/dev/shm" + rounds_->segment().name());
+  registered_ = std::make_unique<detail::RegisteredBuffers>(*arena_);
 }
 
 ShmCommunicator::~ShmCommunicator() = default;
@@ -111,7 +110,7 @@ void ShmCommunicator::free_buffer(void* data) {
 }
 
 bool ShmCommunicator::register_buffer(void* data, size_t bytes) {
-  if (arena_->contains(data, bytes)) return true;  // an alloc_buffer block already
+  if (arena_->contains(data, bytes)) return false;  // an alloc_buffer block: zero-copy already
   return registered_->add(data, bytes);
 }
 

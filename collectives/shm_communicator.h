@@ -76,7 +76,8 @@ class ShmCommunicator final : public Communicator {
   void free_buffer(void* data) override;
   // Moves the buffer's whole pages into this ordinal's buffer arena (detail/registered_buffers.h):
   // false when it spans fewer than 16 KiB of whole pages, is not private anonymous memory
-  // (the heap, an anonymous mapping), or does not fit the arena or /dev/shm.
+  // (the heap, an anonymous mapping), does not fit the arena or /dev/shm, or is an
+  // alloc_buffer block (zero-copy already, nothing to register).
   bool register_buffer(void* data, size_t bytes) override;
   void deregister_buffer(void* data) override;
   // Whether [data, data + bytes) lies in this ordinal's buffer arena: in an alloc_buffer block

@@ -266,6 +266,9 @@ Segment::Segment(Segment&& other) noexcept
 
 Segment::~Segment() {
   if (world_size_ == 0 || base() == nullptr) return;
+  // A child forked from the replica inherits this object; its exit must not check the replica
+  // out.
+  if (slot(ordinal_).pid.load(std::memory_order_acquire) != ::getpid()) return;
   slot(ordinal_).state.store(static_cast<uint32_t>(shm::SlotState::kLeft),
                              std::memory_order_release);
 }

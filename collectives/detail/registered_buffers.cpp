@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -30,31 +32,71 @@ std::byte* page_up(const void* p) {
   return page_down(static_cast<const std::byte*>(p) + kPageBytes - 1);
 }
 
-// Whether every mapping over [begin, end) in /proc/self/maps passes `accept(perms, inode, path)`
-// and no page of it is unmapped.
-template <typename Accept>
-bool mapped_as(const std::byte* begin, const std::byte* end, Accept accept) {
-  std::ifstream maps("/proc/self/maps");
+// One mapping of /proc/self/maps (or /proc/self/smaps, with its VmFlags).
+struct Vma {
+  std::byte* begin = nullptr;
+  std::byte* end = nullptr;
+  std::string perms;  // "rw-p", "r--s", ...
+  uint64_t offset = 0;
+  uint64_t inode = 0;
+  std::string path;
+  std::string vm_flags;  // smaps only: " rd wr mr mw me ac sd"
+
+  int protection() const {
+    return (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+           (perms[2] == 'x' ? PROT_EXEC : 0);
+  }
+  bool has_flag(std::string_view flag) const {
+    return vm_flags.find(fmt::format(" {}", flag)) != std::string::npos;
+  }
+};
+
+// The mappings that overlap [begin, end), in order; from smaps when `with_flags`.
+std::vector<Vma> mappings_over(const std::byte* begin, const std::byte* end, bool with_flags) {
+  std::ifstream maps(with_flags ? "/proc/self/smaps" : "/proc/self/maps");
+  std::vector<Vma> found;
   std::string line;
-  const auto* covered = begin;
-  while (covered < end && std::getline(maps, line)) {
+  while (std::getline(maps, line)) {
+    if (!found.empty() && line.starts_with("VmFlags:")) {
+      found.back().vm_flags = line.substr(8);
+      continue;
+    }
     unsigned long from = 0, to = 0, offset = 0, inode = 0;
     char perms[5] = {};
     char device[16] = {};
     int path_at = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx %4s %lx %15s %lu %n", &from, &to, perms, &offset,
                     device, &inode, &path_at) < 6) {
-      return false;
+      continue;  // an smaps field line
     }
-    const auto* vma_begin = reinterpret_cast<const std::byte*>(from);
-    const auto* vma_end = reinterpret_cast<const std::byte*>(to);
-    if (vma_end <= covered) continue;
-    if (vma_begin > covered) return false;  // a hole
+    auto* vma_begin = reinterpret_cast<std::byte*>(from);
+    auto* vma_end = reinterpret_cast<std::byte*>(to);
+    if (vma_begin >= end) break;
+    if (vma_end <= begin) continue;
     const std::string path = path_at > 0 && static_cast<size_t>(path_at) <= line.size()
                                  ? line.substr(static_cast<size_t>(path_at))
                                  : std::string();
-    if (!accept(std::string_view(perms), inode, path)) return false;
-    covered = vma_end;
+    found.push_back({vma_begin, vma_end, perms, offset, inode, path, {}});
+  }
+  return found;
+}
+
+// Private, anonymous (the heap, or a mapping with no file), readable and writable, and with no
+// attribute the swap would drop: the only memory whose pages may become shared ones unnoticed.
+// A file mapping would stop writing its file, read-only memory would become writable, a stack
+// would lose its pages' lifetime; mlock (lo), MADV_DONTFORK (dc), MADV_WIPEONFORK (wf) and
+// userfaultfd (um, uw) belong to the private pages and would not carry over.
+bool private_anonymous(const std::byte* begin, const std::byte* end) {
+  const std::byte* covered = begin;
+  for (const Vma& v : mappings_over(begin, end, true)) {
+    if (v.begin > covered) return false;  // a hole
+    const bool anonymous =
+        v.inode == 0 && (v.path.empty() || v.path == "[heap]" || v.path.starts_with("[anon:"));
+    if (!anonymous || v.perms != "rw-p") return false;
+    for (const char* flag : {"lo", "dc", "wf", "um", "uw"}) {
+      if (v.has_flag(flag)) return false;
+    }
+    covered = v.end;
   }
   return covered >= end;
 }
@@ -83,62 +125,52 @@ static_assert(sizeof(ProcmapQuery) == 104);
 constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
 constexpr uint64_t kVmaShared = 0x08;
 
-// Private, anonymous (the heap, or a mapping with no file), readable and writable: the only
-// memory whose pages may be swapped for shared ones without anyone noticing. A file mapping
-// would stop writing its file, a read-only one would become writable, a stack would lose its
-// pages' lifetime.
-bool private_anonymous(const std::byte* begin, const std::byte* end) {
-  return mapped_as(begin, end, [](std::string_view perms, unsigned long inode, const std::string& path) {
-    return perms == "rw-p" && inode == 0 &&
-           (path.empty() || path == "[heap]" || path.starts_with("[anon:"));
-  });
-}
-
 }  // namespace
 
-RegisteredBuffers::RegisteredBuffers(BufferArena& arena, std::string segment_path)
-    : arena_(arena),
-      segment_path_(std::move(segment_path)),
-      maps_fd_(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)) {}
+RegisteredBuffers::RegisteredBuffers(BufferArena& arena)
+    : arena_(arena), owner_(::getpid()), maps_fd_(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)) {}
 
+// In a child forked while buffers were registered, nothing is released: the pages and the
+// block belong to the parent, which still uses them.
 RegisteredBuffers::~RegisteredBuffers() {
-  std::lock_guard lock(mutex_);
-  for (auto& [begin, r] : by_begin_) {
-    try {
-      release(r);
-    } catch (const std::exception& e) {
-      spdlog::error("registered buffer at {}: {}", static_cast<const void*>(begin), e.what());
+  if (::getpid() == owner_) {
+    std::lock_guard lock(mutex_);
+    for (auto& [begin, r] : by_begin_) {
+      try {
+        release(r);
+      } catch (const std::exception& e) {
+        spdlog::error("registered buffer at {}: {}", static_cast<const void*>(begin), e.what());
+      }
     }
   }
   if (maps_fd_ >= 0) ::close(maps_fd_);
 }
 
-// Where `p` maps in the segment's file, or nullopt (not the segment's pages, or no
-// PROCMAP_QUERY: then `known` is false).
-std::optional<uint64_t> RegisteredBuffers::segment_offset(const std::byte* p, bool& known) const {
-  ProcmapQuery q;
-  q.query_addr = reinterpret_cast<uint64_t>(p);
-  known = maps_fd_ >= 0 && ::ioctl(maps_fd_, kProcmapQuery, &q) == 0;
-  if (!known) {
-    known = maps_fd_ >= 0 && errno == ENOENT;  // nothing mapped there: known, and not ours
-    return std::nullopt;
-  }
-  if ((q.vma_flags & kVmaShared) == 0 || q.inode != segment_inode_) return std::nullopt;
-  return q.vma_offset + (q.query_addr - q.vma_start);
-}
-
+// Whether the first and last interior pages still map the registration's block: one
+// PROCMAP_QUERY each. Without the ioctl (kernels before 6.11) the registration is trusted.
 bool RegisteredBuffers::alive(const Registration& r) const {
-  bool known = false;
-  const auto first = segment_offset(r.interior_begin, known);
-  if (!known) return true;  // no cheap way to tell: trust the registration
-  const auto last = segment_offset(r.interior_end - kPageBytes, known);
-  return first && last && *first == r.file_offset &&
-         *last == r.file_offset + static_cast<size_t>(r.interior_end - r.interior_begin) - kPageBytes;
+  if (maps_fd_ < 0) return true;
+  const size_t last = static_cast<size_t>(r.interior_end - r.interior_begin) - kPageBytes;
+  for (const size_t at : {size_t{0}, last}) {
+    ProcmapQuery q;
+    q.query_addr = reinterpret_cast<uint64_t>(r.interior_begin + at);
+    if (::ioctl(maps_fd_, kProcmapQuery, &q) != 0) {
+      if (errno == ENOENT) return false;  // nothing mapped there
+      return true;                        // no PROCMAP_QUERY: trusted
+    }
+    if ((q.vma_flags & kVmaShared) == 0 || q.inode != segment_inode_ ||
+        q.vma_offset + (q.query_addr - q.vma_start) != r.file_offset + at) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool RegisteredBuffers::add(void* data, size_t bytes) {
   auto* begin = static_cast<std::byte*>(data);
   XS_CHECK_ARG(data != nullptr || bytes == 0, "register_buffer: null buffer of {} bytes", bytes);
+  XS_CHECK_ARG(::getpid() == owner_,
+               "register_buffer: this process was forked from the one that owns the communicator");
   Registration r{begin, bytes, page_down(begin), page_up(begin), page_down(begin + bytes)};
   if (r.interior_end <= r.interior_begin ||
       static_cast<size_t>(r.interior_end - r.interior_begin) < kMinInteriorBytes) {
@@ -150,7 +182,7 @@ bool RegisteredBuffers::add(void* data, size_t bytes) {
   for (auto it = by_begin_.lower_bound(r.pages_begin - kPageBytes);
        it != by_begin_.end() && it->first < begin + bytes;) {
     const bool overlaps = it->first + it->second.bytes > begin;
-    if (overlaps && !(it->second.begin == begin && it->second.bytes == bytes) && !alive(it->second)) {
+    if (overlaps && !alive(it->second)) {
       release(it->second);
       it = by_begin_.erase(it);
     } else {
@@ -178,6 +210,13 @@ bool RegisteredBuffers::add(void* data, size_t bytes) {
     return false;
   }
   r.block_offset = arena_.offset(r.block);
+  const std::vector<Vma> arena_map = mappings_over(r.block, r.block + 1, false);
+  if (arena_map.size() != 1 || arena_map[0].perms != "rw-s") {
+    arena_.deallocate(r.block);
+    return false;
+  }
+  segment_inode_ = arena_map[0].inode;
+  r.file_offset = arena_map[0].offset + static_cast<uint64_t>(r.view(r.interior_begin) - arena_map[0].begin);
   // Copy the contents, then map the block's pages over the buffer's: an mremap of length 0
   // duplicates a shared mapping, and MREMAP_FIXED replaces the private pages in one step.
   const size_t interior_bytes = static_cast<size_t>(r.interior_end - r.interior_begin);
@@ -185,19 +224,18 @@ bool RegisteredBuffers::add(void* data, size_t bytes) {
   std::memcpy(shared, r.interior_begin, interior_bytes);
   void* moved = ::mremap(shared, 0, interior_bytes, MREMAP_MAYMOVE | MREMAP_FIXED, r.interior_begin);
   if (moved != r.interior_begin) {
+    const int error = errno;
+    // A kernel may have unmapped the destination before failing: then the contents, which
+    // are in the block, go back into fresh private pages.
+    void* hole = ::mmap(r.interior_begin, interior_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (hole == r.interior_begin) std::memcpy(r.interior_begin, shared, interior_bytes);
     spdlog::debug("register_buffer: mremap onto {}: {}", static_cast<void*>(r.interior_begin),
-                  std::strerror(errno));
+                  std::strerror(error));
     ::madvise(r.block, block_bytes, MADV_REMOVE);
     arena_.deallocate(r.block);
     return false;
   }
-  if (segment_inode_ == 0 && maps_fd_ >= 0) {
-    ProcmapQuery q;
-    q.query_addr = reinterpret_cast<uint64_t>(r.interior_begin);
-    if (::ioctl(maps_fd_, kProcmapQuery, &q) == 0) segment_inode_ = q.inode;
-  }
-  bool known = false;
-  r.file_offset = segment_offset(r.interior_begin, known).value_or(0);
   by_begin_.emplace(begin, r);
   return true;
 }
@@ -206,41 +244,45 @@ void RegisteredBuffers::remove(void* data) {
   std::lock_guard lock(mutex_);
   const auto it = by_begin_.find(static_cast<const std::byte*>(data));
   XS_CHECK_ARG(it != by_begin_.end(), "deregister_buffer: no buffer is registered at {}", data);
+  XS_CHECK_ARG(::getpid() == owner_,
+               "deregister_buffer: this process was forked from the one that owns the communicator");
   release(it->second);
   by_begin_.erase(it);
 }
 
-// Copies the interior into fresh private pages and moves them over the shared ones (one
-// mremap: at no moment is the range unmapped), then gives the block's pages back to /dev/shm.
-// A buffer unmapped while registered (freed by its owner too early) has nothing left to copy.
+// Every part of the interior that still maps the block (the whole of it, unless the owner
+// unmapped or replaced parts) gets private pages again: a copy of the block's bytes, with the
+// protection the part had, moved over it in one mremap (the range is never unmapped). Only
+// then, when nothing of this process maps the block any more, are its pages given back.
 void RegisteredBuffers::release(const Registration& r) {
-  const size_t interior_bytes = static_cast<size_t>(r.interior_end - r.interior_begin);
   const size_t block_bytes = static_cast<size_t>(page_up(r.begin + r.bytes) - r.pages_begin);
-  const bool still_shared =
-      alive(r) && mapped_as(r.interior_begin, r.interior_end,
-                            [&](std::string_view perms, unsigned long, const std::string& path) {
-                              return perms == "rw-s" && path.starts_with(segment_path_);
-                            });
-  if (!still_shared) {
+  size_t restored = 0;
+  for (const Vma& v : mappings_over(r.interior_begin, r.interior_end, false)) {
+    std::byte* from = std::max(v.begin, r.interior_begin);
+    std::byte* to = std::min(v.end, r.interior_end);
+    const uint64_t want = r.file_offset + static_cast<uint64_t>(from - r.interior_begin);
+    if (v.perms[3] != 's' || v.inode != segment_inode_ ||
+        v.offset + static_cast<uint64_t>(from - v.begin) != want) {
+      continue;
+    }
+    const size_t n = static_cast<size_t>(to - from);
+    void* fresh = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fresh == MAP_FAILED) {
+      throw IoError(fmt::format("deregister_buffer: cannot map {} bytes: {}", n, std::strerror(errno)));
+    }
+    std::memcpy(fresh, r.view(from), n);
+    if (v.protection() != (PROT_READ | PROT_WRITE)) ::mprotect(fresh, n, v.protection());
+    if (::mremap(fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, from) != from) {
+      const int error = errno;
+      ::munmap(fresh, n);
+      throw IoError(fmt::format("deregister_buffer: cannot move private pages onto {}: {}",
+                                static_cast<void*>(from), std::strerror(error)));
+    }
+    restored += n;
+  }
+  if (restored < static_cast<size_t>(r.interior_end - r.interior_begin)) {
     spdlog::warn("the buffer registered at {} ({} bytes) was unmapped before deregister_buffer",
                  static_cast<const void*>(r.begin), r.bytes);
-    ::madvise(r.block, block_bytes, MADV_REMOVE);
-    arena_.deallocate(r.block);
-    return;
-  }
-  void* fresh = ::mmap(nullptr, interior_bytes, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (fresh == MAP_FAILED) {
-    throw IoError(fmt::format("deregister_buffer: cannot map {} bytes: {}", interior_bytes,
-                              std::strerror(errno)));
-  }
-  std::memcpy(fresh, r.interior_begin, interior_bytes);
-  if (::mremap(fresh, interior_bytes, interior_bytes, MREMAP_MAYMOVE | MREMAP_FIXED,
-               r.interior_begin) != r.interior_begin) {
-    const int error = errno;
-    ::munmap(fresh, interior_bytes);
-    throw IoError(fmt::format("deregister_buffer: cannot move private pages onto {}: {}",
-                              static_cast<void*>(r.interior_begin), std::strerror(error)));
   }
   ::madvise(r.block, block_bytes, MADV_REMOVE);
   arena_.deallocate(r.block);
@@ -248,6 +290,7 @@ void RegisteredBuffers::release(const Registration& r) {
 
 const Registration* RegisteredBuffers::find(const void* data, size_t bytes) {
   const auto* begin = static_cast<const std::byte*>(data);
+  if (::getpid() != owner_) return nullptr;  // a forked child: the registrations are not its
   std::lock_guard lock(mutex_);
   auto after = by_begin_.upper_bound(begin);
   if (after == by_begin_.begin()) return nullptr;

@@ -22,10 +22,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <sys/types.h>
 #include <map>
 #include <mutex>
-#include <optional>
-#include <string>
 
 namespace xs {
 class BufferArena;
@@ -58,9 +57,10 @@ class RegisteredBuffers {
   // copies the pages, which a few small operands would not win back.
   static constexpr size_t kMinInteriorBytes = size_t{16} << 10;
 
-  // `segment_path`: the arena's file as /proc/self/maps names it ("/dev/shm/<segment name>").
-  RegisteredBuffers(BufferArena& arena, std::string segment_path);
-  ~RegisteredBuffers();  // every registration removed (contents kept)
+  explicit RegisteredBuffers(BufferArena& arena);
+  // Every registration removed (contents kept); in a child forked meanwhile, none (the pages
+  // are still the parent's).
+  ~RegisteredBuffers();
   RegisteredBuffers(const RegisteredBuffers&) = delete;
   RegisteredBuffers& operator=(const RegisteredBuffers&) = delete;
 
@@ -68,16 +68,16 @@ class RegisteredBuffers {
   // bounds); false when it cannot be: fewer than kMinInteriorBytes of whole pages, memory that
   // is not private, anonymous and writable (a file mapping must keep its file), or an arena
   // too full or a /dev/shm too small to hold it. Throws xs::InvalidArgument when it overlaps
-  // another registration.
+  // another registration, or in a forked child.
   bool add(void* data, size_t bytes);
-  // Gives the buffer registered at `data` private pages again, contents kept. Throws
-  // xs::InvalidArgument when none starts there.
+  // Gives the buffer registered at `data` private pages again, contents and protection kept.
+  // Throws xs::InvalidArgument when none starts there.
   void remove(void* data);
 
   // The registration holding all of [data, data + bytes), or nullptr. A registration whose
   // pages are no longer the segment's (the buffer was freed and unmapped without
   // deregister_buffer) is dropped here rather than used; checked with one PROCMAP_QUERY per
-  // end page (Linux 6.11; older kernels trust the registration).
+  // end page (Linux 6.11; older kernels trust the registration). In a forked child, nullptr.
   const Registration* find(const void* data, size_t bytes);
   // Copies the operand's bytes in the buffer's partial end pages into the arena block, and back.
   static void edges_in(const Registration& r, const void* data, size_t bytes);
@@ -88,12 +88,11 @@ class RegisteredBuffers {
  private:
   void release(const Registration& r);
   bool alive(const Registration& r) const;
-  std::optional<uint64_t> segment_offset(const std::byte* p, bool& known) const;
 
   BufferArena& arena_;
-  std::string segment_path_;
-  int maps_fd_ = -1;              // /proc/self/maps, for PROCMAP_QUERY
-  uint64_t segment_inode_ = 0;    // the segment file's, once a registration saw it
+  pid_t owner_;                 // the process whose pages these are
+  int maps_fd_ = -1;            // its /proc/self/maps, for PROCMAP_QUERY
+  uint64_t segment_inode_ = 0;  // the segment file's, once a registration saw it
   mutable std::mutex mutex_;
   std::map<const std::byte*, Registration> by_begin_;
 };

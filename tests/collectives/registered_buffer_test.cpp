@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -51,6 +53,21 @@ std::string mapping_of(const void* p) {
     int path_at = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx %*s %*s %*s %*s %n", &from, &to, &path_at) < 2) continue;
     if (at >= from && at < to) return path_at > 0 ? line.substr(static_cast<size_t>(path_at)) : "";
+  }
+  return "unmapped";
+}
+
+// The permissions ("rw-p", "r--s", ...) of the mapping that holds `p`.
+std::string perms_of(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    unsigned long from = 0, to = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &from, &to, perms) == 3 && at >= from && at < to) {
+      return perms;
+    }
   }
   return "unmapped";
 }
@@ -275,6 +292,15 @@ TEST(RegisteredBufferTest, RefusesWhatItCannotShare) {
     ::close(fd);
     if (file_registered) return std::string("registered a file mapping");
     if (read_only_registered) return std::string("registered a read-only mapping");
+    void* locked = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_LOCKED, -1, 0);
+    const bool locked_registered = locked != MAP_FAILED && comm.register_buffer(locked, 1 << 20);
+    if (locked != MAP_FAILED) ::munmap(locked, 1 << 20);
+    if (locked_registered) return std::string("registered mlocked memory (the lock would be lost)");
+    void* arena = comm.alloc_buffer(1 << 20);
+    const bool arena_registered = comm.register_buffer(arena, 1 << 20);
+    comm.free_buffer(arena);
+    if (arena_registered) return std::string("registered an alloc_buffer block");
 
     if (!comm.register_buffer(buffer.data, 1 << 20)) return std::string("not registered");
     if (!comm.register_buffer(buffer.data, 1 << 20)) return std::string("the same registration twice refused");
@@ -284,6 +310,71 @@ TEST(RegisteredBufferTest, RefusesWhatItCannotShare) {
     } catch (const InvalidArgument& e) {
       if (std::string(e.what()).find("overlaps") == std::string::npos) return std::string(e.what());
     }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(result.all_ok()) << result.describe();
+}
+
+// Protection the owner set while the buffer was registered survives deregistration, and so do
+// the contents (not taken for an unmapped buffer).
+TEST(RegisteredBufferTest, DeregisteringKeepsTheProtectionTheOwnerSet) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    constexpr size_t kElems = 100'000;
+    SkewedBuffer buffer(kElems * sizeof(float), 16);
+    auto* values = reinterpret_cast<float*>(buffer.data);
+    ShmCommunicator comm = child.communicator();
+    if (!comm.register_buffer(values, kElems * sizeof(float))) return std::string("not registered");
+    std::fill(values, values + kElems, 1.0f);
+    comm.all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    std::byte* interior = buffer.data + kPage;
+    const size_t frozen = 8 * kPage;
+    std::byte* page = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(interior) & ~(kPage - 1));
+    if (::mprotect(page, frozen, PROT_READ) != 0) return std::string("mprotect failed");
+    comm.deregister_buffer(values);
+    if (perms_of(page) != "r--p" || perms_of(page + frozen) != "rw-p") {
+      return fmt::format("after deregister_buffer: {} / {}, want r--p / rw-p", perms_of(page),
+                         perms_of(page + frozen));
+    }
+    for (size_t i = 0; i < kElems; ++i) {
+      if (values[i] != 2.0f) return fmt::format("element {} is {}, want 2", i, values[i]);
+    }
+    ::mprotect(page, frozen, PROT_READ | PROT_WRITE);
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(result.all_ok()) << result.describe();
+}
+
+// A child forked while a buffer is registered, which then tears down its copy of the
+// communicator (exit() runs destructors), must leave the parent's buffer, slot and job alone.
+TEST(RegisteredBufferTest, AForkedChildsTeardownLeavesTheParentAlone) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    constexpr size_t kElems = 100'000;
+    SkewedBuffer buffer(kElems * sizeof(float), 16);
+    auto* values = reinterpret_cast<float*>(buffer.data);
+    std::optional<ShmCommunicator> comm;
+    comm.emplace(child.attach());
+    if (!comm->register_buffer(values, kElems * sizeof(float))) return std::string("not registered");
+    std::fill(values, values + kElems, 1.0f);
+    comm->all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      comm.reset();
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    for (size_t i = 0; i < kElems; ++i) {
+      if (values[i] != 2.0f) return fmt::format("after the child: element {} is {}, want 2", i, values[i]);
+    }
+    comm->all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    for (size_t i = 0; i < kElems; ++i) {
+      if (values[i] != 4.0f) return fmt::format("element {} is {}, want 4", i, values[i]);
+    }
+    comm->deregister_buffer(values);
     return std::string();
   });
   const JobResult result = job.wait(std::chrono::seconds(60));
@@ -321,7 +412,10 @@ TEST(RegisteredBufferTest, AStaleRegistrationIsDroppedNotUsed) {
     for (size_t i = 0; i < kBytes / sizeof(float); ++i) {
       if (values[i] != 3.0f) return fmt::format("element {} is {}, want 3", i, values[i]);
     }
-    if (comm.register_buffer(q, kBytes) == false) return std::string("the new memory cannot register");
+    ::munmap(q, kBytes);  // and again, now registering the same bounds
+    q = ::mmap(p, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (q != p || !comm.register_buffer(q, kBytes)) return std::string("the new memory cannot register");
+    if (!comm.in_arena(q, kBytes)) return std::string("registered again but not in the arena");
     comm.deregister_buffer(q);
     ::munmap(q, kBytes);
     return std::string();
