@@ -1,15 +1,14 @@
 #include "xla_spawn/collectives/detail/registered_buffers.h"
 
-#include <fcntl.h>
-#include <sys/ioctl.h>
+#include <pthread.h>
 #include <sys/mman.h>
-#include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,16 +20,6 @@
 #include "xla_spawn/collectives/buffer_arena.h"
 
 namespace xs::detail {
-namespace {
-
-constexpr uintptr_t kPageBytes = BufferArena::kAlignBytes;
-
-std::byte* page_down(const void* p) {
-  return reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(p) & ~(kPageBytes - 1));
-}
-std::byte* page_up(const void* p) {
-  return page_down(static_cast<const std::byte*>(p) + kPageBytes - 1);
-}
 
 // One mapping of /proc/self/maps (or /proc/self/smaps, with its VmFlags).
 struct Vma {
@@ -50,6 +39,17 @@ struct Vma {
     return vm_flags.find(fmt::format(" {}", flag)) != std::string::npos;
   }
 };
+
+namespace {
+
+constexpr uintptr_t kPageBytes = BufferArena::kAlignBytes;
+
+std::byte* page_down(const void* p) {
+  return reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(p) & ~(kPageBytes - 1));
+}
+std::byte* page_up(const void* p) {
+  return page_down(static_cast<const std::byte*>(p) + kPageBytes - 1);
+}
 
 // The mappings that overlap [begin, end), in order; from smaps when `with_flags`.
 std::vector<Vma> mappings_over(const std::byte* begin, const std::byte* end, bool with_flags) {
@@ -101,39 +101,31 @@ bool private_anonymous(const std::byte* begin, const std::byte* end) {
   return covered >= end;
 }
 
-// The PROCMAP_QUERY ioctl on /proc/self/maps (Linux 6.11): one mapping's bounds, flags and
-// file position in a system call, cheap enough for every collective. Declared here as the
-// kernel's uapi/linux/fs.h has it, for older headers.
-struct ProcmapQuery {
-  uint64_t size = sizeof(ProcmapQuery);
-  uint64_t query_flags = 0;
-  uint64_t query_addr = 0;
-  uint64_t vma_start = 0;
-  uint64_t vma_end = 0;
-  uint64_t vma_flags = 0;
-  uint64_t vma_page_size = 0;
-  uint64_t vma_offset = 0;
-  uint64_t inode = 0;
-  uint32_t dev_major = 0;
-  uint32_t dev_minor = 0;
-  uint32_t vma_name_size = 0;
-  uint32_t build_id_size = 0;
-  uint64_t vma_name_addr = 0;
-  uint64_t build_id_addr = 0;
-};
-static_assert(sizeof(ProcmapQuery) == 104);
-constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
-constexpr uint64_t kVmaShared = 0x08;
+// Counts forks in the children (pthread_atfork): registrations belong to the process that
+// made them, told apart by this count without a system call.
+std::atomic<uint64_t> g_fork_epoch{0};
+
+uint64_t fork_epoch() {
+  static const bool counting = [] {
+    ::pthread_atfork(nullptr, nullptr, [] { g_fork_epoch.fetch_add(1, std::memory_order_relaxed); });
+    return true;
+  }();
+  (void)counting;
+  return g_fork_epoch.load(std::memory_order_relaxed);
+}
 
 }  // namespace
 
-RegisteredBuffers::RegisteredBuffers(BufferArena& arena)
-    : arena_(arena), owner_(::getpid()), maps_fd_(::open("/proc/self/maps", O_RDONLY | O_CLOEXEC)) {}
+RegisteredBuffers::RegisteredBuffers(BufferArena& arena) : arena_(arena), epoch_(fork_epoch()) {}
+
+bool RegisteredBuffers::in_owner() const {
+  return fork_epoch() == epoch_;
+}
 
 // In a child forked while buffers were registered, nothing is released: the pages and the
 // block belong to the parent, which still uses them.
 RegisteredBuffers::~RegisteredBuffers() {
-  if (::getpid() == owner_) {
+  if (in_owner()) {
     std::lock_guard lock(mutex_);
     for (auto& [begin, r] : by_begin_) {
       try {
@@ -143,33 +135,30 @@ RegisteredBuffers::~RegisteredBuffers() {
       }
     }
   }
-  if (maps_fd_ >= 0) ::close(maps_fd_);
 }
 
-// Whether the first and last interior pages still map the registration's block: one
-// PROCMAP_QUERY each. Without the ioctl (kernels before 6.11) the registration is trusted.
-bool RegisteredBuffers::alive(const Registration& r) const {
-  if (maps_fd_ < 0) return true;
-  const size_t last = static_cast<size_t>(r.interior_end - r.interior_begin) - kPageBytes;
-  for (const size_t at : {size_t{0}, last}) {
-    ProcmapQuery q;
-    q.query_addr = reinterpret_cast<uint64_t>(r.interior_begin + at);
-    if (::ioctl(maps_fd_, kProcmapQuery, &q) != 0) {
-      if (errno == ENOENT) return false;  // nothing mapped there
-      return true;                        // no PROCMAP_QUERY: trusted
-    }
-    if ((q.vma_flags & kVmaShared) == 0 || q.inode != segment_inode_ ||
-        q.vma_offset + (q.query_addr - q.vma_start) != r.file_offset + at) {
-      return false;
-    }
+// Whether the buffer's byte at `probe` (an interior byte) is still the block's: written through
+// the block, it must read back through the buffer. Two different values, so that stale memory
+// cannot match both by chance; then the byte is put back. No system call: a few loads and
+// stores. Called inside a collective (the operand is the call's) or under the registration
+// lock before one; peers touch the operand only after it is published.
+bool RegisteredBuffers::alive(const Registration& r, const std::byte* probe) {
+  auto* through_block = reinterpret_cast<volatile unsigned char*>(r.view(probe));
+  const auto* through_buffer = reinterpret_cast<const volatile unsigned char*>(probe);
+  const unsigned char kept = *through_block;
+  bool same = true;
+  for (const unsigned char flip : {0xffu, 0x0fu}) {
+    *through_block = static_cast<unsigned char>(kept ^ flip);
+    same = same && *through_buffer == static_cast<unsigned char>(kept ^ flip);
   }
-  return true;
+  *through_block = kept;
+  return same;
 }
 
 bool RegisteredBuffers::add(void* data, size_t bytes) {
   auto* begin = static_cast<std::byte*>(data);
   XS_CHECK_ARG(data != nullptr || bytes == 0, "register_buffer: null buffer of {} bytes", bytes);
-  XS_CHECK_ARG(::getpid() == owner_,
+  XS_CHECK_ARG(in_owner(),
                "register_buffer: this process was forked from the one that owns the communicator");
   Registration r{begin, bytes, page_down(begin), page_up(begin), page_down(begin + bytes)};
   if (r.interior_end <= r.interior_begin ||
@@ -182,7 +171,7 @@ bool RegisteredBuffers::add(void* data, size_t bytes) {
   for (auto it = by_begin_.lower_bound(r.pages_begin - kPageBytes);
        it != by_begin_.end() && it->first < begin + bytes;) {
     const bool overlaps = it->first + it->second.bytes > begin;
-    if (overlaps && !alive(it->second)) {
+    if (overlaps && !mapped(it->second)) {
       release(it->second);
       it = by_begin_.erase(it);
     } else {
@@ -237,6 +226,7 @@ bool RegisteredBuffers::add(void* data, size_t bytes) {
     return false;
   }
   by_begin_.emplace(begin, r);
+  count_.store(by_begin_.size(), std::memory_order_relaxed);
   return true;
 }
 
@@ -244,27 +234,41 @@ void RegisteredBuffers::remove(void* data) {
   std::lock_guard lock(mutex_);
   const auto it = by_begin_.find(static_cast<const std::byte*>(data));
   XS_CHECK_ARG(it != by_begin_.end(), "deregister_buffer: no buffer is registered at {}", data);
-  XS_CHECK_ARG(::getpid() == owner_,
+  XS_CHECK_ARG(in_owner(),
                "deregister_buffer: this process was forked from the one that owns the communicator");
   release(it->second);
   by_begin_.erase(it);
+  count_.store(by_begin_.size(), std::memory_order_relaxed);
 }
 
 // Every part of the interior that still maps the block (the whole of it, unless the owner
 // unmapped or replaced parts) gets private pages again: a copy of the block's bytes, with the
 // protection the part had, moved over it in one mremap (the range is never unmapped). Only
 // then, when nothing of this process maps the block any more, are its pages given back.
+// Whether the part [from, ...) of mapping `v` maps the registration's block at the right place.
+bool RegisteredBuffers::maps_block(const Registration& r, const Vma& v, const std::byte* from) const {
+  const uint64_t want = r.file_offset + static_cast<uint64_t>(from - r.interior_begin);
+  return v.perms[3] == 's' && v.inode == segment_inode_ &&
+         v.offset + static_cast<uint64_t>(from - v.begin) == want;
+}
+
+// Whether all of the interior still maps the block, by /proc/self/maps (slow: registering).
+bool RegisteredBuffers::mapped(const Registration& r) const {
+  const std::byte* covered = r.interior_begin;
+  for (const Vma& v : mappings_over(r.interior_begin, r.interior_end, false)) {
+    if (v.begin > covered || !maps_block(r, v, std::max(v.begin, r.interior_begin))) return false;
+    covered = v.end;
+  }
+  return covered >= r.interior_end;
+}
+
 void RegisteredBuffers::release(const Registration& r) {
   const size_t block_bytes = static_cast<size_t>(page_up(r.begin + r.bytes) - r.pages_begin);
   size_t restored = 0;
   for (const Vma& v : mappings_over(r.interior_begin, r.interior_end, false)) {
     std::byte* from = std::max(v.begin, r.interior_begin);
     std::byte* to = std::min(v.end, r.interior_end);
-    const uint64_t want = r.file_offset + static_cast<uint64_t>(from - r.interior_begin);
-    if (v.perms[3] != 's' || v.inode != segment_inode_ ||
-        v.offset + static_cast<uint64_t>(from - v.begin) != want) {
-      continue;
-    }
+    if (!maps_block(r, v, from)) continue;
     const size_t n = static_cast<size_t>(to - from);
     void* fresh = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (fresh == MAP_FAILED) {
@@ -289,17 +293,22 @@ void RegisteredBuffers::release(const Registration& r) {
 }
 
 const Registration* RegisteredBuffers::find(const void* data, size_t bytes) {
+  if (count_.load(std::memory_order_relaxed) == 0 || !in_owner()) return nullptr;
   const auto* begin = static_cast<const std::byte*>(data);
-  if (::getpid() != owner_) return nullptr;  // a forked child: the registrations are not its
   std::lock_guard lock(mutex_);
   auto after = by_begin_.upper_bound(begin);
   if (after == by_begin_.begin()) return nullptr;
   const auto it = std::prev(after);
   const Registration& r = it->second;
   if (begin + bytes > r.begin + r.bytes) return nullptr;
-  if (alive(r)) return &r;
+  // An operand wholly in the partial end pages needs no check: those bytes are copied in and out.
+  const std::byte* probe = std::max<const std::byte*>(begin, r.interior_begin);
+  if (probe >= std::min<const std::byte*>(begin + bytes, r.interior_end) || alive(r, probe)) {
+    return &r;
+  }
   release(r);  // unmapped while registered: its operands are ordinary memory again
   by_begin_.erase(it);
+  count_.store(by_begin_.size(), std::memory_order_relaxed);
   return nullptr;
 }
 

@@ -21,8 +21,8 @@
 // writes it while add() or remove() runs.
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
-#include <sys/types.h>
 #include <map>
 #include <mutex>
 
@@ -31,6 +31,8 @@ class BufferArena;
 }
 
 namespace xs::detail {
+
+struct Vma;  // a line of /proc/self/maps
 
 struct Registration {
   std::byte* begin = nullptr;  // the buffer as registered
@@ -75,9 +77,10 @@ class RegisteredBuffers {
   void remove(void* data);
 
   // The registration holding all of [data, data + bytes), or nullptr. A registration whose
-  // pages are no longer the segment's (the buffer was freed and unmapped without
-  // deregister_buffer) is dropped here rather than used; checked with one PROCMAP_QUERY per
-  // end page (Linux 6.11; older kernels trust the registration). In a forked child, nullptr.
+  // pages are no longer the block's (the buffer was freed and unmapped without
+  // deregister_buffer, and the address mapped afresh) is dropped here rather than used:
+  // checked by writing a byte of the operand through the block and reading it through the
+  // buffer (alive()), no system call. In a forked child, nullptr.
   const Registration* find(const void* data, size_t bytes);
   // Copies the operand's bytes in the buffer's partial end pages into the arena block, and back.
   static void edges_in(const Registration& r, const void* data, size_t bytes);
@@ -87,12 +90,15 @@ class RegisteredBuffers {
 
  private:
   void release(const Registration& r);
-  bool alive(const Registration& r) const;
+  static bool alive(const Registration& r, const std::byte* probe);
+  bool mapped(const Registration& r) const;
+  bool maps_block(const Registration& r, const Vma& v, const std::byte* from) const;
+  bool in_owner() const;
 
   BufferArena& arena_;
-  pid_t owner_;                 // the process whose pages these are
-  int maps_fd_ = -1;            // its /proc/self/maps, for PROCMAP_QUERY
+  uint64_t epoch_;              // forks before this process made it (fork_epoch())
   uint64_t segment_inode_ = 0;  // the segment file's, once a registration saw it
+  std::atomic<size_t> count_{0};  // by_begin_.size(), read without the lock
   mutable std::mutex mutex_;
   std::map<const std::byte*, Registration> by_begin_;
 };

@@ -7,7 +7,6 @@
 // do: take memory it cannot safely share, lose a neighbour's bytes in a partial page, or leave
 // the memory shared (or changed) after deregistration or the communicator's end.
 #include <fcntl.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -381,21 +380,10 @@ TEST(RegisteredBufferTest, AForkedChildsTeardownLeavesTheParentAlone) {
   ASSERT_TRUE(result.all_ok()) << result.describe();
 }
 
-bool kernel_has_procmap_query() {
-  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  uint64_t query[13] = {sizeof query, 0, reinterpret_cast<uint64_t>(&query)};
-  const bool has = fd >= 0 && ::ioctl(fd, _IOWR('f', 17, decltype(query)), query) == 0;
-  if (fd >= 0) ::close(fd);
-  return has;
-}
-
 // Memory freed and unmapped without deregister_buffer, and mapped afresh at the same address:
 // the stale registration must not capture the new memory's collectives (their results would
 // land in the old pages).
 TEST(RegisteredBufferTest, AStaleRegistrationIsDroppedNotUsed) {
-  if (!kernel_has_procmap_query()) {
-    GTEST_SKIP() << "needs PROCMAP_QUERY (Linux 6.11); older kernels trust registrations";
-  }
   constexpr size_t kBytes = 1 << 20;
   ForkJob job(2, kStagingBytes);
   job.start([](Child& child) {
