@@ -131,6 +131,9 @@ COVERAGE = {
     "xla-spawn --version": run("tour", expect=[r"^xla-spawn \d+\.\d+\.\d+$"]),
     "scripts/bench-launch 200": short("bench", expect=[r"ratio xla-spawn/floor"]),
     "scripts/bench-allreduce --priority 2 8": short("bench", expect=[r"== N = 8"]),
+    "scripts/bench-allreduce --priority --heap 2 8": short(
+        "bench", expect=[r"== N = 8", r"torch\.distributed\.all_reduce \(xla_spawn backend\) vs C\+\+ "
+                                      r"on registered heap operands, N = 8|torch backend not timed"]),
     "scripts/bench-scaling --priority --rounds 8": short(
         "bench", expect=[r"round 1 N = 2 "], requires=["data"]),
     "scripts/bench-multihost --priority --runs 3": short(
