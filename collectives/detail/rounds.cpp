@@ -64,6 +64,11 @@ Rounds::Rounds(Segment segment, int64_t timeout_ms)
       sources_(static_cast<size_t>(segment_.world_size()), nullptr) {}
 
 void Rounds::begin_call(const char* operation, const CallHeader& header) {
+  // A replica that arrives after a peer gave up on it must not complete the call on the
+  // rounds that peer posted before it poisoned the segment: the job is failing.
+  if (auto poisoned = segment_.poison_message()) {
+    throw PeerFailure(fmt::format("{} on ordinal {}: {}", operation, ordinal(), *poisoned));
+  }
   operation_ = operation;
   header_ = header;
   ++call_seq_;

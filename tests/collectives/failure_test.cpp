@@ -137,6 +137,33 @@ TEST_P(StopTest, AReplicaThatStopsCallingMakesTheOthersTimeOutNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, StopTest, ::testing::Values(2, 5));
 
+// The replica that arrives after its peer timed out on it must not complete the call on the
+// round its peer posted before poisoning the segment: it fails too, naming the poison.
+TEST(StopTest, AReplicaArrivingAfterItsPeerGaveUpFailsInsteadOfCompleting) {
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "300");
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    comm.barrier();
+    if (child.ordinal == 1) {
+      const int64_t give_up = monotonic_ns() + 30'000'000'000;
+      while (!comm.segment().poison_message() && monotonic_ns() < give_up) ::usleep(1000);
+    }
+    try {
+      comm.barrier();
+    } catch (const PeerFailure& e) {
+      return std::string(e.what());
+    }
+    return std::string("completed");
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  ASSERT_FALSE(result.timed_out) << result.describe();
+  EXPECT_NE(result.children[0].message.find("timed out"), std::string::npos) << result.describe();
+  EXPECT_NE(result.children[1].message.find("barrier on ordinal 1: segment poisoned by ordinal 0"),
+            std::string::npos)
+      << result.describe();
+}
+
 TEST(MismatchTest, DifferentElementCountsAreReportedWithBothSides) {
   ForkJob job(3, kStagingBytes);
   job.start([](Child& child) {
