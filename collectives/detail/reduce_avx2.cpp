@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 namespace xs::detail {
 namespace {
 
@@ -74,12 +76,19 @@ template <class E, Kind kKind, int K>
     E::store(dst + i, acc);
     if (dst2 != nullptr) E::store(dst2 + i, acc);
   }
+  // The tail element by element, through memcpy: an operand need not be aligned to its
+  // element (a NumPy view at an odd offset), and the vector loads above do not care either.
+  const auto load = [](const T* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
   for (; i < n; ++i) {
-    T acc = src[0][i];
-    for (int k = 1; k < K; ++k) acc = combine_scalar<T, kKind>(acc, src[k][i]);
+    T acc = load(src[0] + i);
+    for (int k = 1; k < K; ++k) acc = combine_scalar<T, kKind>(acc, load(src[k] + i));
     if constexpr (kKind == Kind::kMean) acc = acc / static_cast<T>(divisor);
-    dst[i] = acc;
-    if (dst2 != nullptr) dst2[i] = acc;
+    std::memcpy(dst + i, &acc, sizeof acc);
+    if (dst2 != nullptr) std::memcpy(dst2 + i, &acc, sizeof acc);
   }
 }
 

@@ -123,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, RegisteredAllReduceTest,
 TEST(RegisteredBufferTest, RegisteredAndUnregisteredOperandsInOneCallAgree) {
   ForkJob job(3, kStagingBytes);
   job.start([](Child& child) {
-    SkewedBuffer buffer(largest_bytes(), 100);
+    SkewedBuffer buffer(largest_bytes(), 104);
     ShmCommunicator comm = child.communicator();
     if (child.ordinal != 1 && !comm.register_buffer(buffer.data, largest_bytes())) {
       return std::string("not registered");
