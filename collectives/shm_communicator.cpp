@@ -124,9 +124,10 @@ bool ShmCommunicator::in_arena(const void* data, size_t bytes) const {
 
 ShmCommunicator::Placed ShmCommunicator::place(const void* data, size_t bytes) const {
   if (bytes == 0) return {};
-  if (arena_->contains(data, bytes)) return {true, arena_->offset(data), nullptr};
+  auto* at = const_cast<std::byte*>(static_cast<const std::byte*>(data));
+  if (arena_->contains(data, bytes)) return {true, arena_->offset(data), at, nullptr};
   if (const detail::Registration* r = registered_->find(data, bytes)) {
-    return {true, r->offset(data), r};
+    return {true, r->offset(data), r->view(data), r};
   }
   return {};
 }
@@ -135,6 +136,10 @@ int ShmCommunicator::publish(const Placed& placed, const void* data, size_t byte
   if (placed.registered) detail::RegisteredBuffers::edges_in(*placed.registered, data, bytes);
   return detail::publish_operand(*rounds_, const_cast<std::byte*>(static_cast<const std::byte*>(data)),
                                  placed.offset);
+}
+
+void ShmCommunicator::land(const Placed& placed, void* data, size_t bytes) {
+  if (placed.registered) detail::RegisteredBuffers::edges_out(*placed.registered, data, bytes);
 }
 
 AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in_arena) const {
@@ -208,9 +213,8 @@ void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType
   const size_t n_bytes = n_elems * dtype_size(dtype);
   const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
-    if (!placed.registered) return detail::all_reduce_direct(*rounds_, parity, data, n_elems, dtype, op);
-    detail::all_reduce_direct(*rounds_, parity, placed.registered->view(data), n_elems, dtype, op);
-    return detail::RegisteredBuffers::edges_out(*placed.registered, data, n_bytes);
+    detail::all_reduce_direct(*rounds_, parity, placed.direct, n_elems, dtype, op);
+    return land(placed, data, n_bytes);
   }
   if (cma) return detail::all_reduce_cma(*rounds_, parity, data, n_elems, dtype, op);
   if (base == AllReduceAlgorithm::kOneShot) {
@@ -298,11 +302,8 @@ void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, Red
                                                   digest, placed.in_arena});
   const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
-    if (!placed.registered) {
-      return detail::reduce_ranges_direct(*rounds_, parity, bytes, dtype, op, bounds);
-    }
-    detail::reduce_ranges_direct(*rounds_, parity, placed.registered->view(data), dtype, op, bounds);
-    return detail::RegisteredBuffers::edges_out(*placed.registered, data, n_bytes);
+    detail::reduce_ranges_direct(*rounds_, parity, placed.direct, dtype, op, bounds);
+    return land(placed, data, n_bytes);
   }
   if (n_bytes <= one_shot_max_bytes(world_size())) {
     detail::all_reduce_one_shot(*rounds_, bytes, n_elems, dtype, op);
@@ -322,12 +323,8 @@ void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
                                                   n_elems, digest, placed.in_arena});
   const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
-    if (!placed.registered) {
-      return detail::gather_ranges_direct(*rounds_, parity, bytes, dtype_size(dtype), bounds);
-    }
-    detail::gather_ranges_direct(*rounds_, parity, placed.registered->view(data), dtype_size(dtype),
-                                 bounds);
-    return detail::RegisteredBuffers::edges_out(*placed.registered, data, n_bytes);
+    detail::gather_ranges_direct(*rounds_, parity, placed.direct, dtype_size(dtype), bounds);
+    return land(placed, data, n_bytes);
   }
   detail::gather_ranges(*rounds_, bytes, dtype_size(dtype), bounds);
 }

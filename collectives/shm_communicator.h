@@ -91,16 +91,21 @@ class ShmCommunicator final : public Communicator {
   const Segment& segment() const;
 
  private:
-  // Where peers find an operand of this ordinal in its arena, if they can.
+  // Where peers find an operand of this ordinal in its arena, if they can, and what the direct
+  // schedules run on here: the operand itself, or a registered one's arena view (whose
+  // partial end pages publish() mirrors in and land() copies back).
   struct Placed {
     bool in_arena = false;
     uint64_t offset = 0;
-    const detail::Registration* registered = nullptr;  // with edges to mirror (edges_in/out)
+    std::byte* direct = nullptr;
+    const detail::Registration* registered = nullptr;
   };
   Placed place(const void* data, size_t bytes) const;
   // Round 1 of the in-place schedules: mirrors a registered operand's edges, then publishes
   // it (detail::publish_operand). Returns the round's parity.
   int publish(const Placed& placed, const void* data, size_t bytes);
+  // After a direct schedule wrote the operand: a registered one's edge bytes back into place.
+  static void land(const Placed& placed, void* data, size_t bytes);
   void all_reduce_in_place(std::byte* data, size_t n_elems, DType dtype, ReduceOp op,
                            AllReduceAlgorithm base, bool cma, const Placed& placed);
 

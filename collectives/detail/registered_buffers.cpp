@@ -340,9 +340,4 @@ void RegisteredBuffers::edges_out(const Registration& r, void* data, size_t byte
   });
 }
 
-size_t RegisteredBuffers::size() const {
-  std::lock_guard lock(mutex_);
-  return by_begin_.size();
-}
-
 }  // namespace xs::detail

@@ -86,7 +86,6 @@ class RegisteredBuffers {
   static void edges_in(const Registration& r, const void* data, size_t bytes);
   static void edges_out(const Registration& r, void* data, size_t bytes);
 
-  size_t size() const;
 
  private:
   void release(const Registration& r);

@@ -42,34 +42,31 @@ size_t largest_bytes() {
   return std::max(bytes, ((size_t{1} << 18) + 3) * 8);
 }
 
-// The path of the mapping that holds `p` in /proc/self/maps ("" for anonymous memory).
-std::string mapping_of(const void* p) {
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  while (std::getline(maps, line)) {
-    unsigned long from = 0, to = 0;
-    int path_at = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %*s %*s %*s %*s %n", &from, &to, &path_at) < 2) continue;
-    if (at >= from && at < to) return path_at > 0 ? line.substr(static_cast<size_t>(path_at)) : "";
-  }
-  return "unmapped";
-}
-
-// The permissions ("rw-p", "r--s", ...) of the mapping that holds `p`.
-std::string perms_of(const void* p) {
+// The mapping that holds `p` in /proc/self/maps: its permissions ("rw-p", "r--s", ...) and
+// path ("" for anonymous memory); "unmapped" for both when none does.
+struct Mapping {
+  std::string perms = "unmapped";
+  std::string path = "unmapped";
+};
+Mapping mapping_at(const void* p) {
   std::ifstream maps("/proc/self/maps");
   std::string line;
   const auto at = reinterpret_cast<uintptr_t>(p);
   while (std::getline(maps, line)) {
     unsigned long from = 0, to = 0;
     char perms[5] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &from, &to, perms) == 3 && at >= from && at < to) {
-      return perms;
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s %*s %*s %*s %n", &from, &to, perms, &path_at) < 3) {
+      continue;
+    }
+    if (at >= from && at < to) {
+      return {perms, path_at > 0 ? line.substr(static_cast<size_t>(path_at)) : ""};
     }
   }
-  return "unmapped";
+  return {};
 }
+std::string mapping_of(const void* p) { return mapping_at(p).path; }
+std::string perms_of(const void* p) { return mapping_at(p).perms; }
 
 // A heap buffer of `bytes` starting `skew` bytes past a page boundary.
 struct SkewedBuffer {
