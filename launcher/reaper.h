@@ -46,6 +46,9 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
                           int first_ordinal) noexcept override {
     return monitor_ != nullptr ? monitor_->call_report(pids_by_ordinal, first_ordinal) : "";
   }
+  std::string straggler_report(int first_ordinal) noexcept override {
+    return monitor_ != nullptr ? monitor_->straggler_report(first_ordinal) : "";
+  }
   bool timed_out() noexcept override { return monitor_ != nullptr && monitor_->timed_out(); }
   int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override {
     return monitor_ != nullptr ? monitor_->request_stacks(pids_by_ordinal, continue_stopped) : 0;

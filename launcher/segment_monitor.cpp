@@ -86,6 +86,18 @@ std::string SegmentMonitor::call_report(std::span<const pid_t> pids_by_ordinal,
   }
 }
 
+std::string SegmentMonitor::straggler_report(int first_ordinal) noexcept {
+  if (!mapping_) return {};
+  try {
+    return straggler_line(read_calls(mapping_->region.get_address(), mapping_->region.get_size(),
+                                     mapping_->header.world_size, {}),
+                          first_ordinal)
+        .value_or("");
+  } catch (const std::exception&) {  // only allocation can throw here
+    return {};
+  }
+}
+
 namespace {
 
 // Whether `pid` has a handler for `signo` (the SigCgt mask of /proc/<pid>/status).

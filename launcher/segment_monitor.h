@@ -30,6 +30,7 @@ class SegmentMonitor final : public JobResources, public JobMonitor {
   std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
   std::string call_report(std::span<const pid_t> pids_by_ordinal,
                           int first_ordinal) noexcept override;
+  std::string straggler_report(int first_ordinal) noexcept override;
   bool timed_out() noexcept override;
   int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override;
 

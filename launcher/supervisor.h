@@ -56,6 +56,9 @@ class JobMonitor {
                                   int /*first_ordinal*/) noexcept {
     return {};
   }
+  // The straggler line (shm/call_report.h's straggler_line), empty when no ordinal was
+  // markedly the last to arrive at collectives; read when an attempt's replicas have ended.
+  virtual std::string straggler_report(int /*first_ordinal*/) noexcept { return {}; }
   // Whether the job's segment was poisoned by a collective that timed out.
   virtual bool timed_out() noexcept { return false; }
   // Asks every replica that can (shm/stack_dump.h) for its main thread's stack, on stderr;

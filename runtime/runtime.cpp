@@ -112,6 +112,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
   // Every collective call from here (the graph-hash check, the program's own) is this graph's.
   running_graph_hash.store(graph.hash, std::memory_order_relaxed);
+  if (is_step) graph_steps.fetch_add(1, std::memory_order_relaxed);
   struct Done {  // on every exit path
     ~Done() { running_graph_hash.store(0, std::memory_order_relaxed); }
   } done;

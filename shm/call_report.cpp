@@ -34,6 +34,15 @@ std::string state_name(char state) {
   }
 }
 
+OrdinalCall::Arrivals combined(const OrdinalCall& c) {
+  return {c.steps.calls + c.other.calls, c.steps.waited + c.other.waited,
+          c.steps.last + c.other.last, c.steps.late_us + c.other.late_us};
+}
+
+double mean_late_ms(const OrdinalCall::Arrivals& a) {
+  return static_cast<double>(a.late_us) / 1e3 / static_cast<double>(a.last);
+}
+
 }  // namespace
 
 std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int world_size,
@@ -76,6 +85,16 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
     c.seconds_waiting = seconds_since(r.waiting_since_ns.load(std::memory_order_relaxed), now);
     const int32_t awaited = r.awaited.load(std::memory_order_relaxed);
     c.awaited = awaited >= 0 && awaited < world_size ? awaited : -1;
+    const auto read = [](const shm::ArrivalGroup& g) {
+      OrdinalCall::Arrivals a;
+      a.calls = g.calls.load(std::memory_order_relaxed);
+      a.waited = std::min(g.waited.load(std::memory_order_relaxed), a.calls);
+      a.last = std::min(g.last.load(std::memory_order_relaxed), a.waited);
+      a.late_us = a.last > 0 ? g.late_us.load(std::memory_order_relaxed) : 0;
+      return a;
+    };
+    c.steps = read(slots[k].arrivals.steps);
+    c.other = read(slots[k].arrivals.other);
     calls.push_back(std::move(c));
   }
   return calls;
@@ -122,6 +141,12 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
     } else {
       out += ", not waiting";
     }
+    const OrdinalCall::Arrivals all = combined(c);
+    if (calls.size() > 1 && all.calls > 0) {
+      out += fmt::format("; {} calls, {} waited, last to arrive at {}", all.calls, all.waited,
+                         all.last);
+      if (all.last > 0) out += fmt::format(", {:.2f} ms late on average", mean_late_ms(all));
+    }
     out += "\n";
   }
   std::string held;
@@ -131,7 +156,28 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
                         state_name(c.state));
   }
   if (!held.empty()) out += fmt::format("  held up by ordinal(s) {}\n", held);
+  if (auto straggler = straggler_line(calls, first_ordinal)) out += "  " + *straggler + "\n";
   return out;
+}
+
+std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal) {
+  if (calls.size() < 2) return std::nullopt;
+  const bool by_steps = std::any_of(calls.begin(), calls.end(), [](const OrdinalCall& c) {
+    return c.steps.waited >= kStragglerMinCalls;
+  });
+  for (const OrdinalCall& c : calls) {
+    const OrdinalCall::Arrivals a = by_steps ? c.steps : combined(c);
+    if (a.waited < kStragglerMinCalls || a.last == 0) continue;
+    const double share = static_cast<double>(a.last) / static_cast<double>(a.waited);
+    if (share <= (calls.size() == 2 ? 0.75 : 0.5)) continue;
+    return fmt::format(
+        "ordinal {} arrived last at {:.0f}% of the {} {} that waited (of {}), {:.2f} ms after the "
+        "first on average: check what slows it (its core binding, other work on its core, its "
+        "data loading, a larger shard)",
+        first_ordinal + c.ordinal, share * 100, a.waited,
+        by_steps ? "training steps" : "collective calls", a.calls, mean_late_ms(a));
+  }
+  return std::nullopt;
 }
 
 }  // namespace xs

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,6 +46,16 @@ struct OrdinalCall {
   double seconds_in_call = 0;
   double seconds_waiting = -1;  // < 0: not inside a wait's sleep (or was not when it died)
   int awaited = -1;
+  // Arrivals (shm::ArrivalCounts): at each training step's first collective, and at the
+  // other calls.
+  struct Arrivals {
+    uint64_t calls = 0;    // calls whose first round it completed
+    uint64_t waited = 0;   // of which waited for a late arrival
+    uint64_t last = 0;     // of those, the ones it arrived at last
+    uint64_t late_us = 0;  // summed over those: how long after the first arrival
+  };
+  Arrivals steps;
+  Arrivals other;
 };
 
 // The call records of the `world_size` slots of the segment mapped at `base` (valid for
@@ -58,5 +69,14 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
 // ordinal is waited for and not waiting itself. `first_ordinal` turns local ordinals into the
 // job's (multi-node jobs).
 std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal);
+
+// The straggler report: "ordinal 3 arrived last at 81% of the 420 training steps that waited
+// (of 500), 0.80 ms after the first on average: ..." when one ordinal arrived last at more
+// than half of the steps (their first collective) that waited for a late arrival (more than
+// three quarters with two replicas, where chance alone gives a half), at least
+// kStragglerMinCalls of them; nullopt otherwise. A job without enough steps (no runtime
+// programs: eager collectives) is judged on all its calls.
+inline constexpr uint64_t kStragglerMinCalls = 20;
+std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal);
 
 }  // namespace xs

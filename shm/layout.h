@@ -19,8 +19,8 @@
 namespace xs::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x31306d68732d7378;  // "xs-shm01" little endian
-// 2: buffer arenas; 3: launcher_start; 4: poisoner_pid; 5: call records
-inline constexpr uint32_t kSegmentVersion = 5;
+// 2: buffer arenas; 3: launcher_start; 4: poisoner_pid; 5: call records; 6: arrival counts
+inline constexpr uint32_t kSegmentVersion = 6;
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kPageBytes = 4096;
 inline constexpr size_t kMaxJobIdBytes = 96;  // including the terminating NUL
@@ -48,7 +48,9 @@ struct alignas(kCacheLineBytes) Mailbox {
   uint64_t n_elems = 0;
   uint64_t call_seq = 0;
   int32_t aux = 0;  // per-kind extra: broadcast root, rendezvous tag length
-  uint32_t reserved2 = 0;
+  // When the ordinal began the call: CLOCK_MONOTONIC in microseconds, modulo 2^32 (peers
+  // compare arrivals by the wrapped difference, good for calls within 35 minutes).
+  uint32_t arrived_us = 0;
   std::byte inline_data[kInlineBytes];
 };
 static_assert(sizeof(Mailbox) == kCacheLineBytes);
@@ -74,6 +76,25 @@ struct alignas(kCacheLineBytes) CallRecord {
 };
 static_assert(sizeof(CallRecord) == kCacheLineBytes);
 
+// Who arrives last at collectives, for the launcher's straggler report (shm/call_report.h):
+// written by the ordinal alone, at the first round of each call, read racily by the launcher.
+// A call "waited" when its last arrival came kLateArrivalUs or more after its first: calls
+// whose replicas arrive together have no straggler, only a random last. The first call of
+// each runtime step (mark_step's program: where a slow replica's step shows) is counted apart
+// from the others (the step's later calls, checkpoints, evaluation, host reads, eager calls),
+// whose lateness says less about a replica.
+inline constexpr uint32_t kLateArrivalUs = 50;
+struct ArrivalGroup {
+  std::atomic<uint64_t> calls{0};    // calls this ordinal completed a first round of
+  std::atomic<uint64_t> waited{0};   // of which waited for their last arrival
+  std::atomic<uint64_t> last{0};     // of those, the ones it arrived last at (ties: higher ordinal)
+  std::atomic<uint64_t> late_us{0};  // summed over those: its arrival minus the first one's
+};
+struct alignas(kCacheLineBytes) ArrivalCounts {
+  ArrivalGroup steps;  // a step's first call (base/running_graph.h)
+  ArrivalGroup other;
+};
+
 struct alignas(kCacheLineBytes) OrdinalSlot {
   std::atomic<int32_t> pid{0};  // 0 until the ordinal checks in
   std::atomic<uint32_t> state{0};
@@ -81,6 +102,7 @@ struct alignas(kCacheLineBytes) OrdinalSlot {
   FutexLine ring_sent;   // ring steps whose send this ordinal has published
   FutexLine ring_acked;  // ring steps whose receive this ordinal has consumed
   CallRecord call;
+  ArrivalCounts arrivals;
 };
 
 struct alignas(kCacheLineBytes) ControlBlock {

@@ -1,5 +1,6 @@
 #include "xla_spawn/collectives/detail/rounds.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -80,10 +81,16 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   std::memset(record.name + name_bytes, 0, sizeof record.name - name_bytes);
   record.dtype.store(static_cast<uint8_t>(header.dtype), std::memory_order_relaxed);
   record.n_elems.store(header.n_elems, std::memory_order_relaxed);
-  record.graph_hash.store(running_graph_hash.load(std::memory_order_relaxed),
-                          std::memory_order_relaxed);
-  record.started_ns.store(record_time_ns(std::chrono::steady_clock::now()),
-                          std::memory_order_relaxed);
+  const uint64_t graph = running_graph_hash.load(std::memory_order_relaxed);
+  record.graph_hash.store(graph, std::memory_order_relaxed);
+  // A step's first collective: where a replica's lateness for the step shows (the later ones
+  // of the step follow it closely, and their last arrival is mostly chance).
+  const uint64_t step = graph_steps.load(std::memory_order_relaxed);
+  step_start_ = graph != 0 && step != counted_step_;
+  if (step_start_) counted_step_ = step;
+  const int64_t now_ns = record_time_ns(std::chrono::steady_clock::now());
+  record.started_ns.store(now_ns, std::memory_order_relaxed);
+  arrived_us_ = static_cast<uint32_t>(static_cast<uint64_t>(now_ns) / 1000);
   record.seq.store(call_seq_, std::memory_order_release);
 }
 
@@ -97,12 +104,13 @@ void Rounds::sync() {
   mine.n_elems = header_.n_elems;
   mine.call_seq = call_seq_;
   mine.aux = header_.aux;
+  mine.arrived_us = arrived_us_;
   mine.in_arena = header_.in_arena ? 1 : 0;
   post(mine, round);
   wait_all(round, parity);
   if (check_pending_) {
     check_pending_ = false;
-    check_headers(parity);
+    check_call(parity);
   }
 }
 
@@ -168,16 +176,40 @@ void Rounds::wait_all(uint64_t round, int parity) {
       });
 }
 
-void Rounds::check_headers(int parity) const {
+// The first round of a call: every ordinal's header and arrival time for it are published
+// (and stay until their owners start round + 2), so each ordinal checks the headers and finds
+// the last arrival from the same data; the last one alone counts itself, in its own slot.
+void Rounds::check_call(int parity) {
   const shm::Mailbox& mine = segment_.slot(ordinal()).mailbox[parity];
+  bool last = true;
+  int32_t first = 0, latest = 0;  // the earliest and latest arrivals, relative to mine
   for (int j = 0; j < world_size(); ++j) {
     const shm::Mailbox& theirs = segment_.slot(j).mailbox[parity];
-    if (j == ordinal() || same_call(mine, theirs)) continue;
-    throw PeerFailure(
-        fmt::format("{}: mismatched collective calls: ordinal {} called {}; "
-                    "ordinal {} called {}",
-                    operation_, ordinal(), describe(mine), j, describe(theirs)));
+    if (j == ordinal()) continue;
+    if (!same_call(mine, theirs)) {
+      throw PeerFailure(
+          fmt::format("{}: mismatched collective calls: ordinal {} called {}; "
+                      "ordinal {} called {}",
+                      operation_, ordinal(), describe(mine), j, describe(theirs)));
+    }
+    const auto relative = static_cast<int32_t>(theirs.arrived_us - mine.arrived_us);
+    first = std::min(first, relative);
+    latest = std::max(latest, relative);
+    if (relative > 0 || (relative == 0 && j > ordinal())) last = false;
   }
+  // Plain load-and-store increments: the ordinal is its counters' only writer.
+  const auto bump = [](std::atomic<uint64_t>& counter, uint64_t by) {
+    counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+  };
+  shm::ArrivalCounts& all = segment_.slot(ordinal()).arrivals;
+  shm::ArrivalGroup& counts = step_start_ ? all.steps : all.other;
+  bump(counts.calls, 1);
+  const int32_t spread = latest - first;
+  if (world_size() == 1 || spread < static_cast<int32_t>(shm::kLateArrivalUs)) return;
+  bump(counts.waited, 1);
+  if (!last) return;
+  bump(counts.last, 1);
+  bump(counts.late_us, static_cast<uint64_t>(spread));
 }
 
 }  // namespace xs::detail

@@ -83,8 +83,9 @@ class Rounds {
   int next_parity() const { return static_cast<int>((round_ + 1) & 1); }
   int last_parity() const { return static_cast<int>(round_ & 1); }
 
-  // Starts a collective call: every sync() of it publishes `header`, and the first one
-  // throws xs::PeerFailure naming both sides if any ordinal's header differs.
+  // Starts a collective call: every sync() of it publishes `header` and when the call began;
+  // the first one throws xs::PeerFailure naming both sides if any ordinal's header differs,
+  // and counts the last arrival in its slot (shm::ArrivalCounts).
   void begin_call(const char* operation, const CallHeader& header);
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
@@ -105,13 +106,16 @@ class Rounds {
  private:
   void post(shm::Mailbox& mine, uint64_t round);
   void wait_all(uint64_t round, int parity);
-  void check_headers(int parity) const;
+  void check_call(int parity);
 
   Segment segment_;
   Waiter waiter_;
   size_t half_bytes_;
   uint64_t round_ = 0;  // rounds posted so far
   uint64_t call_seq_ = 0;
+  uint32_t arrived_us_ = 0;  // when the current call began (shm::Mailbox::arrived_us)
+  bool step_start_ = false;    // the current call is a step's first (shm::ArrivalCounts)
+  uint64_t counted_step_ = 0;  // the last step (base/running_graph.h) counted
   CallHeader header_;
   const char* operation_ = "collective";
   bool check_pending_ = false;

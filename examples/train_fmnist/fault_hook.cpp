@@ -36,7 +36,9 @@ FaultPoint parse_point(std::string_view name, const std::string& value) {
   if (name == "allreduce") return FaultPoint::kAllReduce;
   if (name == "checkpoint") return FaultPoint::kCheckpoint;
   if (name == "sleep") return FaultPoint::kSleep;
-  throw InvalidArgument(fmt::format("{}='{}': expected forward|allreduce|checkpoint|sleep@ORDINAL:STEP",
+  if (name == "slow") return FaultPoint::kSlow;
+  throw InvalidArgument(fmt::format("{}='{}': expected forward|allreduce|checkpoint|sleep@ORDINAL:STEP "
+                                    "or slow@ORDINAL:MILLISECONDS",
                                     kTestFaultEnv, value));
 }
 
@@ -131,6 +133,9 @@ std::unique_ptr<FaultHook> FaultHook::from_env(const std::string& checkpoint_pat
       parse_int(std::string_view(*value).substr(at + 1, colon - at - 1), 0, 1 << 20, kTestFaultEnv);
   hook->target_step_ =
       parse_int(std::string_view(*value).substr(colon + 1), 0, int64_t{1} << 40, kTestFaultEnv);
+  if (point == FaultPoint::kSlow && hook->target_step_ > 1000) {
+    throw InvalidArgument(fmt::format("{}='{}': slow's delay is at most 1000 ms", kTestFaultEnv, *value));
+  }
   if (ordinal != xm::ordinal()) return hook;
   hook->point_ = point;
   hook->checkpoint_path_ = checkpoint_path;
@@ -157,6 +162,7 @@ void FaultHook::at_forward(int64_t step) {
                  xm::ordinal(), static_cast<long long>(step));
     std::this_thread::sleep_for(std::chrono::minutes(10));  // the job's timeouts end it first
   }
+  if (point_ == FaultPoint::kSlow) std::this_thread::sleep_for(std::chrono::milliseconds(target_step_));
 }
 
 void FaultHook::before_save(int64_t step) {

@@ -10,6 +10,8 @@
 //   checkpoint  while the master writes the checkpoint (fires on the temporary's creation)
 //   sleep       no signal: the ordinal sleeps (up to 10 min) in the forward pass of that step,
 //               as a replica stuck outside any collective would (its peers time out)
+//   slow        no signal: the ordinal sleeps <step> milliseconds (at most 1000) in the forward
+//               pass of every step, as a straggler would (the launcher's straggler line names it)
 //
 //   FaultHook hook = FaultHook::from_env(checkpoint_path);   // inactive when unset
 //   hook.at_forward(step);  hook.before_save(step);
@@ -23,7 +25,7 @@ namespace xs::fmnist {
 
 inline constexpr const char* kTestFaultEnv = "XLA_SPAWN_TEST_FAULT";
 
-enum class FaultPoint { kNone, kForward, kAllReduce, kCheckpoint, kSleep };
+enum class FaultPoint { kNone, kForward, kAllReduce, kCheckpoint, kSleep, kSlow };
 
 class FaultHook {
  public:

@@ -106,6 +106,10 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
     for (const Replica& r : replicas_) pids.push_back(r.pid);
     corruption_ = job_.options->monitor->check(pids).value_or("");
   }
+  if (job_.options->monitor != nullptr) {
+    const std::string straggler = job_.options->monitor->straggler_report(job_.placement.first_ordinal);
+    if (!straggler.empty()) job_.mux->message(straggler);
+  }
   for (Replica& r : replicas_) {  // pipes a grandchild kept open: flush what we have
     for (int stream = 0; stream < 2; ++stream) {
       if (r.pipe_fds[stream] < 0) continue;

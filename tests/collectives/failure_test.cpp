@@ -10,7 +10,11 @@
 
 #include <fmt/format.h>
 
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/call_report.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 #include "tests/support/scoped_env.h"
@@ -218,6 +222,45 @@ TEST(MismatchTest, DifferentDTypesAndKindsAreReported) {
   });
   const JobResult result = job.wait(std::chrono::seconds(30));
   EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+// The arrival counts each ordinal keeps in its slot: ordinal 1 sleeps before every call, so
+// it is the last to arrive at each one (by at least the sleep), and the others hardly ever.
+TEST(ArrivalCountsTest, TheOrdinalThatComesLateIsCountedLastWithItsLateness) {
+  constexpr int kCalls = 30;
+  ForkJob job(3, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    float value = 1;
+    comm.barrier();  // the children start at different times: anyone may be last here
+    for (int i = 0; i < kCalls; ++i) {
+      if (child.ordinal == 1) ::usleep(10'000);
+      if (i % 2 == 0) comm.barrier();
+      else comm.all_reduce(&value, 1, DType::kF32, ReduceOp::kSum);
+    }
+    return std::string();
+  });
+  const auto result = job.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(result.all_ok()) << result.describe();
+  namespace bip = boost::interprocess;
+  bip::shared_memory_object shm(bip::open_only, job.segment_name().c_str(), bip::read_only);
+  bip::mapped_region region(shm, bip::read_only);
+  const std::vector<OrdinalCall> calls =
+      read_calls(region.get_address(), region.get_size(), 3, {});
+  ASSERT_EQ(calls.size(), 3u);
+  for (const OrdinalCall& c : calls) {
+    EXPECT_EQ(c.other.calls, kCalls + 1u) << c.ordinal;
+    EXPECT_GE(c.other.waited, uint64_t{kCalls}) << c.ordinal;
+    EXPECT_EQ(c.steps.calls, 0u) << c.ordinal;  // no runtime program made them
+  }
+  // A loaded machine may deschedule another ordinal for longer than the sleep now and then.
+  EXPECT_GE(calls[1].other.last, uint64_t{kCalls} - 2);
+  EXPECT_GE(calls[1].other.late_us, (uint64_t{kCalls} - 2) * 10'000);
+  EXPECT_LE(calls[0].other.last + calls[2].other.last, 3u);
+  const auto line = straggler_line(calls, 0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_TRUE(line->starts_with("ordinal 1 arrived last at ")) << *line;
+  EXPECT_NE(line->find(" collective calls that waited"), std::string::npos) << *line;
 }
 
 TEST(JobIsolationTest, TwoJobsAtOnceDoNotSeeEachOther) {

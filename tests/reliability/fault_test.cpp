@@ -214,7 +214,8 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   EXPECT_NE(err.find(fmt::format("ordinal 1 (pid {}, stopped): ", victim)), std::string::npos)
       << err;
   EXPECT_NE(err.find("waiting"), std::string::npos) << err;
-  EXPECT_NE(err.find("for ordinal 1\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("for ordinal 1; "), std::string::npos) << err;
+  EXPECT_NE(err.find(" waited, last to arrive at "), std::string::npos) << err;  // arrivals
   EXPECT_NE(err.find(", graph "), std::string::npos) << err;
   // No stacks on SIGUSR1: a healthy job's replicas are not signalled (see report_calls).
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -245,6 +246,28 @@ TEST_F(FaultTest, AReplicaStuckInASleepIsNamedWithItsStackWhenItsPeerTimesOut) {
   EXPECT_NE(err.find("[1]   at xs::fmnist::FaultHook::at_forward(long) (train_fmnist+"),
             std::string::npos)
       << err;
+  expect_nothing_left(run.pid());
+}
+
+// A straggler: ordinal 2 of 3 sleeps 20 ms in every step's forward pass, so it comes last to
+// nearly every step's gradient all-reduce; at the end the launcher names it.
+TEST_F(FaultTest, AReplicaSlowedOnPurposeIsNamedAsTheStragglerAtTheEnd) {
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "slow@2:20");
+  std::vector<std::string> a = {"-n", "3", "--timeout", "100"};
+  const std::vector<std::string> train = train_command(checkpoint(), 40);
+  a.insert(a.end(), train.begin(), train.end());
+  Launch run(a);
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << run.err();
+  const std::string err = run.err();
+  // Judged on the steps' gradient all-reduces, not the checkpoint's calls (every 3 steps),
+  // where ordinal 0, the writer, is the late one.
+  const size_t line = err.find("xla-spawn: ordinal 2 arrived last at ");
+  ASSERT_NE(line, std::string::npos) << err;
+  EXPECT_NE(err.find("training steps that waited", line), std::string::npos) << err;
+  EXPECT_NE(err.find("ms after the first on average", line), std::string::npos) << err;
+  EXPECT_EQ(err.find("ordinal 0 arrived last"), std::string::npos) << err;
+  EXPECT_EQ(err.find("ordinal 1 arrived last"), std::string::npos) << err;
   expect_nothing_left(run.pid());
 }
 

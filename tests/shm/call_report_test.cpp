@@ -105,6 +105,66 @@ TEST(CallReport, ReadsTheSlotsOfASegmentAndDistrustsGarbage) {
   EXPECT_LT(calls[1].seconds_waiting, 0);
 }
 
+// An ordinal's arrival counts: of `calls`, `waited` waited for a late arrival, and it was the
+// late one at `last` of those, `late_us` after the first in all.
+// In training steps unless `steps` is false.
+OrdinalCall arrivals(int ordinal, uint64_t waited, uint64_t last, uint64_t late_us,
+                     bool steps = true) {
+  OrdinalCall c = call(ordinal, 'S', 500, -1, -1);
+  (steps ? c.steps : c.other) = {500, waited, last, late_us};
+  return c;
+}
+
+TEST(StragglerLine, NamesAnOrdinalLastAtMoreThanHalfTheCallsThatWaited) {
+  const auto line = straggler_line(
+      {arrivals(0, 100, 20, 2'000), arrivals(1, 100, 25, 2'500), arrivals(2, 100, 55, 44'000)}, 4);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_TRUE(line->starts_with("ordinal 6 arrived last at 55% of the 100 training steps that "
+                                "waited (of 500), 0.80 ms after the first on average"))
+      << *line;
+}
+
+TEST(StragglerLine, TrainingStepsDecideWhenThereAreEnoughOfThem) {
+  // Ordinal 0 is last at the checkpoint's calls, ordinal 2 at the steps: the steps decide.
+  std::vector<OrdinalCall> calls = {arrivals(0, 100, 10, 1'000), arrivals(1, 100, 10, 1'000),
+                                    arrivals(2, 100, 80, 80'000)};
+  calls[0].other = {300, 300, 280, 560'000};
+  calls[1].other = calls[2].other = {300, 300, 10, 1'000};
+  auto line = straggler_line(calls, 0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_TRUE(line->starts_with("ordinal 2 arrived last at 80% of the 100 training steps")) << *line;
+  // Without steps (no runtime programs), every call counts.
+  for (OrdinalCall& c : calls) c.steps = {};
+  line = straggler_line(calls, 0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_TRUE(line->starts_with("ordinal 0 arrived last at 93% of the 300 collective calls that "
+                                "waited (of 300), 2.00 ms"))
+      << *line;
+}
+
+TEST(StragglerLine, StaysQuietWhenChanceExplainsIt) {
+  // Half of the calls at N = 3, or two thirds at N = 2 (chance alone gives a half there).
+  EXPECT_FALSE(straggler_line({arrivals(0, 100, 25, 0), arrivals(1, 100, 25, 0),
+                               arrivals(2, 100, 50, 40'000)}, 0));
+  EXPECT_FALSE(straggler_line({arrivals(0, 300, 100, 80'000), arrivals(1, 300, 200, 160'000)}, 0));
+  EXPECT_TRUE(straggler_line({arrivals(0, 300, 60, 6'000), arrivals(1, 300, 240, 192'000)}, 0));
+  // Too few calls waited for anyone.
+  EXPECT_FALSE(straggler_line({arrivals(0, 19, 0, 0), arrivals(1, 19, 0, 0), arrivals(2, 19, 19, 19'000)}, 0));
+  // One replica has nobody to be late for.
+  EXPECT_FALSE(straggler_line({arrivals(0, 100, 100, 100'000)}, 0));
+}
+
+TEST(StragglerLine, TheHangReportShowsEveryOrdinalsArrivals) {
+  const std::string report =
+      format_calls({arrivals(0, 200, 20, 4'000), arrivals(1, 200, 180, 900'000)}, 0);
+  EXPECT_NE(report.find("; 500 calls, 200 waited, last to arrive at 20, 0.20 ms late on average\n"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("  ordinal 1 arrived last at 90% of the 200 training steps"),
+            std::string::npos)
+      << report;
+}
+
 // What backtrace_symbols() gives, as the dump shows it.
 TEST(StackDump, FramesAreDemangledWithTheirModule) {
   EXPECT_EQ(describe_frame("/x/build/train_fmnist(_ZN2xs6Waiter9wait_slowEPKc+0x1f3) [0x55d0c0ffee00]"),
