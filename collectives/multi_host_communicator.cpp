@@ -7,6 +7,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/collectives/detail/hierarchy.h"
 #include "xla_spawn/collectives/detail/node_groups.h"
 #include "xla_spawn/collectives/reduce.h"
@@ -102,6 +103,9 @@ void MultiHostCommunicator::run(const detail::CallInfo& call,
                                   call.describe(), *broken_));
   }
   groups_->set_call(call);
+  TraceScope span(call.name, "collective");
+  if (call.dtype) span.arg("bytes", static_cast<int64_t>(call.n_elems * dtype_size(*call.dtype)));
+  span.arg("schedule", "hierarchical");
   try {
     body(detail::Hierarchy{topology_, local_.get(), *groups_});
   } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/splitmix64.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/collectives/buffer_arena.h"
 #include "xla_spawn/collectives/detail/registered_buffers.h"
 #include "xla_spawn/collectives/detail/rounds.h"
@@ -179,6 +180,9 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
               : choose_all_reduce_algorithm(n_bytes, world_size(), segment().spin_allowed());
   const bool direct = arena && (forced_direct || (!forced_ && all_reduce_algorithm(n_bytes, true) ==
                                                                   AllReduceAlgorithm::kDirect));
+  TraceScope span("all_reduce", "collective");
+  span.arg("bytes", static_cast<int64_t>(n_bytes));
+  span.arg("schedule", direct ? "direct (arena)" : all_reduce_algorithm_name(base).data());
   rounds_->begin_call("all_reduce",
                       CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, direct});
   // CMA permission is a collective of its own, negotiated once, by everyone at once.
@@ -229,6 +233,8 @@ void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int roo
                world_size() - 1);
   XS_CHECK_ARG(data != nullptr || n_elems == 0, "broadcast: null buffer for {} elements", n_elems);
   if (world_size() == 1) return;
+  TraceScope span("broadcast", "collective");
+  span.arg("bytes", static_cast<int64_t>(n_elems * dtype_size(dtype)));
   rounds_->begin_call("broadcast",
                       CallHeader{CallKind::kBroadcast, dtype, ReduceOp::kSum, n_elems, root});
   detail::broadcast(*rounds_, static_cast<std::byte*>(data), n_elems * dtype_size(dtype), root);
@@ -251,6 +257,8 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
   check_gather_pieces(pieces, total_bytes);
   if (world_size() == 1) return copy_to_pieces(pieces, 0, in, bytes);
   const Placed placed = place(in, bytes);
+  TraceScope span("all_gather", "collective");
+  span.arg("bytes", static_cast<int64_t>(total_bytes));
   rounds_->begin_call("all_gather", CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum,
                                                n_elems, 0, placed.in_arena});
   const auto* from = static_cast<const std::byte*>(in);
@@ -275,6 +283,8 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
   }
   const size_t in_bytes = n_elems * static_cast<size_t>(world_size()) * dtype_size(dtype);
   const Placed placed = place(in, in_bytes);
+  TraceScope span("reduce_scatter", "collective");
+  span.arg("bytes", static_cast<int64_t>(in_bytes));
   rounds_->begin_call("reduce_scatter",
                       CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0, placed.in_arena});
   const auto* from = static_cast<const std::byte*>(in);
@@ -298,6 +308,8 @@ void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, Red
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
   const Placed placed = place(data, n_bytes);
+  TraceScope span("reduce_ranges", "collective");
+  span.arg("bytes", static_cast<int64_t>(n_bytes));
   rounds_->begin_call("reduce_ranges", CallHeader{CallKind::kReduceRanges, dtype, op, n_elems,
                                                   digest, placed.in_arena});
   const int parity = publish(placed, data, n_bytes);
@@ -319,6 +331,8 @@ void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
   const Placed placed = place(data, n_bytes);
+  TraceScope span("gather_ranges", "collective");
+  span.arg("bytes", static_cast<int64_t>(n_bytes));
   rounds_->begin_call("gather_ranges", CallHeader{CallKind::kGatherRanges, dtype, ReduceOp::kSum,
                                                   n_elems, digest, placed.in_arena});
   const int parity = publish(placed, data, n_bytes);
@@ -331,6 +345,7 @@ void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
 
 void ShmCommunicator::barrier() {
   if (world_size() == 1) return;
+  TraceScope span("barrier", "collective");
   rounds_->begin_call("barrier", CallHeader{});
   rounds_->sync();
 }
@@ -341,6 +356,8 @@ std::vector<std::vector<std::byte>> ShmCommunicator::rendezvous(
                "rendezvous '{}': tag and payload take {} bytes, at most {} fit the staging", tag,
                tag.size() + payload.size(), rendezvous_capacity(*rounds_));
   if (world_size() == 1) return {std::vector<std::byte>(payload.begin(), payload.end())};
+  TraceScope span("rendezvous", "collective");
+  span.arg("bytes", static_cast<int64_t>(payload.size()));
   rounds_->begin_call("rendezvous",
                       CallHeader{CallKind::kRendezvous, DType::kBool, ReduceOp::kSum, 0, 0});
   return detail::rendezvous(*rounds_, tag, payload);

@@ -45,6 +45,9 @@ po::options_description describe_options() {
       ("bind-cores", po::bool_switch(),
        "pin ordinal k to the (k mod CPUs)-th allowed CPU (default: when 2 <= N <= CPUs)")
       ("no-bind-cores", po::bool_switch(), "never pin replicas to CPUs")
+      ("trace", po::value<std::string>()->value_name("FILE"),
+       "record a timeline of every replica (steps, compiles, collectives, data waits) and "
+       "write it to FILE as Chrome trace-event JSON (Perfetto, chrome://tracing)")
       ("max-restarts", po::value<std::string>()->value_name("K"),
        "after a failure, restart the whole group up to K times (default 0)")
       ("nnodes", po::value<std::string>()->value_name("N"),
@@ -67,7 +70,7 @@ bool takes_value(const std::string& name) {
   static const std::set<std::string> kValued = {
       "n",         "nprocs",       "log-dir",   "show-ordinals", "grace-period",
       "timeout",   "max-restarts", "nnodes",    "node-rank",     "master-addr",
-      "master-port", "rdzv-timeout"};
+      "master-port", "rdzv-timeout", "trace"};
   return kValued.count(name) > 0;
 }
 
@@ -157,6 +160,7 @@ void apply_values(const po::variables_map& vm, CommandLine& cl) {
                                                   : CoreBinding::kAuto;
   if (vm.count("log-dir")) s.output.log_dir = vm["log-dir"].as<std::string>();
   if (vm.count("log-dir") && s.output.log_dir.empty()) throw UsageError("--log-dir: empty path");
+  if (vm.count("trace")) s.trace_file = vm["trace"].as<std::string>();
   const auto flag = [&vm](const char* name) -> std::optional<std::string> {
     return vm.count(name) ? std::optional(vm[name].as<std::string>()) : std::nullopt;
   };

@@ -7,6 +7,8 @@
 #include <iostream>
 #include <optional>
 
+#include "xla_spawn/base/env.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/launcher/segment_monitor.h"
 #include "xla_spawn/launcher/segment_resources.h"
 
@@ -28,6 +30,7 @@ namespace {
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
+  trace::flush();  // _exit skips the exit hook that writes the last spans
   ::_exit(code);
 }
 
@@ -39,6 +42,7 @@ JobResult spawn(const std::function<void(int ordinal)>& fn, int nprocs,
   std::optional<SegmentResources> segment;
   std::optional<SegmentMonitor> monitor;  // validates its control block while the job runs
   SpawnOptions with_segment = options;
+  if (!with_segment.trace_file) with_segment.trace_file = env_string(trace::kFileEnv);
   if (with_segment.resources == nullptr) {
     with_segment.resources = &monitor.emplace(&segment.emplace());
     if (with_segment.monitor == nullptr) with_segment.monitor = &*monitor;

@@ -2,13 +2,17 @@
 
 #include <sys/resource.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/cluster/connection.h"
 #include "xla_spawn/launcher/detail/attempt.h"
 #include "xla_spawn/launcher/orphans.h"
@@ -42,6 +46,30 @@ void validate(int nprocs, const SupervisorOptions& options) {
                options.timeout.count());
   XS_CHECK_ARG(options.max_restarts >= 0, "max_restarts {} must not be negative",
                options.max_restarts);
+  if (options.trace_file) {
+    const std::filesystem::path file(*options.trace_file);
+    XS_CHECK_ARG(!options.trace_file->empty() && file.has_filename(),
+                 "--trace '{}': expected a file name", *options.trace_file);
+    const std::filesystem::path dir = std::filesystem::absolute(file).parent_path();
+    std::error_code ec;
+    XS_CHECK_ARG(std::filesystem::is_directory(dir, ec), "--trace {}: directory {} does not exist",
+                 *options.trace_file, dir.string());
+    XS_CHECK_ARG(::access(dir.c_str(), W_OK | X_OK) == 0,
+                 "--trace {}: directory {} is not writable", *options.trace_file, dir.string());
+  }
+}
+
+// After an attempt (and at the end of the job, when the parts go), the replicas' spans merged
+// into one file; a failure to write it is reported, not fatal: the job's outcome stands.
+void merge_trace(const detail::JobContext& job, bool last) {
+  if (job.trace_file.empty()) return;
+  try {
+    const int node = job.placement.nnodes > 1 ? job.placement.node : -1;
+    const size_t spans = trace::merge(job.trace_file, node, /*remove_parts=*/last);
+    if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_file));
+  } catch (const std::exception& e) {
+    job.mux->message(fmt::format("trace not written: {}", e.what()));
+  }
 }
 
 // The supervisor holds 3 fds per replica (two pipe ends and a pidfd): for large N, raise
@@ -79,6 +107,10 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
           : std::vector<EnvVar>();
   const std::vector<EnvVar> more = job.options->peers != nullptr ? job.options->peers->env() : torch_master_env();
   extra.insert(extra.end(), more.begin(), more.end());
+  if (!job.trace_file.empty()) {
+    extra.push_back({trace::kFileEnv, job.trace_file});
+    extra.push_back({trace::kT0Env, std::to_string(job.trace_t0_ns)});
+  }
   job.mux->begin_attempt(attempt);
   detail::Attempt run(job, attempt);
   return run.run(extra);
@@ -129,9 +161,17 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
   job.mux = &mux;
   job.signals = &signals;
   if (options.timeout.count() > 0) job.deadline = detail::Clock::now() + options.timeout;
+  if (options.trace_file) {
+    job.trace_file = std::filesystem::absolute(*options.trace_file).lexically_normal().string();
+    job.trace_t0_ns = trace::now_ns();
+  }
 
   JobResult result;
   result.job_id = job.job_id;
+  const auto finish = [&job](const JobResult& r) {
+    merge_trace(job, /*last=*/true);
+    return r;
+  };
   for (int attempt = 0;;) {
     const detail::AttemptResult a = run_attempt(job, attempt, options.resources);
     if (options.helper_pids) kill_orphans(options.helper_pids());
@@ -141,17 +181,19 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
     result.summary = a.summary;
     result.attempts = attempt + 1;
     if (options.peers != nullptr) {
-      if (settle_with_peers(a, attempt, *options.peers, mux, result)) return result;
+      if (settle_with_peers(a, attempt, *options.peers, mux, result)) return finish(result);
       attempt = result.attempts;
+      merge_trace(job, /*last=*/false);  // what the failed attempt recorded, should this be the end
       // Node 0's --max-restarts decides (NodeSession warns when this node's differs).
       mux.message(fmt::format("restarting all replicas of the job on every node: attempt {}",
                               attempt));
       continue;
     }
-    if (a.outcome == JobOutcome::kSucceeded) return result;
+    if (a.outcome == JobOutcome::kSucceeded) return finish(result);
     mux.report(a.summary);
-    if (a.outcome != JobOutcome::kFailed || attempt >= options.max_restarts) return result;
+    if (a.outcome != JobOutcome::kFailed || attempt >= options.max_restarts) return finish(result);
     ++attempt;
+    merge_trace(job, /*last=*/false);  // what the failed attempt recorded, should this be the end
     mux.message(fmt::format("restarting all {} replica(s): attempt {} of at most {}", nprocs,
                             attempt, options.max_restarts + 1));
   }

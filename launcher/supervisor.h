@@ -90,6 +90,9 @@ struct SupervisorOptions {
   // Set when every replica is a program (the CLI): replicas are started with spawn_replica
   // (launcher/child_process.h), cheaper than forking for the ReplicaBody, which is then unused.
   const ExecCommand* exec = nullptr;  // not owned
+  // --trace FILE: the replicas record a timeline (base/trace.h) and the supervisor merges it
+  // into FILE after every attempt. Checked before anything starts (its directory must exist).
+  std::optional<std::string> trace_file;
 };
 
 struct JobResult {

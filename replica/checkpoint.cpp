@@ -11,6 +11,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/replica/detail/atomic_file.h"
 #include "xla_spawn/replica/detail/checkpoint_format.h"
 #include "xla_spawn/replica/detail/checkpoint_reader.h"
@@ -189,6 +190,7 @@ const std::string& Checkpoint::meta_string(std::string_view key) const {
 
 std::vector<uint8_t> serialize_checkpoint(std::span<const TensorRef> tensors,
                                           const CheckpointMetadata& metadata) {
+  TraceScope span("checkpoint write", "checkpoint");
   const Layout layout = plan_layout(tensors, metadata);
   std::vector<uint8_t> image;
   image.reserve(layout.file_size);
@@ -200,12 +202,14 @@ std::vector<uint8_t> serialize_checkpoint(std::span<const TensorRef> tensors,
 
 void save_checkpoint(const std::string& path, std::span<const TensorRef> tensors,
                      const CheckpointMetadata& metadata) {
+  TraceScope span("checkpoint write", "checkpoint");
   const Layout layout = plan_layout(tensors, metadata);
   detail::remove_stale_temps(path);
   detail::AtomicFileWriter out(path, "checkpoint");
   emit(tensors, layout, [&](std::span<const uint8_t> b) { out.write(b); });
   XS_CHECK_EQ(out.size_bytes(), layout.file_size, "save_checkpoint: file size");
   out.commit();
+  span.arg("bytes", static_cast<int64_t>(layout.file_size));
 }
 
 void save_checkpoint(const std::string& path, const std::vector<HostTensor>& tensors,

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "xla_spawn/base/check.h"
+#include "xla_spawn/base/trace.h"
 
 namespace xs::xm {
 
@@ -16,7 +17,11 @@ DeviceLoader::DeviceLoader(BatchLoader& host) : host_(host) {}
 
 std::optional<DeviceBatch> DeviceLoader::next() {
   const auto start = std::chrono::steady_clock::now();
-  std::optional<HostBatch> hb = host_.next();
+  std::optional<HostBatch> hb;
+  {
+    TraceScope span("data wait", "data");
+    hb = host_.next();
+  }
   last_wait_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!hb) return std::nullopt;

@@ -7,6 +7,7 @@
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/log.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/cluster/job_token.h"
 #include "xla_spawn/cluster/store_client.h"
 #include "xla_spawn/collectives/local_communicator.h"
@@ -79,6 +80,7 @@ void init() {
   auto s = std::make_unique<State>();
   s->context = ReplicaContext::from_env();
   init_logging(fmt::format("ordinal {}", s->context.ordinal));
+  trace::start_from_env(s->context.ordinal, s->context.attempt);
   s->communicator = make_communicator(s->context);
   s->debug_replicas = env_bool(kDebugReplicasEnv).value_or(false);
   runtime().set_communicator(s->communicator.get());
@@ -87,6 +89,7 @@ void init() {
 
 void shutdown() {
   if (!state()) return;
+  trace::flush();
   if (runtime().communicator() == state()->communicator.get()) runtime().set_communicator(nullptr);
   state().reset();
 }

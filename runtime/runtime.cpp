@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <unordered_map>
 
@@ -12,6 +13,7 @@
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/running_graph.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/collectives/communicator.h"
 #include "xla_spawn/runtime/graph.h"
 #include "xla_spawn/runtime/hash.h"
@@ -103,6 +105,9 @@ void Runtime::sync(std::span<TensorImpl* const> tensors) {
 
 void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   if (pending.empty()) return;
+  TraceScope span(is_step ? "mark_step" : "sync (host read)", "step");
+  if (span.active()) span.arg("step", metrics_.counter(kCounterMarkStep));
+  std::optional<TraceScope> cut_span(std::in_place, "cut and hash", "step");
   std::vector<NodePtr> roots;
   std::unordered_map<const Node*, size_t> root_of;
   for (TensorImpl* impl : pending) {
@@ -110,6 +115,9 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   }
   Graph graph = cut_graph(roots, /*allow_donation=*/is_step);
   roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
+  cut_span.reset();
+  span.arg("graph", static_cast<int64_t>(graph.hash), /*hex=*/true);
+  span.arg("nodes", static_cast<int64_t>(graph.nodes.size()));
   // Every collective call from here (the graph-hash check, the program's own) is this graph's.
   running_graph_hash.store(graph.hash, std::memory_order_relaxed);
   if (is_step) graph_steps.fetch_add(1, std::memory_order_relaxed);
@@ -121,6 +129,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   std::vector<BufferPtr> outputs;
   try {
     ScopedTimer timer(metrics_, kTimerExecuteTime);
+    TraceScope run_span("run", "step");
     const bool collective = communicator_ != nullptr && communicator_->world_size() > 1;
     outputs = program->run(graph.inputs, {communicator_, &metrics_, collective ? &scratch_ : nullptr});
   } catch (const PeerFailure& e) {
@@ -192,6 +201,9 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
   }
   {
     ScopedTimer timer(metrics_, kTimerCompileTime);
+    TraceScope span("compile", "compile");
+    span.arg("graph", static_cast<int64_t>(graph.hash), /*hex=*/true);
+    span.arg("nodes", static_cast<int64_t>(graph.nodes.size()));
     if (options_.codegen && options_.compile_cache_dir && !disk_cache_) {
       disk_cache_ = std::make_unique<detail::ObjectCache>(*options_.compile_cache_dir);
     }

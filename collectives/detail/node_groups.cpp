@@ -22,6 +22,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/base/splitmix64.h"
 #include "xla_spawn/collectives/reduce.h"
 
@@ -180,6 +181,8 @@ void NodeGroups::run(std::span<const int> holders, const Op& op) {
       total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   } add{network_seconds_, start};
+  TraceScope span("network (gloo)", "network");
+  span.arg("elements", static_cast<int64_t>(call_.n_elems));
   std::string gloo_text;
   try {
     return op(context(holders));

@@ -8,6 +8,7 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/running_graph.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/shm/call_report.h"
 #include "xla_spawn/shm/futex.h"
 
@@ -107,7 +108,10 @@ void Rounds::sync() {
   mine.arrived_us = arrived_us_;
   mine.in_arena = header_.in_arena ? 1 : 0;
   post(mine, round);
+  // The timeline's view of the call's first round: how long this replica waited for the last.
+  const int64_t wait_start = check_pending_ && trace_on.load(std::memory_order_relaxed) ? trace::now_ns() : 0;
   wait_all(round, parity);
+  if (wait_start != 0) trace::record("wait for peers", "wait", wait_start, trace::now_ns());
   if (check_pending_) {
     check_pending_ = false;
     check_call(parity);

@@ -32,6 +32,9 @@ struct JobContext {
   OutputMux* mux = nullptr;
   SignalPipe* signals = nullptr;
   Clock::time_point deadline = Clock::time_point::max();  // --timeout, whole job
+  // --trace: the merged file (absolute) and time 0 of every replica's spans (CLOCK_MONOTONIC).
+  std::string trace_file;
+  int64_t trace_t0_ns = 0;
 };
 
 struct AttemptResult {

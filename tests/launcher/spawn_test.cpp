@@ -8,7 +8,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -18,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/shm/segment.h"
 
 namespace xs {
@@ -89,6 +93,29 @@ TEST(SpawnTest, ChildrenAttachTheJobsSegmentWhichIsGoneAfterwards) {
   EXPECT_EQ(name, segment_name(r.job_id));
   EXPECT_EQ(captured.lines[2].at(0), name);
   EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name)) << name << " left behind";
+}
+
+// spawn(fn) merges the timeline as xla-spawn does, from XLA_SPAWN_TRACE (each child starts
+// recording as xm::init() would).
+TEST(SpawnTest, XlaSpawnTraceGivesOneTimelineOfTheChildren) {
+  const std::string file = fmt::format("{}/xs-spawn-trace-{}.json",
+                                       std::filesystem::temp_directory_path().string(), ::getpid());
+  ::setenv(trace::kFileEnv, file.c_str(), 1);
+  const JobResult r = spawn(
+      [](int ordinal) {
+        trace::start_from_env(ordinal, 0);
+        TraceScope span("user span");
+      },
+      2);
+  ::unsetenv(trace::kFileEnv);
+  EXPECT_EQ(r.exit_code, 0) << r.summary;
+  std::ifstream in(file);
+  const std::string json{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::filesystem::remove(file);
+  EXPECT_NE(json.find("\"args\":{\"name\":\"ordinal 0\"}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"args\":{\"name\":\"ordinal 1\"}"), std::string::npos) << json;
+  EXPECT_EQ(std::count(json.begin(), json.end(), 'X'), 2) << json;  // "ph":"X" twice
+  EXPECT_FALSE(std::filesystem::exists(trace::part_path(file, 0, 0)));
 }
 
 TEST(SpawnFailureTest, ThrowingChildExitsOneAndTheSummaryCarriesWhat) {

@@ -1,0 +1,107 @@
+#pragma once
+// The timeline (`xla-spawn --trace FILE`): each replica records spans (mark_step and its
+// phases, every collective and the wait inside it, data waits, checkpoint writes, user
+// scopes) into memory and writes them to its part file; the launcher merges the parts into one
+// Chrome trace-event JSON file (merge_trace below) that Perfetto and chrome://tracing open.
+//
+//   xs::TraceScope span("evaluate");              // a user span, on the calling thread
+//   span.arg("samples", n);
+//
+// Off (the default) every entry point is one load of a global flag. On, a span costs two
+// clock reads and an append under an uncontended mutex (~0.1 us). Spans of one thread nest
+// (a scope's destructor ends it); times are CLOCK_MONOTONIC, shared by every process of a
+// host, relative to the launcher's start (XLA_SPAWN_TRACE_T0).
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xs {
+
+// Tracing is on in this process (start_trace ran).
+inline std::atomic<bool> trace_on{false};
+
+namespace trace {
+
+inline constexpr const char* kFileEnv = "XLA_SPAWN_TRACE";  // the merged file, set by the launcher
+inline constexpr const char* kT0Env = "XLA_SPAWN_TRACE_T0";  // CLOCK_MONOTONIC ns of time 0
+inline constexpr int kMaxArgs = 4;
+
+// Starts recording for global ordinal `ordinal` of `attempt`, writing spans to
+// part_path(file, attempt, ordinal) (created 0600, an existing one replaced, never through a
+// symlink) when the buffer fills and at exit. Throws xs::IoError when the part cannot be
+// created. start_from_env() does it when XLA_SPAWN_TRACE is set (replica start-up).
+void start(const std::string& file, int ordinal, int attempt, int64_t t0_ns);
+void start_from_env(int ordinal, int attempt);
+// Writes what is buffered to the part file (also at exit and when the buffer fills). Safe
+// to call when tracing is off.
+void flush() noexcept;
+// Stops recording and closes the part (tests; spans recorded afterwards are dropped).
+void stop() noexcept;
+
+// "<file>.<attempt>.<ordinal>.part": where a replica writes its spans.
+std::string part_path(const std::string& file, int attempt, int ordinal);
+
+int64_t now_ns() noexcept;  // CLOCK_MONOTONIC
+
+struct Arg {
+  const char* key = nullptr;  // a literal: kept by pointer
+  int64_t value = 0;
+  bool hex = false;            // shown as a 16-digit hex string (graph hashes)
+  const char* text = nullptr;  // a literal shown instead of the value
+};
+
+// Records a complete span [start_ns, end_ns) on the calling thread. `name` and `category`
+// must outlive the process's tracing (literals, or intern()ed).
+void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
+            const Arg* args = nullptr, int n_args = 0) noexcept;
+// A stable copy of a run-time name, for record().
+const char* intern(const std::string& name);
+
+// Merges the parts of `file` (every attempt and ordinal found next to it) into `file`:
+// {"traceEvents": [...]} with one track per ordinal, named "ordinal K" ("node N, ordinal K"
+// when node >= 0), and per attempt when there were several. Written atomically (temporary,
+// then rename); an unfinished last line of a part (a replica killed mid-write) is dropped.
+// Returns the number of spans written; throws xs::IoError when the file cannot be written.
+// `remove_parts` deletes the parts afterwards.
+size_t merge(const std::string& file, int node, bool remove_parts);
+
+}  // namespace trace
+
+// A span from construction to destruction, on the calling thread; nothing when tracing is off.
+class TraceScope {
+ public:
+  explicit TraceScope(const char* name, const char* category = "user") noexcept {
+    if (trace_on.load(std::memory_order_relaxed)) begin(name, category);
+  }
+  // A run-time name (interned once per distinct name).
+  explicit TraceScope(const std::string& name, const char* category = "user");
+  ~TraceScope() {
+    if (name_ != nullptr) end();
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+  // Up to trace::kMaxArgs arguments shown with the span (more are dropped): integers, hashes
+  // (hex) and literal strings.
+  void arg(const char* key, int64_t value, bool hex = false) noexcept {
+    if (name_ != nullptr && n_args_ < trace::kMaxArgs) args_[n_args_++] = {key, value, hex, nullptr};
+  }
+  void arg(const char* key, const char* text) noexcept {
+    if (name_ != nullptr && n_args_ < trace::kMaxArgs) args_[n_args_++] = {key, 0, false, text};
+  }
+  bool active() const { return name_ != nullptr; }
+
+ private:
+  void begin(const char* name, const char* category) noexcept;
+  void end() noexcept;
+
+  const char* name_ = nullptr;
+  const char* category_ = nullptr;
+  int64_t start_ns_ = 0;
+  int n_args_ = 0;
+  trace::Arg args_[trace::kMaxArgs];
+};
+
+}  // namespace xs

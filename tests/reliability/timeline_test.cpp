@@ -1,0 +1,93 @@
+// The timeline end to end: `xla-spawn --trace FILE` over a real train_fmnist job at N = 4 gives
+// one valid trace-event file with a track per ordinal whose spans nest
+// (scripts/check-trace), and a bad --trace is refused before anything starts.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "tests/launcher/launch_support.h"
+#include "tests/reliability/job_probe.h"
+
+namespace xs::testing {
+namespace {
+
+// The checker's output and exit status (-1 when python3 cannot run it).
+std::pair<int, std::string> check_trace(const std::string& args) {
+  const std::string command = fmt::format("python3 {} {} 2>&1", XS_CHECK_TRACE_SCRIPT, args);
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+bool has_python3() { return std::system("python3 -c pass >/dev/null 2>&1") == 0; }
+
+TEST(TimelineTest, ATrainingJobAtFourReplicasGivesOneNestedTrackPerOrdinal) {
+  if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
+  TempDir dir;
+  const std::string file = dir.path() + "/train.json";
+  const RunResult r = run_xla_spawn(
+      {"-n", "4", "--trace", file, "--", train_fmnist_path(), "--model", "mlp", "--batch-size",
+       "16", "--epochs", "1", "--max-steps", "12", "--train-samples", "4096", "--no-eval",
+       "--seed", "7", "--checkpoint", dir.path() + "/model.ckpt", "--checkpoint-every", "6"},
+      std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("xla-spawn: trace of "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(" span(s) written to " + file), std::string::npos) << r.err;
+  const auto [status, out] = check_trace(
+      fmt::format("'{}' --ordinals 4 --require mark_step --require run --require compile "
+                  "--require 'wait for peers' --require 'data wait' --require reduce_scatter "
+                  "--require all_gather",
+                  file));
+  EXPECT_EQ(status, 0) << out;
+  // The master writes the checkpoints, the others do not.
+  const std::string writers = check_trace(fmt::format("'{}' --require 'checkpoint write'", file)).second;
+  EXPECT_NE(writers.find("ordinal 1 has no 'checkpoint write' span"), std::string::npos) << writers;
+  EXPECT_EQ(writers.find("ordinal 0 has no"), std::string::npos) << writers;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_FALSE(entry.path().string().ends_with(".part")) << entry.path() << " left behind";
+  }
+}
+
+TEST(TimelineTest, TheCheckerFailsOnSpansThatOverlapWithoutNesting) {
+  if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
+  TempDir dir;
+  const std::string file = dir.path() + "/bad.json";
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(
+        "{\"traceEvents\":[{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
+        "\"args\":{\"name\":\"ordinal 0\"}},"
+        "{\"name\":\"a\",\"ph\":\"X\",\"ts\":0,\"dur\":10,\"pid\":0,\"tid\":0},"
+        "{\"name\":\"b\",\"ph\":\"X\",\"ts\":5,\"dur\":10,\"pid\":0,\"tid\":0}]}",
+        f);
+    std::fclose(f);
+  }
+  const auto [status, out] = check_trace("'" + file + "' --ordinals 1");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("'b' [5, 15] overlaps 'a' [0, 10] without nesting"), std::string::npos) << out;
+}
+
+TEST(TimelineTest, ATraceFileInAMissingDirectoryIsRefusedBeforeAnythingStarts) {
+  TempDir dir;
+  const RunResult r = run_xla_spawn(
+      {"-n", "2", "--trace", dir.path() + "/no/such/dir/t.json", "--", helper_path(), "--do",
+       "exit:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--trace " + dir.path() + "/no/such/dir/t.json: directory " + dir.path() +
+                       "/no/such/dir does not exist"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace xs::testing
