@@ -127,6 +127,11 @@ COVERAGE = {
     "PYTHONPATH=build/python xla-spawn -n 2 -- python3 examples/python/ddp_fmnist.py --epochs 1":
         run("tour", expect=[r"result backend=xla_spawn world=2 accuracy=0\.(8[3-9]|9)"],
             requires=["python-torch", "data"]),
+    "xla-spawn -n 4 --trace trace.json -- build/examples/train_fmnist --epochs 1 --max-steps 60 "
+    "--no-eval": run("tour", expect=[r"trace of \d+ span\(s\) written to .*/trace\.json"],
+                     requires=["data"]),
+    "scripts/plot-trace trace.json --from 40 --steps 3":
+        ctest(r"^TimelineTest\.PlotTraceDrawsAFewStepsOfATrainingJob$"),
     "xla-spawn --help": run("tour", expect=[r"usage: xla-spawn \[options\] -- COMMAND"]),
     "xla-spawn --version": run("tour", expect=[r"^xla-spawn \d+\.\d+\.\d+$"]),
     "scripts/bench-launch 200": short("bench", expect=[r"ratio xla-spawn/floor"]),
@@ -140,6 +145,8 @@ COVERAGE = {
         "multihost", expect=[r"2 hosts x 2 replicas, veth: medians over 1 run"]),
     "scripts/bench-python --reps 3": short(
         "bench", expect=[r"N = 2: xla_spawn \d+, gloo \d+, ratio"], requires=["torch", "package"]),
+    "scripts/bench-trace --priority --rounds 9": short(
+        "bench", expect=[r"medians \(samples/s\): off \d+, on \d+; on / off"], requires=["data"]),
     'scripts/bench-lm --replicas "1 2" --reps 2': short(
         "bench", expect=[r"N = 2: median tokens/s xla-spawn \d+, torch \d+"],
         requires=["torch"]),

@@ -57,6 +57,29 @@ TEST(TimelineTest, ATrainingJobAtFourReplicasGivesOneNestedTrackPerOrdinal) {
   }
 }
 
+// scripts/plot-trace draws a few steps of a real trace as a PNG (the docs show one).
+TEST(TimelineTest, PlotTraceDrawsAFewStepsOfATrainingJob) {
+  if (!has_python3() || std::system("gnuplot --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 or gnuplot is missing (scripts/plot-trace needs both)";
+  }
+  TempDir dir;
+  const std::string file = dir.path() + "/train.json", png = dir.path() + "/steps.png";
+  const RunResult r = run_xla_spawn(
+      {"-n", "2", "--trace", file, "--", train_fmnist_path(), "--model", "mlp", "--batch-size",
+       "16", "--epochs", "1", "--max-steps", "10", "--train-samples", "4096", "--no-eval"},
+      std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string command =
+      fmt::format("python3 {} '{}' -o '{}' --from 3 --steps 3 2>&1", XS_PLOT_TRACE_SCRIPT, file, png);
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  std::FILE* f = std::fopen(png.c_str(), "rb");
+  ASSERT_NE(f, nullptr) << png << " not written";
+  unsigned char magic[8] = {};
+  EXPECT_EQ(std::fread(magic, 1, sizeof magic, f), sizeof magic);
+  std::fclose(f);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(magic), 8), "\x89PNG\r\n\x1a\n");
+}
+
 TEST(TimelineTest, TheCheckerFailsOnSpansThatOverlapWithoutNesting) {
   if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
   TempDir dir;
