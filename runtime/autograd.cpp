@@ -132,8 +132,8 @@ void backward(const Tensor& root, const Tensor& grad_root, SourceLoc loc) {
     // line a user can act on, not one inside grad_rules.cpp.
     // Unknown (the forward op was recorded outside any op call): backward()'s line stays.
     const RecordSite forward{node->output != nullptr ? node->output->site.loc : SourceLoc(), true};
-    detail::SiteScope at_forward(forward, forward.known() ? detail::SiteScope::kOverride
-                                                          : detail::SiteScope::kOutermost);
+    detail::SiteScope at_forward(
+        forward, forward.known() ? detail::SiteScope::kOverride : detail::SiteScope::kOutermost);
     const std::vector<Tensor> grads = run_rule(*node, grad_out);
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;

@@ -8,7 +8,8 @@
 namespace xs {
 
 GraphSummary summarize(const Graph& graph, int64_t step, bool step_graph, bool ir_debug) {
-  return GraphSummary{graph.hash, step, step_graph, ir_debug, graph.nodes, graph.roots, graph.donated};
+  return GraphSummary{graph.hash,  step,        step_graph,   ir_debug,
+                      graph.nodes, graph.roots, graph.donated};
 }
 
 namespace {
@@ -49,16 +50,21 @@ std::string first_use(const GraphSummary& g, size_t i) {
 }
 
 std::string type_change(const ValueType& a, const ValueType& b) {
-  if (a.dtype == b.dtype) return fmt::format("shape {} -> {}", shape_str(a.shape), shape_str(b.shape));
-  if (a.shape == b.shape) return fmt::format("dtype {} -> {}", dtype_name(a.dtype), dtype_name(b.dtype));
+  if (a.dtype == b.dtype)
+    return fmt::format("shape {} -> {}", shape_str(a.shape), shape_str(b.shape));
+  if (a.shape == b.shape)
+    return fmt::format("dtype {} -> {}", dtype_name(a.dtype), dtype_name(b.dtype));
   return fmt::format("{} -> {}", type_str(a), type_str(b));
 }
 
 std::string attrs_change(const Attrs& a, const Attrs& b) {
   std::vector<std::string> parts;
-  if (a.ints != b.ints) parts.push_back(fmt::format("ints [{}] -> [{}]", fmt::join(a.ints, ", "), fmt::join(b.ints, ", ")));
+  if (a.ints != b.ints)
+    parts.push_back(
+        fmt::format("ints [{}] -> [{}]", fmt::join(a.ints, ", "), fmt::join(b.ints, ", ")));
   if (a.scalar != b.scalar) parts.push_back(fmt::format("scalar {} -> {}", a.scalar, b.scalar));
-  if (a.dtype != b.dtype) parts.push_back(fmt::format("dtype {} -> {}", dtype_name(a.dtype), dtype_name(b.dtype)));
+  if (a.dtype != b.dtype)
+    parts.push_back(fmt::format("dtype {} -> {}", dtype_name(a.dtype), dtype_name(b.dtype)));
   if (a.flag != b.flag) parts.push_back(fmt::format("flag {} -> {}", a.flag, b.flag));
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -81,14 +87,16 @@ std::string explain_leaf(const GraphSummary& old, const GraphSummary& now, size_
                        type_str(o.type), n.attrs.scalar, k, where, kConstantHint);
   }
   if (n.op == Op::kData) {
-    return fmt::format("the constant {} (op {}) became the data scalar input {} ({}){}{}", o.attrs.scalar, k,
-                       n.input, type_str(n.type), where, kConstantHint);
+    return fmt::format("the constant {} (op {}) became the data scalar input {} ({}){}{}",
+                       o.attrs.scalar, k, n.input, type_str(n.type), where, kConstantHint);
   }
   if (o.attrs.scalar != n.attrs.scalar) {
-    return fmt::format("op {} constant: value {} -> {}{}{}", k, o.attrs.scalar, n.attrs.scalar, where,
+    return fmt::format("op {} constant: value {} -> {}{}{}", k, o.attrs.scalar, n.attrs.scalar,
+                       where,
                        o.type == n.type ? "" : fmt::format(", {}", type_change(o.type, n.type)));
   }
-  return fmt::format("op {} constant {}: {}{}", k, n.attrs.scalar, type_change(o.type, n.type), where);
+  return fmt::format("op {} constant {}: {}{}", k, n.attrs.scalar, type_change(o.type, n.type),
+                     where);
 }
 
 // At node k both graphs have the same op; its attributes, operands or type differ.
@@ -114,8 +122,9 @@ std::string explain_same_op(const GraphSummary& old, const GraphSummary& now, si
 }
 
 std::string describe(const GraphSummary& g, size_t i) {
-  return g.nodes[i].op == Op::kData ? name_of(g, i) + " " + type_str(g.nodes[i].type) + first_use(g, i)
-                                    : name_of(g, i) + recorded_at(g.nodes[i].site);
+  return g.nodes[i].op == Op::kData
+             ? name_of(g, i) + " " + type_str(g.nodes[i].type) + first_use(g, i)
+             : name_of(g, i) + recorded_at(g.nodes[i].site);
 }
 
 // At node k the ops differ, or one graph has ended: say what was added, removed or replaced.
@@ -127,7 +136,8 @@ std::string explain_other_op(const GraphSummary& old, const GraphSummary& now, s
   // One node in, or out, and the rest lines up again: an insertion or a removal.
   const bool inserted = k + 1 < nn && now.nodes[k + 1].op == old.nodes[k].op;
   const bool removed = k + 1 < on && old.nodes[k + 1].op == now.nodes[k].op;
-  if (inserted && !removed) return fmt::format("new {} before {}", describe(now, k), name_of(old, k));
+  if (inserted && !removed)
+    return fmt::format("new {} before {}", describe(now, k), name_of(old, k));
   if (removed && !inserted) return fmt::format("{} of the cached graph is gone", describe(old, k));
   return fmt::format("{} where the cached graph has {}", describe(now, k), describe(old, k));
 }
@@ -148,11 +158,11 @@ std::string explain_same_nodes(const GraphSummary& old, const GraphSummary& now)
   for (size_t i = 0; i < now.nodes.size(); ++i) {
     const int in = now.nodes[i].input;
     if (in < 0 || old.donated[in] == now.donated[in]) continue;
-    return fmt::format(
-        "input {} {}{} {}", in, type_str(now.nodes[i].type), first_use(now, i),
-        now.donated[in] ? "is donated now (nothing outside the step holds its buffer any more)"
-                        : "is no longer donated: a handle outside the step holds its buffer (a "
-                          "copy of a tensor the step updates)");
+    return fmt::format("input {} {}{} {}", in, type_str(now.nodes[i].type), first_use(now, i),
+                       now.donated[in]
+                           ? "is donated now (nothing outside the step holds its buffer any more)"
+                           : "is no longer donated: a handle outside the step holds its buffer (a "
+                             "copy of a tensor the step updates)");
   }
   return "no difference in nodes, results or donation flags";
 }
@@ -172,8 +182,9 @@ std::string explain_recompile(const GraphSummary& old, const GraphSummary& now) 
   const auto leaf = [](const GNode& n) { return n.op == Op::kData || n.op == Op::kConst; };
   std::string what;
   if (old.hash == now.hash) {
-    what = "the same graph was compiled before and its program evicted from the compile cache "
-           "(more distinct graphs than XLA_SPAWN_COMPILE_CACHE_SIZE)";
+    what =
+        "the same graph was compiled before and its program evicted from the compile cache "
+        "(more distinct graphs than XLA_SPAWN_COMPILE_CACHE_SIZE)";
   } else if (k == on && k == nn) {
     what = explain_same_nodes(old, now);
   } else if (k < on && k < nn && leaf(old.nodes[k]) && leaf(now.nodes[k])) {
@@ -183,12 +194,14 @@ std::string explain_recompile(const GraphSummary& old, const GraphSummary& now) 
   } else {
     what = explain_other_op(old, now, k);
   }
-  const std::string when = now.step_graph ? fmt::format("step {} recompiled", now.step)
-                                          : fmt::format("a host read after step {} compiled", now.step);
+  const std::string when = now.step_graph
+                               ? fmt::format("step {} recompiled", now.step)
+                               : fmt::format("a host read after step {} compiled", now.step);
   return fmt::format(
-      "{}: {}; compared with graph {:016x} from step {}, which has the same first {} of {} nodes{}", when,
-      what, old.hash, old.step, k, now.nodes.size(),
-      now.ir_debug ? "" : " (set XLA_SPAWN_IR_DEBUG=1 to see the source line that recorded each op)");
+      "{}: {}; compared with graph {:016x} from step {}, which has the same first {} of {} nodes{}",
+      when, what, old.hash, old.step, k, now.nodes.size(),
+      now.ir_debug ? ""
+                   : " (set XLA_SPAWN_IR_DEBUG=1 to see the source line that recorded each op)");
 }
 
 void GraphHistory::insert(GraphSummary summary) {
@@ -207,7 +220,8 @@ void GraphHistory::insert(GraphSummary summary) {
 }
 
 void GraphHistory::touch(uint64_t hash) {
-  if (auto it = index_.find(hash); it != index_.end()) order_.splice(order_.begin(), order_, it->second);
+  if (auto it = index_.find(hash); it != index_.end())
+    order_.splice(order_.begin(), order_, it->second);
 }
 
 const GraphSummary* GraphHistory::closest(const GraphSummary& now) const {
@@ -215,10 +229,11 @@ const GraphSummary* GraphHistory::closest(const GraphSummary& now) const {
   size_t best_prefix = 0;
   bool best_same_kind = false;
   for (const GraphSummary& g : order_) {  // most recent first: a later one must do strictly better
-    if (g.hash == now.hash) return &g;     // compiled before: its program was evicted
+    if (g.hash == now.hash) return &g;    // compiled before: its program was evicted
     const bool same_kind = g.step_graph == now.step_graph;
     const size_t prefix = common_prefix(g, now);
-    if (best != nullptr && (best_same_kind > same_kind || (best_same_kind == same_kind && prefix <= best_prefix)))
+    if (best != nullptr &&
+        (best_same_kind > same_kind || (best_same_kind == same_kind && prefix <= best_prefix)))
       continue;
     best = &g;
     best_prefix = prefix;

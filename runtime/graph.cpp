@@ -100,8 +100,8 @@ std::string graph_text(const Graph& graph) {
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const GNode& n = graph.nodes[i];
     out += fmt::format("  %{} = {}{}({}){}{}{}\n", i, op_name(n.op),
-                       n.input >= 0 ? fmt::format("#{}", n.input) : "",
-                       fmt::join(n.operands, ", "), attrs_text(n), " : " + type_str(n.type),
+                       n.input >= 0 ? fmt::format("#{}", n.input) : "", fmt::join(n.operands, ", "),
+                       attrs_text(n), " : " + type_str(n.type),
                        n.site.known() ? "  @ " + site_text(n.site) : "");
   }
   out += fmt::format("  roots: [{}]\n", fmt::join(graph.roots, ", "));

@@ -23,8 +23,10 @@ Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs, SourceLoc
   return result;
 }
 
-#define XS_UNARY(fn, op) \
-  Tensor fn(const Tensor& x, SourceLoc loc) { return record(Op::op, {x}, {}, loc); }
+#define XS_UNARY(fn, op)                      \
+  Tensor fn(const Tensor& x, SourceLoc loc) { \
+    return record(Op::op, {x}, {}, loc);      \
+  }
 XS_UNARY(neg, kNeg)
 XS_UNARY(abs, kAbs)
 XS_UNARY(sign, kSign)
@@ -44,8 +46,10 @@ XS_UNARY(cos, kCos)
 XS_UNARY(logical_not, kLogicalNot)
 #undef XS_UNARY
 
-#define XS_BINARY(fn, op) \
-  Tensor fn(const Tensor& a, const Tensor& b, SourceLoc loc) { return record(Op::op, {a, b}, {}, loc); }
+#define XS_BINARY(fn, op)                                      \
+  Tensor fn(const Tensor& a, const Tensor& b, SourceLoc loc) { \
+    return record(Op::op, {a, b}, {}, loc);                    \
+  }
 XS_BINARY(add, kAdd)
 XS_BINARY(sub, kSub)
 XS_BINARY(mul, kMul)
@@ -76,17 +80,27 @@ Tensor cast(const Tensor& x, DType dtype, SourceLoc loc) {
 }
 
 // The scalar made for a double operand takes the caller's line too.
-Tensor operator+(OperandAt a, const Tensor& b) { return add(a.tensor, b, a.loc); }
-Tensor operator-(OperandAt a, const Tensor& b) { return sub(a.tensor, b, a.loc); }
-Tensor operator*(OperandAt a, const Tensor& b) { return mul(a.tensor, b, a.loc); }
-Tensor operator/(OperandAt a, const Tensor& b) { return div(a.tensor, b, a.loc); }
-Tensor operator-(OperandAt a) { return neg(a.tensor, a.loc); }
+Tensor operator+(OperandAt a, const Tensor& b) {
+  return add(a.tensor, b, a.loc);
+}
+Tensor operator-(OperandAt a, const Tensor& b) {
+  return sub(a.tensor, b, a.loc);
+}
+Tensor operator*(OperandAt a, const Tensor& b) {
+  return mul(a.tensor, b, a.loc);
+}
+Tensor operator/(OperandAt a, const Tensor& b) {
+  return div(a.tensor, b, a.loc);
+}
+Tensor operator-(OperandAt a) {
+  return neg(a.tensor, a.loc);
+}
 
 #define XS_SCALAR_OPERATORS(sym, fn)                                        \
-  Tensor operator sym(OperandAt a, double b) {                             \
+  Tensor operator sym(OperandAt a, double b) {                              \
     return fn(a.tensor, Tensor::scalar(b, a.tensor.dtype(), a.loc), a.loc); \
-  }                                                                        \
-  Tensor operator sym(double a, OperandAt b) {                             \
+  }                                                                         \
+  Tensor operator sym(double a, OperandAt b) {                              \
     return fn(Tensor::scalar(a, b.tensor.dtype(), b.loc), b.tensor, b.loc); \
   }
 XS_SCALAR_OPERATORS(+, add)
@@ -174,7 +188,8 @@ Tensor transpose(const Tensor& x, int64_t axis0, int64_t axis1, SourceLoc loc) {
   return permute(x, std::move(perm));
 }
 
-Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step, SourceLoc loc) {
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step,
+             SourceLoc loc) {
   detail::SiteScope scope(loc);
   const int64_t ax = normalize_axis(axis, x.dim(), "slice");
   Attrs a;
@@ -215,7 +230,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   return record(Op::kMatmul, {a, b}, std::move(at));
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, std::vector<int64_t> stride, std::vector<int64_t> padding, SourceLoc loc) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, std::vector<int64_t> stride,
+              std::vector<int64_t> padding, SourceLoc loc) {
   detail::SiteScope scope(loc);
   if (stride.size() != 2 || padding.size() != 2) throw InvalidArgument("conv2d: stride and padding are {h, w}");
   Attrs a;
@@ -245,12 +261,14 @@ Tensor random(Op op, const Shape& shape, DType dtype, Tensor seed, std::vector<T
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding, SourceLoc loc) {
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, SourceLoc loc) {
   detail::SiteScope scope(loc);
   return pool(Op::kMaxPool2d, x, kernel, stride, padding);
 }
 
-Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding, SourceLoc loc) {
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, SourceLoc loc) {
   detail::SiteScope scope(loc);
   return pool(Op::kAvgPool2d, x, kernel, stride, padding);
 }
@@ -269,7 +287,8 @@ std::vector<int64_t> hw_attrs(std::string_view op, std::initializer_list<const s
 }  // namespace
 
 Tensor conv2d_grad_input(const Tensor& grad_out, const Tensor& weight, std::vector<int64_t> stride,
-                         std::vector<int64_t> padding, std::vector<int64_t> input_hw, SourceLoc loc) {
+                         std::vector<int64_t> padding, std::vector<int64_t> input_hw,
+                         SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("conv2d_grad_input", {&stride, &padding, &input_hw});
@@ -277,7 +296,8 @@ Tensor conv2d_grad_input(const Tensor& grad_out, const Tensor& weight, std::vect
 }
 
 Tensor conv2d_grad_weight(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> stride,
-                          std::vector<int64_t> padding, std::vector<int64_t> kernel_hw, SourceLoc loc) {
+                          std::vector<int64_t> padding, std::vector<int64_t> kernel_hw,
+                          SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("conv2d_grad_weight", {&stride, &padding, &kernel_hw});
@@ -301,15 +321,17 @@ Tensor max_pool2d_bias_relu_grad(const Tensor& x, const Tensor& bias, const Tens
   return record(Op::kMaxPool2dGrad, {x, grad_out, bias}, std::move(a));
 }
 
-Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
-                       std::vector<int64_t> stride, std::vector<int64_t> padding, SourceLoc loc) {
+Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw,
+                       std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                       std::vector<int64_t> padding, SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("avg_pool2d_grad", {&kernel, &stride, &padding, &input_hw});
   return record(Op::kAvgPool2dGrad, {grad_out}, std::move(a));
 }
 
-Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape, SourceLoc loc) {
+Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape,
+                   SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.ints = {normalize_axis(axis, static_cast<int64_t>(shape.size()), "scatter_add")};
@@ -344,21 +366,24 @@ Tensor embedding_grad(const Tensor& index, const Tensor& grad, int64_t rows, Sou
   return record(Op::kEmbeddingGrad, {index, grad}, std::move(a));
 }
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, SourceLoc loc) {
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                  SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.scalar = eps;
   return record(Op::kLayerNorm, {x, gamma, beta}, std::move(a));
 }
 
-Tensor layer_norm_grad_input(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps, SourceLoc loc) {
+Tensor layer_norm_grad_input(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps,
+                             SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.scalar = eps;
   return record(Op::kLayerNormGrad, {x, gamma, grad_y}, std::move(a));
 }
 
-Tensor layer_norm_grad_gamma(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps, SourceLoc loc) {
+Tensor layer_norm_grad_gamma(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps,
+                             SourceLoc loc) {
   detail::SiteScope scope(loc);
   Attrs a;
   a.scalar = eps;

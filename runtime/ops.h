@@ -138,9 +138,9 @@ Tensor max_pool2d_bias_relu_grad(const Tensor& x, const Tensor& bias, const Tens
                                  std::vector<int64_t> kernel, std::vector<int64_t> stride,
                                  std::vector<int64_t> padding = {0, 0},
                                  SourceLoc loc = SourceLoc::current());
-Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
-                       std::vector<int64_t> stride, std::vector<int64_t> padding = {0, 0},
-                       SourceLoc loc = SourceLoc::current());
+Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw,
+                       std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                       std::vector<int64_t> padding = {0, 0}, SourceLoc loc = SourceLoc::current());
 // Zeros of `shape`, then result[... index[i] on axis ...] += src[i] (the adjoint of gather).
 Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape,
                    SourceLoc loc = SourceLoc::current());

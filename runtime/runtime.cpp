@@ -205,7 +205,8 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph, bool is_
                                     .metrics = &metrics_});
   }
   cache_.insert(graph.hash, program);
-  GraphSummary summary = summarize(graph, metrics_.counter(kCounterMarkStep), is_step, options_.ir_debug);
+  GraphSummary summary =
+      summarize(graph, metrics_.counter(kCounterMarkStep), is_step, options_.ir_debug);
   note_compile(summary);
   history_.insert(std::move(summary));
   if (options_.dump_dir) dump(graph, *program);
@@ -215,11 +216,13 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph, bool is_
 void Runtime::note_compile(const GraphSummary& summary) {
   const bool late = metrics_.counter(kCounterMarkStep) > options_.warmup_steps;
   if (late) late_compiles_.push_back(summary.hash);
-  const bool warn_now = late && !warned_ &&
-                        static_cast<int64_t>(late_compiles_.size()) >= options_.recompile_warning_threshold;
+  const bool warn_now =
+      late && !warned_ &&
+      static_cast<int64_t>(late_compiles_.size()) >= options_.recompile_warning_threshold;
   std::string why;
   if (options_.explain_recompiles || warn_now) {
-    if (const GraphSummary* closest = history_.closest(summary)) why = explain_recompile(*closest, summary);
+    if (const GraphSummary* closest = history_.closest(summary))
+      why = explain_recompile(*closest, summary);
   }
   if (!warn_now) {
     if (options_.explain_recompiles && !why.empty()) spdlog::warn("runtime: {}", why);
@@ -229,9 +232,11 @@ void Runtime::note_compile(const GraphSummary& summary) {
   std::string hashes;
   for (uint64_t h : late_compiles_) hashes += fmt::format("{}{:016x}", hashes.empty() ? "" : ", ", h);
   spdlog::warn(
-      "runtime: {} graphs compiled after warm-up (step {} > {} warm-up steps), hashes [{}]: a shape, "
+      "runtime: {} graphs compiled after warm-up (step {} > {} warm-up steps), hashes [{}]: a "
+      "shape, "
       "dtype or graph structure keeps changing between steps (dynamic shapes, a Python-style value "
-      "baked in as a constant, or a host read mid-step). Set XLA_SPAWN_DUMP_GRAPHS=dir to compare them, "
+      "baked in as a constant, or a host read mid-step). Set XLA_SPAWN_DUMP_GRAPHS=dir to compare "
+      "them, "
       "XLA_SPAWN_EXPLAIN_RECOMPILES=1 to explain each.{}{}",
       late_compiles_.size(), metrics_.counter(kCounterMarkStep), options_.warmup_steps, hashes,
       why.empty() ? "" : " The last: ", why);

@@ -27,8 +27,8 @@
 
 #include "xla_spawn/runtime/compile_cache.h"
 #include "xla_spawn/runtime/explain.h"
-#include "xla_spawn/runtime/kernels/kernels.h"
 #include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 #include "xla_spawn/runtime/metrics.h"
 #include "xla_spawn/runtime/tensor.h"
 

@@ -37,7 +37,9 @@ std::string site_text(const RecordSite& site) {
 
 namespace xs::detail {
 
-const RecordSite& current_site() { return g_site; }
+const RecordSite& current_site() {
+  return g_site;
+}
 
 SiteScope::SiteScope(const RecordSite& site, Mode mode) {
   if (!runtime().options().ir_debug) return;

@@ -64,16 +64,19 @@ class Tensor {
   // A 0-d tensor. 0 and 1 are compile-time constants; any other value is a data input, so
   // a changing value (a learning rate) does not recompile. A constant made here records the
   // caller's line (runtime/site.h), as ops do.
-  static Tensor scalar(double value, DType dtype = DType::kF32, SourceLoc loc = SourceLoc::current());
+  static Tensor scalar(double value, DType dtype = DType::kF32,
+                       SourceLoc loc = SourceLoc::current());
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kF32,
                      SourceLoc loc = SourceLoc::current());
   // A materialised tensor filled on the host (no IR): for state a step will update
   // (optimizer buffers), so the first step traces the same graph as every later one.
   static Tensor full_data(const Shape& shape, double value, DType dtype = DType::kF32);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::kF32, SourceLoc loc = SourceLoc::current()) {
+  static Tensor zeros(const Shape& shape, DType dtype = DType::kF32,
+                      SourceLoc loc = SourceLoc::current()) {
     return full(shape, 0, dtype, loc);
   }
-  static Tensor ones(const Shape& shape, DType dtype = DType::kF32, SourceLoc loc = SourceLoc::current()) {
+  static Tensor ones(const Shape& shape, DType dtype = DType::kF32,
+                     SourceLoc loc = SourceLoc::current()) {
     return full(shape, 1, dtype, loc);
   }
 

@@ -12,6 +12,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "tests/support/scoped_env.h"
 #include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/explain.h"
 #include "xla_spawn/runtime/graph.h"
@@ -20,7 +21,6 @@
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/optim/sgd.h"
 #include "xla_spawn/runtime/runtime.h"
-#include "tests/support/scoped_env.h"
 
 namespace xs {
 namespace {
@@ -33,7 +33,9 @@ RuntimeOptions with_debug(bool ir_debug = true) {
 }
 
 // "tests/runtime/explain_test.cpp:<line>", as site_text prints a site in this file.
-std::string here(int line) { return fmt::format("tests/runtime/explain_test.cpp:{}", line); }
+std::string here(int line) {
+  return fmt::format("tests/runtime/explain_test.cpp:{}", line);
+}
 
 // The summary of the graph under `roots`, as the runtime makes it at step `step`.
 GraphSummary trace(const std::vector<Tensor>& roots, int64_t step = 1) {
@@ -43,7 +45,8 @@ GraphSummary trace(const std::vector<Tensor>& roots, int64_t step = 1) {
                    runtime().options().ir_debug);
 }
 
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << "want '" << (part) << "' in:\n" << (text)
+#define EXPECT_HAS(text, part) \
+  EXPECT_NE((text).find(part), std::string::npos) << "want '" << (part) << "' in:\n" << (text)
 
 // Routes spdlog to a string for the guard's lifetime.
 class CapturedLog {
@@ -77,7 +80,8 @@ TEST(Explain, ChangedBatchSizeNamesTheInputBothShapesAndTheLineThatUsedIt) {
   EXPECT_HAS(why, "step 2 recompiled: input 0 shape [8, 3] -> [5, 3]");
   EXPECT_HAS(why, "operand 0 of op 2 matmul, recorded at " + here(line));
   EXPECT_HAS(why, fmt::format("compared with graph {:016x} from step 1", old.hash));
-  EXPECT_EQ(why.find("XLA_SPAWN_IR_DEBUG"), std::string::npos) << "no hint when sites are kept: " << why;
+  EXPECT_EQ(why.find("XLA_SPAWN_IR_DEBUG"), std::string::npos)
+      << "no hint when sites are kept: " << why;
 }
 
 TEST(Explain, ChangedInputDtypeNamesBothDtypesAndTheOpThatReadsIt) {
@@ -104,7 +108,8 @@ TEST(Explain, ChangedCastNamesTheOpItsAttributeAndResultDtype) {
     return trace({y});
   };
   const std::string why = explain_recompile(step(DType::kF32), step(DType::kF64));
-  EXPECT_HAS(why, "op 1 cast: attributes dtype f32 -> f64, result dtype f32 -> f64 (recorded at " + here(line) + ")");
+  EXPECT_HAS(why, "op 1 cast: attributes dtype f32 -> f64, result dtype f32 -> f64 (recorded at " +
+                      here(line) + ")");
 }
 
 TEST(Explain, ScalarThatBecameAConstantNamesTheValueAndTheOperatorsLine) {
@@ -118,11 +123,14 @@ TEST(Explain, ScalarThatBecameAConstantNamesTheValueAndTheOperatorsLine) {
   };
   const GraphSummary data = step(0.1), one = step(1), zero = step(0);
   const std::string became = explain_recompile(data, one);
-  EXPECT_HAS(became, "the data scalar input 1 (f32[]) became the constant 1 (op 1) (recorded at " + here(line) + ")");
+  EXPECT_HAS(became, "the data scalar input 1 (f32[]) became the constant 1 (op 1) (recorded at " +
+                         here(line) + ")");
   EXPECT_HAS(became, "Tensor::scalar compiles 0 and 1 in as constants");
   const std::string back = explain_recompile(one, data);
-  EXPECT_HAS(back, "the constant 1 (op 1) became the data scalar input 1 (f32[]) (operand 1 of op 2 mul, recorded at " +
-                       here(line) + ")");
+  EXPECT_HAS(back,
+             "the constant 1 (op 1) became the data scalar input 1 (f32[]) (operand 1 of op 2 mul, "
+             "recorded at " +
+                 here(line) + ")");
   const std::string value = explain_recompile(zero, one);
   EXPECT_HAS(value, "op 1 constant: value 0 -> 1 (recorded at " + here(line) + ")");
 }
@@ -170,7 +178,8 @@ TEST(Explain, WithIrDebugOffNoSiteIsKeptAndTheMessageSaysHowToGetThem) {
   EXPECT_FALSE(detail::current_site().known()) << "a scope left a site behind";
   const GraphSummary s = trace({y});
   for (const GNode& n : s.nodes) EXPECT_FALSE(n.site.known()) << op_name(n.op);
-  EXPECT_EQ(graph_text(cut_graph(std::vector<NodePtr>{y.ir()}, false)).find(" @ "), std::string::npos);
+  EXPECT_EQ(graph_text(cut_graph(std::vector<NodePtr>{y.ir()}, false)).find(" @ "),
+            std::string::npos);
   const std::string why = explain_recompile(trace({relu(x)}), trace({exp(relu(x))}));
   EXPECT_HAS(why, "new op 2 exp (");
   EXPECT_HAS(why, "set XLA_SPAWN_IR_DEBUG=1 to see the source line that recorded each op");
@@ -227,7 +236,8 @@ TEST(Explain, TrainingStepSitesAreUserOrLayerLines) {
     if (n.op == Op::kData) continue;
     const std::string site = site_text(n.site);
     EXPECT_TRUE(n.site.known()) << op_name(n.op) << " has no site";
-    for (const char* library : {"runtime/ops.cpp", "grad_rules.cpp", "autograd.cpp", "runtime/tensor.cpp"})
+    for (const char* library :
+         {"runtime/ops.cpp", "grad_rules.cpp", "autograd.cpp", "runtime/tensor.cpp"})
       EXPECT_EQ(site.find(library), std::string::npos) << op_name(n.op) << " at " << site;
     layer = layer || site.find("runtime/nn/linear.cpp:") != std::string::npos;
   }
@@ -249,8 +259,10 @@ TEST(Explain, RuntimeExplainsEveryRecompileWhenAsked) {
   }
   EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 2);
   const std::string text = log.text();
-  EXPECT_HAS(text, "runtime: step 3 recompiled: input 0 shape [8, 3] -> [5, 3] (operand 0 of op 2 matmul, recorded at " +
-                       here(line) + ")");
+  EXPECT_HAS(text,
+             "runtime: step 3 recompiled: input 0 shape [8, 3] -> [5, 3] (operand 0 of op 2 "
+             "matmul, recorded at " +
+                 here(line) + ")");
   EXPECT_HAS(text, "from step 1");
   EXPECT_EQ(text.find("step 2"), std::string::npos) << "a cached step explains nothing: " << text;
 }
@@ -271,9 +283,12 @@ TEST(Runtime, RecompileWarningCarriesTheExplanationOfTheCompileThatFiredIt) {
   const std::string text = log.text();
   EXPECT_HAS(text, "2 graphs compiled after warm-up");
   EXPECT_HAS(text, "XLA_SPAWN_EXPLAIN_RECOMPILES=1");
-  EXPECT_HAS(text, "The last: step 3 recompiled: input 0 shape [2] -> [3] (operand 0 of op 1 exp, recorded at " +
-                       here(line) + ")");
-  EXPECT_EQ(text.find("step 4 recompiled"), std::string::npos) << "once only, and no per-compile lines: " << text;
+  EXPECT_HAS(
+      text,
+      "The last: step 3 recompiled: input 0 shape [2] -> [3] (operand 0 of op 1 exp, recorded at " +
+          here(line) + ")");
+  EXPECT_EQ(text.find("step 4 recompiled"), std::string::npos)
+      << "once only, and no per-compile lines: " << text;
 }
 
 TEST(Runtime, RecompileAfterEvictionSaysTheProgramWasEvicted) {
@@ -287,7 +302,8 @@ TEST(Runtime, RecompileAfterEvictionSaysTheProgramWasEvicted) {
     mark_step();
   }
   EXPECT_EQ(rt->metrics().counter(kCounterUncachedCompile), 3);
-  EXPECT_HAS(log.text(), "step 3 recompiled: the same graph was compiled before and its program evicted");
+  EXPECT_HAS(log.text(),
+             "step 3 recompiled: the same graph was compiled before and its program evicted");
 }
 
 }  // namespace
