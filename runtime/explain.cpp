@@ -121,7 +121,7 @@ std::string explain_same_op(const GraphSummary& old, const GraphSummary& now, si
   return fmt::format("{}: {}{}", name, fmt::join(parts, ", "), recorded_at(n.site));
 }
 
-std::string describe(const GraphSummary& g, size_t i) {
+std::string node_description(const GraphSummary& g, size_t i) {
   return g.nodes[i].op == Op::kData
              ? name_of(g, i) + " " + type_str(g.nodes[i].type) + first_use(g, i)
              : name_of(g, i) + recorded_at(g.nodes[i].site);
@@ -131,15 +131,15 @@ std::string describe(const GraphSummary& g, size_t i) {
 std::string explain_other_op(const GraphSummary& old, const GraphSummary& now, size_t k) {
   const size_t on = old.nodes.size(), nn = now.nodes.size();
   const std::string sizes = fmt::format("the graph has {} nodes, the cached graph {}", nn, on);
-  if (k == on) return fmt::format("new {} ({})", describe(now, k), sizes);
-  if (k == nn) return fmt::format("{} of the cached graph is gone ({})", describe(old, k), sizes);
+  if (k == on) return fmt::format("new {} ({})", node_description(now, k), sizes);
+  if (k == nn) return fmt::format("{} of the cached graph is gone ({})", node_description(old, k), sizes);
   // One node in, or out, and the rest lines up again: an insertion or a removal.
   const bool inserted = k + 1 < nn && now.nodes[k + 1].op == old.nodes[k].op;
   const bool removed = k + 1 < on && old.nodes[k + 1].op == now.nodes[k].op;
   if (inserted && !removed)
-    return fmt::format("new {} before {}", describe(now, k), name_of(old, k));
-  if (removed && !inserted) return fmt::format("{} of the cached graph is gone", describe(old, k));
-  return fmt::format("{} where the cached graph has {}", describe(now, k), describe(old, k));
+    return fmt::format("new {} before {}", node_description(now, k), name_of(old, k));
+  if (removed && !inserted) return fmt::format("{} of the cached graph is gone", node_description(old, k));
+  return fmt::format("{} where the cached graph has {}", node_description(now, k), node_description(old, k));
 }
 
 // The nodes are the same: the outputs or the donation flags differ.
