@@ -129,8 +129,8 @@ void backward(const Tensor& root, const Tensor& grad_root, SourceLoc loc) {
     const Tensor grad_out = std::move(it->second);
     pending.erase(it);
     // The rule's ops, and the sums its gradients join, belong to this forward op's line: the
-    // line a user can act on, not one inside grad_rules.cpp.
-    // Unknown (the forward op was recorded outside any op call): backward()'s line stays.
+    // line a user can act on, not one inside grad_rules.cpp. When the forward op has no site
+    // (it was recorded outside any op call), backward()'s line stays.
     const RecordSite forward{node->output != nullptr ? node->output->site.loc : SourceLoc(), true};
     detail::SiteScope at_forward(
         forward, forward.known() ? detail::SiteScope::kOverride : detail::SiteScope::kOutermost);

@@ -233,11 +233,10 @@ void Runtime::note_compile(const GraphSummary& summary) {
   for (uint64_t h : late_compiles_) hashes += fmt::format("{}{:016x}", hashes.empty() ? "" : ", ", h);
   spdlog::warn(
       "runtime: {} graphs compiled after warm-up (step {} > {} warm-up steps), hashes [{}]: a "
-      "shape, "
-      "dtype or graph structure keeps changing between steps (dynamic shapes, a Python-style value "
-      "baked in as a constant, or a host read mid-step). Set XLA_SPAWN_DUMP_GRAPHS=dir to compare "
-      "them, "
-      "XLA_SPAWN_EXPLAIN_RECOMPILES=1 to explain each.{}{}",
+      "shape, dtype or graph structure keeps changing between steps (dynamic shapes, a "
+      "Python-style value baked in as a constant, or a host read mid-step). Set "
+      "XLA_SPAWN_DUMP_GRAPHS=dir to compare them, XLA_SPAWN_EXPLAIN_RECOMPILES=1 to explain "
+      "each.{}{}",
       late_compiles_.size(), metrics_.counter(kCounterMarkStep), options_.warmup_steps, hashes,
       why.empty() ? "" : " The last: ", why);
 }

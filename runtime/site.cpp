@@ -13,7 +13,9 @@ namespace {
 thread_local RecordSite g_site;
 
 // The source tree's root as this file was compiled ("/src/xla-spawn/"), so sites in the tree
-// print as "examples/train_fmnist/trainer.cpp:80"; empty when the path does not end as expected.
+// print as "examples/train_fmnist/trainer.cpp:80". Empty when the path does not end as
+// expected, or is relative already (the project's own build maps the root away with
+// -ffile-prefix-map; a user's build may not).
 std::string_view source_root() {
   static const std::string_view root = [] {
     constexpr std::string_view kSelf = "runtime/site.cpp";

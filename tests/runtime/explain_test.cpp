@@ -169,6 +169,39 @@ TEST(Explain, ChangedResultsAndDonationAreNamed) {
   EXPECT_HAS(explain_recompile(donated, kept), "is no longer donated");
 }
 
+// Closest: the graph's own summary (evicted program), else the same kind (step or host read),
+// then the longest common prefix, then the most recently used.
+TEST(Explain, ClosestPrefersSameKindThenLongestPrefixThenMostRecent) {
+  ScopedRuntime rt(with_debug());
+  const Tensor x = Tensor::full_data({4}, 3);
+  const GraphSummary now = trace({exp(relu(relu(x)))});
+  const GraphSummary shares3 = trace({sign(relu(relu(x)))}), shares1 = trace({relu(exp(x))});
+  GraphSummary shares1_later = shares1;
+  GraphSummary host = trace({sin(relu(relu(x)))});  // shares 3 nodes too, but a host read's
+  host.step_graph = false;
+  shares1_later.hash ^= 1;
+  GraphHistory history(8);
+  EXPECT_EQ(history.closest(now), nullptr);
+  history.insert(shares3);
+  history.insert(shares1);
+  history.insert(host);
+  ASSERT_NE(history.closest(now), nullptr);
+  EXPECT_EQ(history.closest(now)->hash, shares3.hash) << "the longest prefix of the same kind";
+  GraphHistory ties(8);
+  ties.insert(shares1);
+  ties.insert(shares1_later);
+  EXPECT_EQ(ties.closest(now)->hash, shares1_later.hash) << "among equals the most recent";
+  ties.touch(shares1.hash);
+  EXPECT_EQ(ties.closest(now)->hash, shares1.hash) << "a cache hit makes it the most recent";
+  ties.insert(now);
+  EXPECT_EQ(ties.closest(now)->hash, now.hash) << "its own summary: the program was evicted";
+  GraphHistory small(1);
+  small.insert(shares3);
+  small.insert(shares1);
+  EXPECT_EQ(small.size(), 1u);
+  EXPECT_EQ(small.closest(now)->hash, shares1.hash) << "the least recently used is evicted";
+}
+
 TEST(Explain, WithIrDebugOffNoSiteIsKeptAndTheMessageSaysHowToGetThem) {
   ScopedRuntime rt(with_debug(false));
   const Tensor x = Tensor::full_data({4}, 3);
