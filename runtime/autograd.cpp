@@ -102,7 +102,8 @@ void attach_grad_fn(Tensor& result, Op op, const Attrs& attrs,
   result.impl()->requires_grad = true;
 }
 
-void backward(const Tensor& root, const Tensor& grad_root) {
+void backward(const Tensor& root, const Tensor& grad_root, SourceLoc loc) {
+  detail::SiteScope scope(loc);  // the seed and the leaf sums: the backward() call's line
   if (!root.defined() || !root.requires_grad()) {
     throw InvalidArgument(
         "backward: the tensor does not require gradients (no input of it requires them, or it "
@@ -127,6 +128,12 @@ void backward(const Tensor& root, const Tensor& grad_root) {
       continue;  // no gradient reached it (e.g. only through integer operands)
     const Tensor grad_out = std::move(it->second);
     pending.erase(it);
+    // The rule's ops, and the sums its gradients join, belong to this forward op's line: the
+    // line a user can act on, not one inside grad_rules.cpp. When the forward op has no site
+    // (it was recorded outside any op call), backward()'s line stays.
+    const RecordSite forward{node->output != nullptr ? node->output->site.loc : SourceLoc(), true};
+    detail::SiteScope at_forward(
+        forward, forward.known() ? detail::SiteScope::kOverride : detail::SiteScope::kOutermost);
     const std::vector<Tensor> grads = run_rule(*node, grad_out);
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) continue;

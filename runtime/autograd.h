@@ -50,8 +50,10 @@ void attach_grad_fn(Tensor& result, Op op, const Attrs& attrs, const std::vector
 
 // Accumulates d(root)/d(leaf) into leaf.grad() for every leaf reachable from `root`. `root`
 // must be a scalar unless `grad_root` (same shape) is given. Gradients are pending IR; the
-// graph record is released (a second backward through it throws).
-void backward(const Tensor& root, const Tensor& grad_root = {});
+// graph record is released (a second backward through it throws). With XLA_SPAWN_IR_DEBUG=1
+// each gradient op's site is the line of the forward op it differentiates (runtime/site.h).
+void backward(const Tensor& root, const Tensor& grad_root = {},
+              SourceLoc loc = SourceLoc::current());
 
 // Whether ops record autograd history (true unless a NoGradGuard is alive on this thread).
 bool grad_enabled();

@@ -24,16 +24,16 @@ Attrs world_attrs(int64_t world_size, ReduceOp op = ReduceOp::kSum) {
 
 }  // namespace
 
-Tensor reduce_scatter(const Tensor& x, ReduceOp op, int64_t world_size) {
-  return record(Op::kReduceScatter, {x}, world_attrs(world_size, op));
+Tensor reduce_scatter(const Tensor& x, ReduceOp op, int64_t world_size, SourceLoc loc) {
+  return record(Op::kReduceScatter, {x}, world_attrs(world_size, op), loc);
 }
 
-Tensor all_gather(const Tensor& x, int64_t world_size) {
-  return record(Op::kAllGather, {x}, world_attrs(world_size));
+Tensor all_gather(const Tensor& x, int64_t world_size, SourceLoc loc) {
+  return record(Op::kAllGather, {x}, world_attrs(world_size), loc);
 }
 
-Tensor local_shard(const std::vector<Tensor>& parts, int64_t world_size) {
-  return record(Op::kShard, parts, world_attrs(world_size));
+Tensor local_shard(const std::vector<Tensor>& parts, int64_t world_size, SourceLoc loc) {
+  return record(Op::kShard, parts, world_attrs(world_size), loc);
 }
 
 }  // namespace xs

@@ -19,13 +19,15 @@
 namespace xs {
 
 // 1-D x of k * world_size elements: chunk `ordinal` (k elements) reduced over the replicas.
-Tensor reduce_scatter(const Tensor& x, ReduceOp op, int64_t world_size);
+Tensor reduce_scatter(const Tensor& x, ReduceOp op, int64_t world_size,
+                      SourceLoc loc = SourceLoc::current());
 // 1-D x of k elements: every replica's x, in ordinal order (k * world_size elements).
-Tensor all_gather(const Tensor& x, int64_t world_size);
+Tensor all_gather(const Tensor& x, int64_t world_size, SourceLoc loc = SourceLoc::current());
 // Tensors (any shapes, read flat) of k * world_size elements in all: this replica's chunk of
 // their flat concatenation (elements ordinal * k ..), copied straight from the parts (neither
 // the concatenation nor a flat copy of a part is built).
-Tensor local_shard(const std::vector<Tensor>& parts, int64_t world_size);
+Tensor local_shard(const std::vector<Tensor>& parts, int64_t world_size,
+                   SourceLoc loc = SourceLoc::current());
 
 }  // namespace xs
 

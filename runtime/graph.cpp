@@ -20,7 +20,7 @@ struct Cutter {
     ++leaf_nodes_of[n->data.get()];
     auto it = input_of.find(n->data.get());
     if (it != input_of.end()) return it->second;
-    GNode g{Op::kData, {}, n->type, {}, static_cast<int>(graph.inputs.size())};
+    GNode g{Op::kData, {}, n->type, {}, static_cast<int>(graph.inputs.size()), n->site};
     graph.inputs.push_back(n->data);
     graph.nodes.push_back(std::move(g));
     const int idx = static_cast<int>(graph.nodes.size()) - 1;
@@ -43,7 +43,7 @@ struct Cutter {
       if (n->op == Op::kData) {
         idx = add_leaf(n);
       } else {
-        GNode g{n->op, n->attrs, n->type, {}, -1};
+        GNode g{n->op, n->attrs, n->type, {}, -1, n->site};
         for (const NodePtr& o : n->operands) g.operands.push_back(index_of.at(o.get()));
         graph.nodes.push_back(std::move(g));
         idx = static_cast<int>(graph.nodes.size()) - 1;
@@ -84,8 +84,6 @@ uint64_t hash_graph(const Graph& graph) {
   return h;
 }
 
-namespace {
-
 std::string attrs_text(const GNode& n) {
   std::string s;
   if (!n.attrs.ints.empty()) s += fmt::format(" ints=[{}]", fmt::join(n.attrs.ints, ","));
@@ -96,16 +94,15 @@ std::string attrs_text(const GNode& n) {
   return s;
 }
 
-}  // namespace
-
 std::string graph_text(const Graph& graph) {
   std::string out = fmt::format("graph hash={:016x} nodes={} inputs={}\n", graph.hash,
                                 graph.nodes.size(), graph.inputs.size());
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const GNode& n = graph.nodes[i];
-    out += fmt::format("  %{} = {}{}({}){}{}\n", i, op_name(n.op),
-                       n.input >= 0 ? fmt::format("#{}", n.input) : "",
-                       fmt::join(n.operands, ", "), attrs_text(n), " : " + type_str(n.type));
+    out += fmt::format("  %{} = {}{}({}){}{}{}\n", i, op_name(n.op),
+                       n.input >= 0 ? fmt::format("#{}", n.input) : "", fmt::join(n.operands, ", "),
+                       attrs_text(n), " : " + type_str(n.type),
+                       n.site.known() ? "  @ " + site_text(n.site) : "");
   }
   out += fmt::format("  roots: [{}]\n", fmt::join(graph.roots, ", "));
   return out;
@@ -116,8 +113,9 @@ std::string graph_dot(const Graph& graph) {
                                 graph.hash, graph.hash);
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const GNode& n = graph.nodes[i];
-    out += fmt::format("  n{} [label=\"%{} {}{}\\n{}\"{}];\n", i, i, op_name(n.op), attrs_text(n),
-                       type_str(n.type), n.op == Op::kData ? " shape=box" : "");
+    out += fmt::format("  n{} [label=\"%{} {}{}\\n{}{}\"{}];\n", i, i, op_name(n.op), attrs_text(n),
+                       type_str(n.type), n.site.known() ? "\\n@ " + site_text(n.site) : "",
+                       n.op == Op::kData ? " shape=box" : "");
     for (int o : n.operands) out += fmt::format("  n{} -> n{};\n", o, i);
   }
   for (int r : graph.roots) out += fmt::format("  n{} [peripheries=2];\n", r);

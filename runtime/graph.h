@@ -22,6 +22,7 @@ struct GNode {
   ValueType type;
   std::vector<int> operands;  // indices of earlier nodes
   int input = -1;             // kData: index into Graph::inputs
+  RecordSite site;            // the recording node's site (not hashed)
 };
 
 struct Graph {
@@ -40,8 +41,11 @@ Graph cut_graph(std::span<const NodePtr> roots, bool allow_donation);
 // Recomputes the hash of `graph` from its contents.
 uint64_t hash_graph(const Graph& graph);
 
-// Human-readable listing and Graphviz DOT, both headed by the graph hash.
+// Human-readable listing and Graphviz DOT, both headed by the graph hash; a node recorded with
+// XLA_SPAWN_IR_DEBUG=1 shows its site ("@ examples/train_fmnist/trainer.cpp:80").
 std::string graph_text(const Graph& graph);
 std::string graph_dot(const Graph& graph);
+// The attributes a node's op uses, as the listing shows them (" ints=[1] dtype=f64"); "" if none.
+std::string attrs_text(const GNode& node);
 
 }  // namespace xs

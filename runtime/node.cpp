@@ -32,6 +32,7 @@ NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs) {
   node->op = op;
   node->attrs = std::move(attrs);
   node->operands = std::move(operands);
+  node->site = detail::current_site();
   return node;
 }
 
@@ -51,6 +52,7 @@ NodePtr make_const(double value, ValueType type) {
   uint64_t h = hash_combine(kHashSeed, static_cast<uint64_t>(Op::kConst));
   node->hash = hash_type(hash_attrs(h, node->attrs), type);
   node->type = std::move(type);
+  node->site = detail::current_site();
   return node;
 }
 

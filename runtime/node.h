@@ -12,6 +12,7 @@
 
 #include "xla_spawn/runtime/buffer.h"
 #include "xla_spawn/runtime/op.h"
+#include "xla_spawn/runtime/site.h"
 
 namespace xs {
 
@@ -25,13 +26,15 @@ struct Node {
   ValueType type;
   uint64_t hash = 0;
   BufferPtr data;  // kData only: the materialised value
+  RecordSite site;  // who recorded it (XLA_SPAWN_IR_DEBUG=1); never part of the hash
 
   const Shape& shape() const { return type.shape; }
   DType dtype() const { return type.dtype; }
 };
 
 // Records `op` on `operands`: runs the shape rule (throwing InvalidArgument naming the op and
-// the operand types on a mismatch), then hashes the node.
+// the operand types on a mismatch), then hashes the node. make_node and make_const take the
+// thread's current recording site (runtime/site.h).
 NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs);
 NodePtr make_data(BufferPtr data, ValueType type);
 // A compile-time constant filled with `value` (its value is part of the hash).

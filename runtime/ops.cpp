@@ -10,7 +10,8 @@
 
 namespace xs {
 
-Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs) {
+Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   std::vector<NodePtr> nodes;
   nodes.reserve(operands.size());
   for (const Tensor& t : operands) {
@@ -22,8 +23,10 @@ Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs) {
   return result;
 }
 
-#define XS_UNARY(fn, op) \
-  Tensor fn(const Tensor& x) { return record(Op::op, {x}); }
+#define XS_UNARY(fn, op)                      \
+  Tensor fn(const Tensor& x, SourceLoc loc) { \
+    return record(Op::op, {x}, {}, loc);      \
+  }
 XS_UNARY(neg, kNeg)
 XS_UNARY(abs, kAbs)
 XS_UNARY(sign, kSign)
@@ -43,8 +46,10 @@ XS_UNARY(cos, kCos)
 XS_UNARY(logical_not, kLogicalNot)
 #undef XS_UNARY
 
-#define XS_BINARY(fn, op) \
-  Tensor fn(const Tensor& a, const Tensor& b) { return record(Op::op, {a, b}); }
+#define XS_BINARY(fn, op)                                      \
+  Tensor fn(const Tensor& a, const Tensor& b, SourceLoc loc) { \
+    return record(Op::op, {a, b}, {}, loc);                    \
+  }
 XS_BINARY(add, kAdd)
 XS_BINARY(sub, kSub)
 XS_BINARY(mul, kMul)
@@ -62,27 +67,47 @@ XS_BINARY(logical_and, kLogicalAnd)
 XS_BINARY(logical_or, kLogicalOr)
 #undef XS_BINARY
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return record(Op::kWhere, {cond, a, b}); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return record(Op::kWhere, {cond, a, b});
+}
 
-Tensor cast(const Tensor& x, DType dtype) {
+Tensor cast(const Tensor& x, DType dtype, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.dtype = dtype;
   return record(Op::kCast, {x}, std::move(a));
 }
 
-Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-Tensor operator-(const Tensor& a) { return neg(a); }
-Tensor operator+(const Tensor& a, double b) { return add(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator-(const Tensor& a, double b) { return sub(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator*(const Tensor& a, double b) { return mul(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator/(const Tensor& a, double b) { return div(a, Tensor::scalar(b, a.dtype())); }
-Tensor operator+(double a, const Tensor& b) { return add(Tensor::scalar(a, b.dtype()), b); }
-Tensor operator-(double a, const Tensor& b) { return sub(Tensor::scalar(a, b.dtype()), b); }
-Tensor operator*(double a, const Tensor& b) { return mul(Tensor::scalar(a, b.dtype()), b); }
-Tensor operator/(double a, const Tensor& b) { return div(Tensor::scalar(a, b.dtype()), b); }
+// The scalar made for a double operand takes the caller's line too.
+Tensor operator+(OperandAt a, const Tensor& b) {
+  return add(a.tensor, b, a.loc);
+}
+Tensor operator-(OperandAt a, const Tensor& b) {
+  return sub(a.tensor, b, a.loc);
+}
+Tensor operator*(OperandAt a, const Tensor& b) {
+  return mul(a.tensor, b, a.loc);
+}
+Tensor operator/(OperandAt a, const Tensor& b) {
+  return div(a.tensor, b, a.loc);
+}
+Tensor operator-(OperandAt a) {
+  return neg(a.tensor, a.loc);
+}
+
+#define XS_SCALAR_OPERATORS(sym, fn)                                        \
+  Tensor operator sym(OperandAt a, double b) {                              \
+    return fn(a.tensor, Tensor::scalar(b, a.tensor.dtype(), a.loc), a.loc); \
+  }                                                                         \
+  Tensor operator sym(double a, OperandAt b) {                              \
+    return fn(Tensor::scalar(a, b.tensor.dtype(), b.loc), b.tensor, b.loc); \
+  }
+XS_SCALAR_OPERATORS(+, add)
+XS_SCALAR_OPERATORS(-, sub)
+XS_SCALAR_OPERATORS(*, mul)
+XS_SCALAR_OPERATORS(/, div)
+#undef XS_SCALAR_OPERATORS
 
 namespace {
 
@@ -107,19 +132,33 @@ Tensor reduce(Op op, const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::kSum, x, std::move(axes), keepdim); }
-Tensor mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::kMean, x, std::move(axes), keepdim); }
-Tensor max(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::kMax, x, std::move(axes), keepdim); }
-Tensor min(const Tensor& x, std::vector<int64_t> axes, bool keepdim) { return reduce(Op::kMin, x, std::move(axes), keepdim); }
+Tensor sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return reduce(Op::kSum, x, std::move(axes), keepdim);
+}
+Tensor mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return reduce(Op::kMean, x, std::move(axes), keepdim);
+}
+Tensor max(const Tensor& x, std::vector<int64_t> axes, bool keepdim, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return reduce(Op::kMax, x, std::move(axes), keepdim);
+}
+Tensor min(const Tensor& x, std::vector<int64_t> axes, bool keepdim, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return reduce(Op::kMin, x, std::move(axes), keepdim);
+}
 
-Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = {normalize_axis(axis, x.dim(), "argmax")};
   a.flag = keepdim;
   return record(Op::kArgmax, {x}, std::move(a));
 }
 
-Tensor reshape(const Tensor& x, std::vector<int64_t> shape) {
+Tensor reshape(const Tensor& x, std::vector<int64_t> shape, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   auto minus = std::find(shape.begin(), shape.end(), -1);
   if (minus != shape.end()) {
     int64_t known = 1;
@@ -133,21 +172,25 @@ Tensor reshape(const Tensor& x, std::vector<int64_t> shape) {
   return record(Op::kReshape, {x}, std::move(a));
 }
 
-Tensor permute(const Tensor& x, std::vector<int64_t> perm) {
+Tensor permute(const Tensor& x, std::vector<int64_t> perm, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   for (int64_t& p : perm) p = normalize_axis(p, x.dim(), "permute");
   a.ints = std::move(perm);
   return record(Op::kPermute, {x}, std::move(a));
 }
 
-Tensor transpose(const Tensor& x, int64_t axis0, int64_t axis1) {
+Tensor transpose(const Tensor& x, int64_t axis0, int64_t axis1, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   std::vector<int64_t> perm(x.dim());
   for (int64_t i = 0; i < x.dim(); ++i) perm[i] = i;
   std::swap(perm[normalize_axis(axis0, x.dim(), "transpose")], perm[normalize_axis(axis1, x.dim(), "transpose")]);
   return permute(x, std::move(perm));
 }
 
-Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step) {
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t step,
+             SourceLoc loc) {
+  detail::SiteScope scope(loc);
   const int64_t ax = normalize_axis(axis, x.dim(), "slice");
   Attrs a;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -157,33 +200,39 @@ Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t stop, int64_t
   return record(Op::kSlice, {x}, std::move(a));
 }
 
-Tensor concat(const std::vector<Tensor>& xs, int64_t axis) {
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   if (xs.empty()) throw InvalidArgument("concat: no tensors");
   Attrs a;
   a.ints = {normalize_axis(axis, xs[0].dim(), "concat")};
   return record(Op::kConcat, xs, std::move(a));
 }
 
-Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+Tensor broadcast_to(const Tensor& x, const Shape& shape, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = shape;
   return record(Op::kBroadcast, {x}, std::move(a));
 }
 
-Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value) {
+Tensor pad(const Tensor& x, std::vector<int64_t> pads, double value, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = std::move(pads);
   a.scalar = value;
   return record(Op::kPad, {x}, std::move(a));
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs at;
   at.flag = (transpose_a ? 1 : 0) | (transpose_b ? 2 : 0);
   return record(Op::kMatmul, {a, b}, std::move(at));
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, std::vector<int64_t> stride,
+              std::vector<int64_t> padding, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   if (stride.size() != 2 || padding.size() != 2) throw InvalidArgument("conv2d: stride and padding are {h, w}");
   Attrs a;
   a.ints = {stride[0], stride[1], padding[0], padding[1]};
@@ -212,11 +261,15 @@ Tensor random(Op op, const Shape& shape, DType dtype, Tensor seed, std::vector<T
 
 }  // namespace
 
-Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   return pool(Op::kMaxPool2d, x, kernel, stride, padding);
 }
 
-Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                  std::vector<int64_t> padding, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   return pool(Op::kAvgPool2d, x, kernel, stride, padding);
 }
 
@@ -234,21 +287,26 @@ std::vector<int64_t> hw_attrs(std::string_view op, std::initializer_list<const s
 }  // namespace
 
 Tensor conv2d_grad_input(const Tensor& grad_out, const Tensor& weight, std::vector<int64_t> stride,
-                         std::vector<int64_t> padding, std::vector<int64_t> input_hw) {
+                         std::vector<int64_t> padding, std::vector<int64_t> input_hw,
+                         SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("conv2d_grad_input", {&stride, &padding, &input_hw});
   return record(Op::kConv2dGradInput, {grad_out, weight}, std::move(a));
 }
 
 Tensor conv2d_grad_weight(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> stride,
-                          std::vector<int64_t> padding, std::vector<int64_t> kernel_hw) {
+                          std::vector<int64_t> padding, std::vector<int64_t> kernel_hw,
+                          SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("conv2d_grad_weight", {&stride, &padding, &kernel_hw});
   return record(Op::kConv2dGradWeight, {x, grad_out}, std::move(a));
 }
 
 Tensor max_pool2d_grad(const Tensor& x, const Tensor& grad_out, std::vector<int64_t> kernel,
-                       std::vector<int64_t> stride, std::vector<int64_t> padding) {
+                       std::vector<int64_t> stride, std::vector<int64_t> padding, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("max_pool2d_grad", {&kernel, &stride, &padding});
   return record(Op::kMaxPool2dGrad, {x, grad_out}, std::move(a));
@@ -256,85 +314,109 @@ Tensor max_pool2d_grad(const Tensor& x, const Tensor& grad_out, std::vector<int6
 
 Tensor max_pool2d_bias_relu_grad(const Tensor& x, const Tensor& bias, const Tensor& grad_out,
                                  std::vector<int64_t> kernel, std::vector<int64_t> stride,
-                                 std::vector<int64_t> padding) {
+                                 std::vector<int64_t> padding, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("max_pool2d_grad", {&kernel, &stride, &padding});
   return record(Op::kMaxPool2dGrad, {x, grad_out, bias}, std::move(a));
 }
 
-Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw, std::vector<int64_t> kernel,
-                       std::vector<int64_t> stride, std::vector<int64_t> padding) {
+Tensor avg_pool2d_grad(const Tensor& grad_out, std::vector<int64_t> input_hw,
+                       std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                       std::vector<int64_t> padding, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = hw_attrs("avg_pool2d_grad", {&kernel, &stride, &padding, &input_hw});
   return record(Op::kAvgPool2dGrad, {grad_out}, std::move(a));
 }
 
-Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape) {
+Tensor scatter_add(const Tensor& index, const Tensor& src, int64_t axis, const Shape& shape,
+                   SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = {normalize_axis(axis, static_cast<int64_t>(shape.size()), "scatter_add")};
   a.ints.insert(a.ints.end(), shape.begin(), shape.end());
   return record(Op::kScatterAdd, {index, src}, std::move(a));
 }
 
-Tensor gather(const Tensor& x, int64_t axis, const Tensor& index) {
+Tensor gather(const Tensor& x, int64_t axis, const Tensor& index, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = {normalize_axis(axis, x.dim(), "gather")};
   return record(Op::kGather, {x, index}, std::move(a));
 }
 
-Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype) {
+Tensor one_hot(const Tensor& index, int64_t num_classes, DType dtype, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = {num_classes};
   a.dtype = dtype;
   return record(Op::kOneHot, {index}, std::move(a));
 }
 
-Tensor embedding(const Tensor& table, const Tensor& index) {
+Tensor embedding(const Tensor& table, const Tensor& index, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   return record(Op::kEmbedding, {table, index});
 }
 
-Tensor embedding_grad(const Tensor& index, const Tensor& grad, int64_t rows) {
+Tensor embedding_grad(const Tensor& index, const Tensor& grad, int64_t rows, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.ints = {rows};
   return record(Op::kEmbeddingGrad, {index, grad}, std::move(a));
 }
 
-Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps) {
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps,
+                  SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.scalar = eps;
   return record(Op::kLayerNorm, {x, gamma, beta}, std::move(a));
 }
 
-Tensor layer_norm_grad_input(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps) {
+Tensor layer_norm_grad_input(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps,
+                             SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.scalar = eps;
   return record(Op::kLayerNormGrad, {x, gamma, grad_y}, std::move(a));
 }
 
-Tensor layer_norm_grad_gamma(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps) {
+Tensor layer_norm_grad_gamma(const Tensor& x, const Tensor& gamma, const Tensor& grad_y, double eps,
+                             SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.scalar = eps;
   a.flag = 1;
   return record(Op::kLayerNormGrad, {x, gamma, grad_y}, std::move(a));
 }
 
-Tensor rand_uniform(const Shape& shape, DType dtype, Tensor seed) { return random(Op::kRandUniform, shape, dtype, std::move(seed), {}); }
-Tensor rand_normal(const Shape& shape, DType dtype, Tensor seed) { return random(Op::kRandNormal, shape, dtype, std::move(seed), {}); }
+Tensor rand_uniform(const Shape& shape, DType dtype, Tensor seed, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return random(Op::kRandUniform, shape, dtype, std::move(seed), {});
+}
+Tensor rand_normal(const Shape& shape, DType dtype, Tensor seed, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return random(Op::kRandNormal, shape, dtype, std::move(seed), {});
+}
 
-Tensor bernoulli(const Shape& shape, double p, DType dtype, Tensor seed) {
+Tensor bernoulli(const Shape& shape, double p, DType dtype, Tensor seed, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   // p as a data scalar even when 0 or 1, so changing the dropout rate never recompiles.
   BufferPtr buf = Buffer::allocate(sizeof(float));
   *buf->as<float>() = static_cast<float>(p);
   return random(Op::kBernoulli, shape, dtype, std::move(seed), {Tensor::from_buffer(buf, {{}, DType::kF32})});
 }
 
-Tensor all_reduce(const Tensor& x, ReduceOp op) {
+Tensor all_reduce(const Tensor& x, ReduceOp op, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.flag = static_cast<int64_t>(op);
   return record(Op::kAllReduce, {x}, std::move(a));
 }
 
-Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim) {
+Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   // Stable: shift by the max before exponentiating. The shift cancels in the value, so it is
   // detached: its gradient is zero and recording it would only add work to the backward.
   const Tensor m = detach(max(x, {axis}, true));
@@ -346,24 +428,30 @@ Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim) {
   }());
 }
 
-Tensor softmax(const Tensor& x, int64_t axis) {
+Tensor softmax(const Tensor& x, int64_t axis, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   if (x.dim() > 0 && normalize_axis(axis, x.dim(), "softmax") == x.dim() - 1) return record(Op::kSoftmax, {x});
   const Tensor e = exp(x - detach(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
 }
 
-Tensor causal_softmax(const Tensor& scores) {
+Tensor causal_softmax(const Tensor& scores, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.flag = 1;
   return record(Op::kSoftmax, {scores}, std::move(a));
 }
 
-Tensor softmax_grad(const Tensor& y, const Tensor& grad_y, bool causal) {
+Tensor softmax_grad(const Tensor& y, const Tensor& grad_y, bool causal, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   Attrs a;
   a.flag = causal ? 1 : 0;
   return record(Op::kSoftmaxGrad, {y, grad_y}, std::move(a));
 }
 
-Tensor log_softmax(const Tensor& x, int64_t axis) { return x - logsumexp(x, axis, true); }
+Tensor log_softmax(const Tensor& x, int64_t axis, SourceLoc loc) {
+  detail::SiteScope scope(loc);
+  return x - logsumexp(x, axis, true);
+}
 
 }  // namespace xs

@@ -37,11 +37,15 @@ RuntimeOptions RuntimeOptions::from_env() {
   o.alias_views = env_bool("XLA_SPAWN_ALIAS_VIEWS").value_or(o.alias_views);
   o.codegen = env_bool("XLA_SPAWN_CODEGEN").value_or(o.codegen);
   o.compile_cache_dir = env_string("XLA_SPAWN_COMPILE_CACHE_DIR");
+  o.ir_debug = env_bool("XLA_SPAWN_IR_DEBUG").value_or(o.ir_debug);
+  o.explain_recompiles = env_bool("XLA_SPAWN_EXPLAIN_RECOMPILES").value_or(o.explain_recompiles);
   return o;
 }
 
 Runtime::Runtime(RuntimeOptions options)
-    : options_(std::move(options)), cache_(static_cast<size_t>(options_.compile_cache_size)) {
+    : options_(std::move(options)),
+      cache_(static_cast<size_t>(options_.compile_cache_size)),
+      history_(2 * static_cast<size_t>(options_.compile_cache_size)) {
   detail::init_blas_threads();
 }
 
@@ -125,7 +129,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
     ~Done() { running_graph_hash.store(0, std::memory_order_relaxed); }
   } done;
   const bool check_skipped = check_same_graph_everywhere(graph);
-  std::shared_ptr<Program> program = lookup_or_compile(graph);
+  std::shared_ptr<Program> program = lookup_or_compile(graph, is_step);
   std::vector<BufferPtr> outputs;
   try {
     ScopedTimer timer(metrics_, kTimerExecuteTime);
@@ -187,9 +191,10 @@ bool Runtime::check_same_graph_everywhere(const Graph& graph) {
   return false;
 }
 
-std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
+std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph, bool is_step) {
   if (std::shared_ptr<Program> hit = cache_.find(graph.hash)) {
     metrics_.increment(kCounterCachedCompile);
+    history_.touch(graph.hash);
     return hit;
   }
   metrics_.increment(kCounterUncachedCompile);
@@ -213,23 +218,40 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph) {
                                     .metrics = &metrics_});
   }
   cache_.insert(graph.hash, program);
-  note_compile(graph.hash);
+  GraphSummary summary =
+      summarize(graph, metrics_.counter(kCounterMarkStep), is_step, options_.ir_debug);
+  note_compile(summary);
+  history_.insert(std::move(summary));
   if (options_.dump_dir) dump(graph, *program);
   return program;
 }
 
-void Runtime::note_compile(uint64_t hash) {
-  if (metrics_.counter(kCounterMarkStep) <= options_.warmup_steps) return;
-  late_compiles_.push_back(hash);
-  if (warned_ || static_cast<int64_t>(late_compiles_.size()) < options_.recompile_warning_threshold) return;
+void Runtime::note_compile(const GraphSummary& summary) {
+  const bool late = metrics_.counter(kCounterMarkStep) > options_.warmup_steps;
+  if (late) late_compiles_.push_back(summary.hash);
+  const bool warn_now =
+      late && !warned_ &&
+      static_cast<int64_t>(late_compiles_.size()) >= options_.recompile_warning_threshold;
+  std::string why;
+  if (options_.explain_recompiles || warn_now) {
+    if (const GraphSummary* closest = history_.closest(summary))
+      why = explain_recompile(*closest, summary);
+  }
+  if (!warn_now) {
+    if (options_.explain_recompiles && !why.empty()) spdlog::warn("runtime: {}", why);
+    return;
+  }
   warned_ = true;
   std::string hashes;
   for (uint64_t h : late_compiles_) hashes += fmt::format("{}{:016x}", hashes.empty() ? "" : ", ", h);
   spdlog::warn(
-      "runtime: {} graphs compiled after warm-up (step {} > {} warm-up steps), hashes [{}]: a shape, "
-      "dtype or graph structure keeps changing between steps (dynamic shapes, a Python-style value "
-      "baked in as a constant, or a host read mid-step). Set XLA_SPAWN_DUMP_GRAPHS=dir to compare them.",
-      late_compiles_.size(), metrics_.counter(kCounterMarkStep), options_.warmup_steps, hashes);
+      "runtime: {} graphs compiled after warm-up (step {} > {} warm-up steps), hashes [{}]: a "
+      "shape, dtype or graph structure keeps changing between steps (dynamic shapes, a "
+      "Python-style value baked in as a constant, or a host read mid-step). Set "
+      "XLA_SPAWN_DUMP_GRAPHS=dir to compare them, XLA_SPAWN_EXPLAIN_RECOMPILES=1 to explain "
+      "each.{}{}",
+      late_compiles_.size(), metrics_.counter(kCounterMarkStep), options_.warmup_steps, hashes,
+      why.empty() ? "" : " The last: ", why);
 }
 
 void Runtime::dump(const Graph& graph, const Program& program) const {

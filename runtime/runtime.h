@@ -12,7 +12,9 @@
 // Options from the environment: XLA_SPAWN_COMPILE_CACHE_SIZE (programs kept, default 64),
 // XLA_SPAWN_DUMP_GRAPHS=dir (write each compiled graph as <dir>/graph_<hash>.{txt,dot}),
 // XLA_SPAWN_COMPILE_WARMUP_STEPS (steps after which new compiles are suspicious, default 5),
-// XLA_SPAWN_ALIAS_VIEWS=0 (keep concat and slice copies, to measure what the views save).
+// XLA_SPAWN_ALIAS_VIEWS=0 (keep concat and slice copies, to measure what the views save),
+// XLA_SPAWN_IR_DEBUG=1 (each IR node keeps the source line that recorded it: runtime/site.h),
+// XLA_SPAWN_EXPLAIN_RECOMPILES=1 (warn with the cause of every recompile: runtime/explain.h).
 
 #include <cstdint>
 #include <list>
@@ -24,8 +26,9 @@
 #include <vector>
 
 #include "xla_spawn/runtime/compile_cache.h"
-#include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/explain.h"
 #include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 #include "xla_spawn/runtime/metrics.h"
 #include "xla_spawn/runtime/tensor.h"
 
@@ -45,6 +48,11 @@ struct RuntimeOptions {
   bool codegen = true;
   // The persistent compile cache's directory (XLA_SPAWN_COMPILE_CACHE_DIR); unset: none.
   std::optional<std::string> compile_cache_dir;
+  // Keep each recorded op's source line (XLA_SPAWN_IR_DEBUG) for explanations and dumps.
+  bool ir_debug = false;
+  // Explain every compile that has a kept neighbour, not only in the recompile warning
+  // (XLA_SPAWN_EXPLAIN_RECOMPILES).
+  bool explain_recompiles = false;
 
   static RuntimeOptions from_env();
 };
@@ -89,8 +97,10 @@ class Runtime {
 
  private:
   void execute(std::vector<TensorImpl*> pending, bool is_step);
-  std::shared_ptr<Program> lookup_or_compile(const Graph& graph);
-  void note_compile(uint64_t hash);
+  std::shared_ptr<Program> lookup_or_compile(const Graph& graph, bool is_step);
+  // Counts a compile towards the recompile warning and logs the explanations due (history_
+  // does not hold `summary` yet).
+  void note_compile(const GraphSummary& summary);
   // With a communicator of world size > 1 and an all_reduce in `graph`: every replica must
   // have traced the same graph; a mismatch throws PeerFailure naming both hashes and ordinals.
   // The rendezvous runs only when the graph differs from the last one checked (a step that
@@ -124,6 +134,7 @@ class Runtime {
   uint64_t seed_state_ = 0x853c49e6748fea9bull;  // PCG's default increment: any odd constant
   std::vector<uint64_t> late_compiles_;          // hashes compiled after warm-up
   bool warned_ = false;
+  GraphHistory history_;  // summaries of compiled graphs, for the recompile explanations
 };
 
 // The current runtime (a process-wide default until a ScopedRuntime installs another).

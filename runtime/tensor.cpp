@@ -75,14 +75,16 @@ template Tensor Tensor::from_vector<int64_t>(std::span<const int64_t>, Shape, DT
 template Tensor Tensor::from_vector<uint8_t>(std::span<const uint8_t>, Shape, DType);
 template Tensor Tensor::from_vector<BF16>(std::span<const BF16>, Shape, DType);
 
-Tensor Tensor::scalar(double value, DType dtype) {
+Tensor Tensor::scalar(double value, DType dtype, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   if (value == 0 || value == 1) return from_ir(make_const(value, {{}, dtype}));
   BufferPtr buf = Buffer::allocate(dtype_size(dtype));
   store_element(buf->data(), dtype, 0, value);
   return from_buffer(std::move(buf), {{}, dtype});
 }
 
-Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, SourceLoc loc) {
+  detail::SiteScope scope(loc);
   if (value == 0 || value == 1) return from_ir(make_const(value, {shape, dtype}));
   Attrs a;
   a.ints = shape;

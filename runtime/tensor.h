@@ -62,14 +62,23 @@ class Tensor {
     return from_vector<T>(std::span<const T>(values), std::move(shape), dtype);
   }
   // A 0-d tensor. 0 and 1 are compile-time constants; any other value is a data input, so
-  // a changing value (a learning rate) does not recompile.
-  static Tensor scalar(double value, DType dtype = DType::kF32);
-  static Tensor full(const Shape& shape, double value, DType dtype = DType::kF32);
+  // a changing value (a learning rate) does not recompile. A constant made here records the
+  // caller's line (runtime/site.h), as ops do.
+  static Tensor scalar(double value, DType dtype = DType::kF32,
+                       SourceLoc loc = SourceLoc::current());
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::kF32,
+                     SourceLoc loc = SourceLoc::current());
   // A materialised tensor filled on the host (no IR): for state a step will update
   // (optimizer buffers), so the first step traces the same graph as every later one.
   static Tensor full_data(const Shape& shape, double value, DType dtype = DType::kF32);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::kF32) { return full(shape, 0, dtype); }
-  static Tensor ones(const Shape& shape, DType dtype = DType::kF32) { return full(shape, 1, dtype); }
+  static Tensor zeros(const Shape& shape, DType dtype = DType::kF32,
+                      SourceLoc loc = SourceLoc::current()) {
+    return full(shape, 0, dtype, loc);
+  }
+  static Tensor ones(const Shape& shape, DType dtype = DType::kF32,
+                     SourceLoc loc = SourceLoc::current()) {
+    return full(shape, 1, dtype, loc);
+  }
 
   bool defined() const { return impl_ != nullptr; }
   bool is_pending() const;

@@ -32,8 +32,9 @@ int64_t dim(Rng& rng, int64_t lo = 1, int64_t hi = 4) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
-Case unary(Rng& rng, Tensor (*op)(const Tensor&), double lo = -1, double hi = 1) {
-  return {{{dim(rng), dim(rng)}}, [op](const Inputs& x) { return op(x[0]); }, lo, hi};
+// Through a pointer an op's defaulted SourceLoc must be passed: this line is the site.
+Case unary(Rng& rng, Tensor (*op)(const Tensor&, SourceLoc), double lo = -1, double hi = 1) {
+  return {{{dim(rng), dim(rng)}}, [op](const Inputs& x) { return op(x[0], SourceLoc::current()); }, lo, hi};
 }
 
 // Broadcasting operand shapes: {a, 1, c} with {b, 1}, or equal shapes.
@@ -43,8 +44,8 @@ std::vector<Shape> binary_shapes(Rng& rng) {
   return {{a, b}, {a, b}};
 }
 
-Case binary(Rng& rng, Tensor (*op)(const Tensor&, const Tensor&), double lo = -1, double hi = 1) {
-  return {binary_shapes(rng), [op](const Inputs& x) { return op(x[0], x[1]); }, lo, hi};
+Case binary(Rng& rng, Tensor (*op)(const Tensor&, const Tensor&, SourceLoc), double lo = -1, double hi = 1) {
+  return {binary_shapes(rng), [op](const Inputs& x) { return op(x[0], x[1], SourceLoc::current()); }, lo, hi};
 }
 
 Tensor index_tensor(const Shape& shape, int64_t range, uint32_t seed) {
@@ -54,11 +55,11 @@ Tensor index_tensor(const Shape& shape, int64_t range, uint32_t seed) {
   return Tensor::from_vector<int64_t>(v, shape);
 }
 
-Case reduce_case(Rng& rng, Tensor (*op)(const Tensor&, std::vector<int64_t>, bool)) {
+Case reduce_case(Rng& rng, Tensor (*op)(const Tensor&, std::vector<int64_t>, bool, SourceLoc)) {
   const bool keep = rng() % 2 == 0;
   const int64_t axis = static_cast<int64_t>(rng() % 3);
   return {{{dim(rng), dim(rng, 2), dim(rng)}},
-          [=](const Inputs& x) { return op(x[0], {axis}, keep); }};
+          [=](const Inputs& x) { return op(x[0], {axis}, keep, SourceLoc::current()); }};
 }
 
 Case matmul_case(Rng& rng) {
@@ -97,7 +98,7 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kPow] = binary(rng, pow, 0.5, 2);
   c[Op::kWhere] = {binary_shapes(rng),
                    [](const Inputs& x) { return where(gt(x[0], x[1] * 0.3), x[0], x[1]); }};
-  c[Op::kCast] = unary(rng, [](const Tensor& x) { return cast(x, DType::kF64); });
+  c[Op::kCast] = unary(rng, [](const Tensor& x, SourceLoc loc) { return cast(x, DType::kF64, loc); });
   c[Op::kSum] = reduce_case(rng, sum);
   c[Op::kMean] = reduce_case(rng, mean);
   c[Op::kMax] = reduce_case(rng, max);
@@ -146,7 +147,7 @@ std::map<Op, Case> cases(Rng& rng) {
   c[Op::kSoftmax] = {{{2, 4, 4}}, [causal](const Inputs& x) {
                        return causal ? causal_softmax(x[0]) : softmax(x[0], -1);
                      }};
-  c[Op::kAllReduce] = unary(rng, [](const Tensor& x) { return all_reduce(x, ReduceOp::kSum); });
+  c[Op::kAllReduce] = unary(rng, [](const Tensor& x, SourceLoc loc) { return all_reduce(x, ReduceOp::kSum, loc); });
   return c;
 }
 
