@@ -162,7 +162,14 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
   job.signals = &signals;
   if (options.timeout.count() > 0) job.deadline = detail::Clock::now() + options.timeout;
   if (options.trace_file) {
-    job.trace_file = std::filesystem::absolute(*options.trace_file).lexically_normal().string();
+    std::filesystem::path file = std::filesystem::absolute(*options.trace_file).lexically_normal();
+    // Each node writes its own file: on a filesystem the nodes share, one name would be
+    // written by all of them, and each merge would take the others' parts.
+    if (job.placement.nnodes > 1) {
+      file.replace_filename(fmt::format("{}.node{}{}", file.stem().string(), job.placement.node,
+                                        file.extension().string()));
+    }
+    job.trace_file = file.string();
     job.trace_t0_ns = trace::now_ns();
   }
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -83,6 +84,21 @@ TEST_F(MultiNodeTest, ReplicasKnowTheirJobOrdinalTheirNodeAndTheMaster) {
   EXPECT_NE(four.at("MASTER_PORT"), std::to_string(port_));  // torch's own store, elsewhere
   EXPECT_EQ(four.at("XLA_SPAWN_JOB_ID"), zero.at("XLA_SPAWN_JOB_ID"));
   EXPECT_NE(four.at("XLA_SPAWN_SEGMENT"), zero.at("XLA_SPAWN_SEGMENT"));
+}
+
+// Nodes that share a filesystem (here: one directory) each write a timeline of their own.
+TEST_F(MultiNodeTest, EachNodeWritesItsOwnTraceFile) {
+  const std::string file = pids_ / "trace.json";
+  auto node0 = start_node(0, 2, 1, {"--do", "print-env"}, {"--trace", file});
+  auto node1 = start_node(1, 2, 2, {"--do", "print-env"}, {"--trace", file});
+  ASSERT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  ASSERT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  EXPECT_EQ(env_of(node1->out(), 2).at("XLA_SPAWN_TRACE"), pids_ / "trace.node1.json");
+  EXPECT_EQ(env_of(node0->out(), 0).at("XLA_SPAWN_TRACE"), pids_ / "trace.node0.json");
+  EXPECT_NE(node1->err().find("written to " + pids_ / "trace.node1.json"), std::string::npos)
+      << node1->err();
+  EXPECT_TRUE(std::filesystem::exists(pids_ / "trace.node0.json"));
+  EXPECT_FALSE(std::filesystem::exists(file));
 }
 
 TEST_F(MultiNodeTest, AFailureOnOneNodeStopsEveryNodeWithTheRootCausesStatus) {

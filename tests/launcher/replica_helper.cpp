@@ -87,7 +87,8 @@ void print_env() {
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS",
         "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "XLA_SPAWN_NODE", "XLA_SPAWN_NNODES",
         "XLA_SPAWN_NODE_SIZES", "XLA_SPAWN_MASTER_ADDR", "XLA_SPAWN_MASTER_PORT",
-        "XLA_SPAWN_HOST_ADDR", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+        "XLA_SPAWN_HOST_ADDR", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+        "XLA_SPAWN_TRACE"}) {
     const char* value = std::getenv(name);
     std::printf("ENV %s=%s\n", name, value != nullptr ? value : "<unset>");
   }
