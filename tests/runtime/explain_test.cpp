@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "tests/support/captured_log.h"
 #include "tests/support/scoped_env.h"
 #include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/explain.h"
@@ -48,22 +48,7 @@ GraphSummary trace(const std::vector<Tensor>& roots, int64_t step = 1) {
 #define EXPECT_HAS(text, part) \
   EXPECT_NE((text).find(part), std::string::npos) << "want '" << (part) << "' in:\n" << (text)
 
-// Routes spdlog to a string for the guard's lifetime.
-class CapturedLog {
- public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::CapturedLog;
 
 TEST(Explain, ChangedBatchSizeNamesTheInputBothShapesAndTheLineThatUsedIt) {
   ScopedRuntime rt(with_debug());

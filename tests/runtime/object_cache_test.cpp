@@ -12,32 +12,19 @@
 #include <sstream>
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "tests/support/child_with_deadline.h"
+#include "tests/support/captured_log.h"
 
 namespace xs {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Routes spdlog to a string for the guard's lifetime.
-class CapturedLog {
- public:
-  CapturedLog() : previous_(spdlog::default_logger()) {
-    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(text_);
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>("captured", sink));
-  }
-  ~CapturedLog() { spdlog::set_default_logger(previous_); }
-  std::string text() const { return text_.str(); }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using testing::CapturedLog;
 
 class TempDir {
  public:
