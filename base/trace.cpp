@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -46,7 +48,12 @@ struct Span {
 struct Recorder {
   std::mutex mutex;
   std::vector<Span> spans;
+  std::string path;  // the part being written
   int fd = -1;
+  off_t good_bytes = 0;       // the part's size after its last whole write
+  int64_t last_flush_ns = 0;
+  int64_t lost = 0;           // spans a failed write dropped, said in the part at the next one
+  pid_t owner = 0;            // the process that started: a forked child writes nothing
   int pid = 0;
   int64_t t0_ns = 0;
   int64_t max_spans = kDefaultMaxSpans;
@@ -55,8 +62,11 @@ struct Recorder {
   int next_tid = 1;
   std::set<int> named_tids;  // threads whose name line is written
   std::unordered_set<std::string> names;
-  bool exit_hook = false;
+  bool hooks = false;  // the exit and fork hooks are installed
 };
+
+// Distinct run-time names kept (TraceScope(std::string)); past it, names are not kept.
+constexpr size_t kMaxNames = 100'000;
 
 Recorder& recorder() {
   static Recorder* r = new Recorder();  // never destroyed: the exit hook writes through it
@@ -65,16 +75,52 @@ Recorder& recorder() {
 
 thread_local int t_tid = -1;
 
+// The length of the UTF-8 sequence starting at p (1..4), or 0 when it is not one (overlong
+// forms, surrogates and code points past U+10FFFF included).
+size_t utf8_length(const unsigned char* p) {
+  const unsigned c = p[0];
+  size_t n = 0;
+  uint32_t cp = 0;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2, cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3, cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4, cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  for (size_t i = 1; i < n; ++i) {
+    if ((p[i] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (p[i] & 0x3f);
+  }
+  const bool overlong = (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
+  if (overlong || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) return 0;
+  return n;
+}
+
+// JSON string contents: quotes, backslashes and control characters escaped, bytes that are
+// not UTF-8 replaced by U+FFFD (a strict parser rejects the whole file otherwise).
 void append_escaped(fmt::memory_buffer& out, const char* text) {
-  for (const char* p = text; *p != '\0'; ++p) {
-    const auto c = static_cast<unsigned char>(*p);
+  const auto* p = reinterpret_cast<const unsigned char*>(text);
+  while (*p != 0) {
+    const unsigned char c = *p;
     if (c == '"' || c == '\\') {
       out.push_back('\\');
       out.push_back(static_cast<char>(c));
+      ++p;
     } else if (c < 0x20) {
       fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
-    } else {
+      ++p;
+    } else if (c < 0x80) {
       out.push_back(static_cast<char>(c));
+      ++p;
+    } else if (const size_t n = utf8_length(p); n > 0) {
+      out.append(reinterpret_cast<const char*>(p), reinterpret_cast<const char*>(p) + n);
+      p += n;
+    } else {
+      out.append(std::string_view("\xef\xbf\xbd"));
+      ++p;
     }
   }
 }
@@ -108,41 +154,72 @@ void format_span(fmt::memory_buffer& out, const Recorder& r, const Span& s) {
   out.append(std::string_view("}\n"));
 }
 
-void write_all(int fd, const char* data, size_t size) {
+// False (errno set) when not everything was written: a full disk.
+bool write_all(int fd, const char* data, size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a full disk loses spans, never the job
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return false;
+    }
     data += n;
     size -= static_cast<size_t>(n);
   }
+  return true;
 }
 
-// Writes the buffered spans (and the names of threads not seen before); caller holds the mutex.
+// Writes the buffered spans (and the names of threads not seen before); caller holds the
+// mutex. A failed write (a full disk) is cut back to the last whole line, so the part never
+// holds a torn line that the next write would glue onto; the spans are counted as lost, and
+// the next write that succeeds says how many.
 void flush_locked(Recorder& r) {
+  r.last_flush_ns = now_ns();
   if (r.fd < 0) {
     r.spans.clear();
     return;
   }
+  if (r.spans.empty() && r.lost == 0) return;
   fmt::memory_buffer out;
+  if (r.lost > 0 && !r.spans.empty()) {
+    const int64_t at = r.spans.front().start_ns;
+    fmt::format_to(std::back_inserter(out),
+                   "{{\"name\":\"{} span(s) lost (a write to the part failed)\",\"cat\":\"trace\","
+                   "\"ph\":\"X\",\"ts\":{:.3f},\"dur\":0.000,\"pid\":{},\"tid\":0}}\n",
+                   r.lost, static_cast<double>(at - r.t0_ns) / 1e3, r.pid);
+  }
+  std::set<int> named = r.named_tids;
   for (const Span& s : r.spans) {
-    if (r.named_tids.insert(s.tid).second) {
+    if (named.insert(s.tid).second) {
       fmt::format_to(std::back_inserter(out),
                      "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}\n",
                      r.pid, s.tid, s.tid == 0 ? std::string("main") : fmt::format("thread {}", s.tid));
     }
     format_span(out, r, s);
   }
+  if (write_all(r.fd, out.data(), out.size())) {
+    r.good_bytes += static_cast<off_t>(out.size());
+    r.named_tids = std::move(named);
+    r.lost = 0;
+  } else {
+    [[maybe_unused]] const int rc = ::ftruncate(r.fd, r.good_bytes);
+    r.lost += static_cast<int64_t>(r.spans.size());
+  }
   r.spans.clear();
-  write_all(r.fd, out.data(), out.size());
 }
 
 void flush_at_exit() { flush(); }
 
+// A child forked without exec holds a copy of the buffer (and maybe of a locked mutex): it
+// must neither write the parent's spans again nor record its own into the parent's part.
+void forget_in_child() {
+  trace_on.store(false, std::memory_order_relaxed);
+}
+
 }  // namespace
 
-std::string part_path(const std::string& file, int attempt, int ordinal) {
-  return fmt::format("{}.{}.{}.part", file, attempt, ordinal);
+std::string part_path(const std::string& file, const std::string& job_id, int attempt, int ordinal) {
+  return fmt::format("{}.{}.{}.{}.part", file, job_id, attempt, ordinal);
 }
 
 int64_t now_ns() noexcept {
@@ -151,26 +228,45 @@ int64_t now_ns() noexcept {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-void start(const std::string& file, int ordinal, int attempt, int64_t t0_ns) {
+void start(const std::string& file, const std::string& job_id, int ordinal, int attempt,
+           int64_t t0_ns) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
+  const std::string path = part_path(file, job_id, attempt, ordinal);
+  if (r.fd >= 0 && r.path == path && r.owner == ::getpid()) {  // xm::init after xm::shutdown
+    trace_on.store(true, std::memory_order_relaxed);
+    return;
+  }
   if (r.fd >= 0) ::close(r.fd);
-  const std::string path = part_path(file, attempt, ordinal);
+  r.fd = -1;
   ::unlink(path.c_str());  // a part of an earlier job; O_EXCL below refuses anything planted since
-  r.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (r.fd < 0) throw IoError(errno_message("tracing: creating " + path, errno));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw IoError(errno_message("tracing: creating " + path, errno));
+  r.fd = fd;
+  r.path = path;
+  r.good_bytes = 0;
+  r.owner = ::getpid();
   r.pid = attempt * kAttemptStride + ordinal;
   r.t0_ns = t0_ns;
-  r.max_spans = env_int("XLA_SPAWN_TRACE_MAX_SPANS", 1, int64_t{1} << 40).value_or(kDefaultMaxSpans);
+  r.last_flush_ns = now_ns();
+  try {
+    r.max_spans = env_int("XLA_SPAWN_TRACE_MAX_SPANS", 1, int64_t{1} << 40).value_or(kDefaultMaxSpans);
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "xla-spawn: %s; tracing keeps the default %lld spans\n", e.what(),
+                 static_cast<long long>(kDefaultMaxSpans));
+    r.max_spans = kDefaultMaxSpans;
+  }
   r.recorded = 0;
+  r.lost = 0;
   r.truncated = false;
   r.spans.clear();
   r.named_tids.clear();
   r.next_tid = 1;
   t_tid = 0;  // the starting thread is the replica's main thread
-  if (!r.exit_hook) {
+  if (!r.hooks) {
     std::atexit(flush_at_exit);
-    r.exit_hook = true;
+    ::pthread_atfork(nullptr, nullptr, forget_in_child);
+    r.hooks = true;
   }
   trace_on.store(true, std::memory_order_relaxed);
 }
@@ -178,12 +274,19 @@ void start(const std::string& file, int ordinal, int attempt, int64_t t0_ns) {
 void start_from_env(int ordinal, int attempt) {
   const std::optional<std::string> file = env_string(kFileEnv);
   if (!file) return;
-  const int64_t t0 = env_int(kT0Env, 0, INT64_MAX).value_or(now_ns());
-  start(*file, ordinal, attempt, t0);
+  try {
+    const int64_t t0 = env_int(kT0Env, 0, INT64_MAX).value_or(now_ns());
+    const std::string job = env_string("XLA_SPAWN_JOB_ID").value_or("nojob");
+    start(*file, job, ordinal, attempt, t0);
+  } catch (const std::exception& e) {  // a timeline is never worth the job
+    std::fprintf(stderr, "xla-spawn: ordinal %d runs without tracing: %s\n", ordinal, e.what());
+    trace_on.store(false, std::memory_order_relaxed);
+  }
 }
 
 void flush() noexcept {
   Recorder& r = recorder();
+  if (r.owner != 0 && r.owner != ::getpid()) return;  // a forked child: not its part
   std::lock_guard<std::mutex> lock(r.mutex);
   try {
     flush_locked(r);
@@ -196,9 +299,11 @@ void stop() noexcept {
   trace_on.store(false, std::memory_order_relaxed);
   flush();
   Recorder& r = recorder();
+  if (r.owner != 0 && r.owner != ::getpid()) return;
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.fd >= 0) ::close(r.fd);
   r.fd = -1;
+  r.path.clear();
 }
 
 void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
@@ -226,7 +331,7 @@ void record(const char* name, const char* category, int64_t start_ns, int64_t en
     return;
   }
   ++r.recorded;
-  if (r.spans.size() >= kFlushSpans) {
+  if (r.spans.size() >= kFlushSpans || end_ns - r.last_flush_ns >= int64_t{kFlushIntervalMs} * 1'000'000) {
     try {
       flush_locked(r);
     } catch (const std::exception&) {
@@ -238,6 +343,7 @@ void record(const char* name, const char* category, int64_t start_ns, int64_t en
 const char* intern(const std::string& name) {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.names.size() >= kMaxNames && r.names.count(name) == 0) return "(more than 100,000 distinct span names)";
   return r.names.insert(name).first->c_str();
 }
 
@@ -249,11 +355,13 @@ struct Part {
   std::string path;
 };
 
-// The parts next to `file`: "<base>.<attempt>.<ordinal>.part", ordered by attempt and ordinal.
-std::vector<Part> find_parts(const std::string& file) {
+// Job `job_id`'s parts next to `file`: "<base>.<job>.<attempt>.<ordinal>.part", ordered by
+// attempt and ordinal.
+std::vector<Part> find_parts(const std::string& file, const std::string& job_id) {
   const size_t slash = file.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : file.substr(0, slash);
-  const std::string base = (slash == std::string::npos ? file : file.substr(slash + 1)) + ".";
+  const std::string base =
+      (slash == std::string::npos ? file : file.substr(slash + 1)) + "." + job_id + ".";
   std::vector<Part> parts;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return parts;
@@ -276,16 +384,63 @@ std::vector<Part> find_parts(const std::string& file) {
   return parts;
 }
 
+// A part to read: a regular file of this user, opened without following a symlink or
+// blocking on a FIFO; -1 for anything else (planted by someone else in a shared directory).
+int open_part(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Calls `line` for each whole line of the file (without its newline) of at most kMaxLine
+// bytes; longer ones, and an unterminated last one, are skipped.
+constexpr size_t kMaxLine = 1 << 20;
+void for_each_line(int fd, const std::function<void(std::string_view)>& line) {
+  std::string pending;
+  bool skipping = false;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    std::string_view chunk(buffer, static_cast<size_t>(n));
+    while (!chunk.empty()) {
+      const size_t nl = chunk.find('\n');
+      const std::string_view piece = chunk.substr(0, nl);
+      if (!skipping) pending.append(piece);
+      if (pending.size() > kMaxLine) {
+        pending.clear();
+        skipping = true;
+      }
+      if (nl == std::string_view::npos) break;
+      if (!skipping) line(pending);
+      pending.clear();
+      skipping = false;
+      chunk.remove_prefix(nl + 1);
+    }
+  }
+}
+
 }  // namespace
 
-size_t merge(const std::string& file, int node, bool remove_parts) {
-  const std::vector<Part> parts = find_parts(file);
+size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts) {
+  struct stat existing {};
+  if (::lstat(file.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
+    throw IoError(fmt::format("tracing: {} exists and is not a regular file", file));
+  }
+  const std::vector<Part> parts = find_parts(file, job_id);
   const bool several_attempts = !parts.empty() && parts.back().attempt > 0;
   const std::string temp = fmt::format("{}.merging.{}", file, ::getpid());
   ::unlink(temp.c_str());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) throw IoError(errno_message("tracing: creating " + temp, errno));
   size_t spans = 0;
+  bool written = true;
   fmt::memory_buffer out;
   out.append(std::string_view("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"));
   bool first = true;
@@ -294,7 +449,7 @@ size_t merge(const std::string& file, int node, bool remove_parts) {
     first = false;
     out.append(line);
     if (out.size() > (1 << 20)) {
-      write_all(fd, out.data(), out.size());
+      written = written && write_all(fd, out.data(), out.size());
       out.clear();
     }
   };
@@ -307,24 +462,27 @@ size_t merge(const std::string& file, int node, bool remove_parts) {
                     pid, track));
     add(fmt::format("{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"args\":{{\"sort_index\":{}}}}}",
                     pid, pid));
-    std::ifstream in(p.path);
-    for (std::string line; std::getline(in, line);) {
-      // Only whole lines of this part's own track: a replica killed mid-write leaves a torn
-      // last line, and nothing else belongs in the merged file.
-      if (in.eof() || !line.starts_with("{\"name\":\"") || !line.ends_with("}") ||
-          line.find(fmt::format("\"pid\":{},", pid)) == std::string::npos) {
-        continue;
+    const int part = open_part(p.path);
+    if (part < 0) continue;
+    const std::string own_track = fmt::format("\"pid\":{},", pid);
+    for_each_line(part, [&](std::string_view line) {
+      // Only whole lines of this part's own track.
+      if (!line.starts_with("{\"name\":\"") || !line.ends_with("}") ||
+          line.find(own_track) == std::string_view::npos) {
+        return;
       }
       add(line);
-      if (line.find("\"ph\":\"X\"") != std::string::npos) ++spans;
-    }
+      if (line.find("\"ph\":\"X\"") != std::string_view::npos) ++spans;
+    });
+    ::close(part);
   }
   out.append(std::string_view("\n]}\n"));
-  write_all(fd, out.data(), out.size());
-  const bool written = ::fsync(fd) == 0 || errno == EINVAL;
+  written = written && write_all(fd, out.data(), out.size());
+  written = written && (::fsync(fd) == 0 || errno == EINVAL);
+  const int write_errno = errno;
   ::close(fd);
   if (!written || ::rename(temp.c_str(), file.c_str()) != 0) {
-    const int err = errno;
+    const int err = written ? errno : write_errno;
     ::unlink(temp.c_str());
     throw IoError(errno_message("tracing: writing " + file, err));
   }

@@ -10,7 +10,8 @@
 // Off (the default) every entry point is one load of a global flag. On, a span costs two
 // clock reads and an append under an uncontended mutex (~0.1 us). Spans of one thread nest
 // (a scope's destructor ends it); times are CLOCK_MONOTONIC, shared by every process of a
-// host, relative to the launcher's start (XLA_SPAWN_TRACE_T0).
+// host, relative to the launcher's start (XLA_SPAWN_TRACE_T0). Names may be any bytes: what is
+// not UTF-8 is written as U+FFFD.
 
 #include <atomic>
 #include <cstdint>
@@ -28,20 +29,28 @@ inline constexpr const char* kFileEnv = "XLA_SPAWN_TRACE";  // the merged file, 
 inline constexpr const char* kT0Env = "XLA_SPAWN_TRACE_T0";  // CLOCK_MONOTONIC ns of time 0
 inline constexpr int kMaxArgs = 4;
 
-// Starts recording for global ordinal `ordinal` of `attempt`, writing spans to
-// part_path(file, attempt, ordinal) (created 0600, an existing one replaced, never through a
-// symlink) when the buffer fills and at exit. Throws xs::IoError when the part cannot be
-// created. start_from_env() does it when XLA_SPAWN_TRACE is set (replica start-up).
-void start(const std::string& file, int ordinal, int attempt, int64_t t0_ns);
+// Starts recording for global ordinal `ordinal` of `attempt` of job `job_id`, writing spans to
+// part_path(...) (created 0600, an existing one replaced, never through a symlink) every
+// kFlushIntervalMs, when the buffer fills and at exit. Throws xs::IoError when the part cannot
+// be created. start_from_env() does it when XLA_SPAWN_TRACE is set (xm::init); there a failure
+// is a warning and the replica runs untraced. Starting again with the same part goes on
+// appending to it (xm::init after xm::shutdown).
+void start(const std::string& file, const std::string& job_id, int ordinal, int attempt,
+           int64_t t0_ns);
 void start_from_env(int ordinal, int attempt);
-// Writes what is buffered to the part file (also at exit and when the buffer fills). Safe
-// to call when tracing is off.
+// Writes what is buffered to the part file (also every kFlushIntervalMs, when the buffer
+// fills, and at exit). Safe to call when tracing is off, and in a forked child (a no-op).
 void flush() noexcept;
 // Stops recording and closes the part (tests; spans recorded afterwards are dropped).
 void stop() noexcept;
 
-// "<file>.<attempt>.<ordinal>.part": where a replica writes its spans.
-std::string part_path(const std::string& file, int attempt, int ordinal);
+// A replica killed by a signal loses at most the spans it recorded this long before.
+inline constexpr int kFlushIntervalMs = 100;
+
+// "<file>.<job id>.<attempt>.<ordinal>.part": where a replica writes its spans.
+std::string part_path(const std::string& file, const std::string& job_id, int attempt, int ordinal);
+// The longest file name merge() accepts, so that the parts' names fit the filesystem's 255.
+inline constexpr size_t kMaxFileNameBytes = 160;
 
 int64_t now_ns() noexcept;  // CLOCK_MONOTONIC
 
@@ -59,17 +68,22 @@ void record(const char* name, const char* category, int64_t start_ns, int64_t en
 // A stable copy of a run-time name, for record().
 const char* intern(const std::string& name);
 
-// Merges the parts of `file` (every attempt and ordinal found next to it) into `file`:
-// {"traceEvents": [...]} with one track per ordinal, named "ordinal K" ("node N, ordinal K"
-// when node >= 0), and per attempt when there were several. Written atomically (temporary,
-// then rename); an unfinished last line of a part (a replica killed mid-write) is dropped.
-// Returns the number of spans written; throws xs::IoError when the file cannot be written.
-// `remove_parts` deletes the parts afterwards.
-size_t merge(const std::string& file, int node, bool remove_parts);
+// Merges the parts of job `job_id` next to `file` (every attempt and ordinal found) into
+// `file`: {"traceEvents": [...]} with one track per ordinal, named "ordinal K" ("node N,
+// ordinal K" when node >= 0), and per attempt when there were several. Takes only regular
+// files of this user, drops lines that are not one whole span of the part's own track (a
+// replica killed mid-write leaves a torn last line) and lines over 1 MiB. Written through a
+// temporary (0600) renamed into place; refuses a `file` that exists and is not a regular file.
+// Returns the number of spans written. Throws xs::IoError when the file cannot be written, and
+// then leaves the parts and any earlier `file` alone; `remove_parts` deletes the parts after a
+// successful merge.
+size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts);
 
 }  // namespace trace
 
 // A span from construction to destruction, on the calling thread; nothing when tracing is off.
+// Scopes on the stack nest; a TraceScope held elsewhere (an optional, a member) must end before
+// the scope around it, or the viewer shows the two overlapping.
 class TraceScope {
  public:
   explicit TraceScope(const char* name, const char* category = "user") noexcept {

@@ -1,6 +1,7 @@
 #include "xla_spawn/launcher/supervisor.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <unistd.h>
 
@@ -47,15 +48,25 @@ void validate(int nprocs, const SupervisorOptions& options) {
   XS_CHECK_ARG(options.max_restarts >= 0, "max_restarts {} must not be negative",
                options.max_restarts);
   if (options.trace_file) {
-    const std::filesystem::path file(*options.trace_file);
-    XS_CHECK_ARG(!options.trace_file->empty() && file.has_filename(),
-                 "--trace '{}': expected a file name", *options.trace_file);
-    const std::filesystem::path dir = std::filesystem::absolute(file).parent_path();
+    const std::string& given = *options.trace_file;
+    const std::filesystem::path file = std::filesystem::absolute(given);
+    XS_CHECK_ARG(!given.empty() && !given.ends_with("/") && file.filename() != "." &&
+                     file.filename() != "..",
+                 "--trace '{}': expected a file name", given);
+    XS_CHECK_ARG(file.filename().string().size() <= trace::kMaxFileNameBytes,
+                 "--trace {}: the file name is {} bytes, at most {} (its parts add a suffix)", given,
+                 file.filename().string().size(), trace::kMaxFileNameBytes);
+    const std::filesystem::path dir = file.parent_path();
     std::error_code ec;
     XS_CHECK_ARG(std::filesystem::is_directory(dir, ec), "--trace {}: directory {} does not exist",
-                 *options.trace_file, dir.string());
+                 given, dir.string());
     XS_CHECK_ARG(::access(dir.c_str(), W_OK | X_OK) == 0,
-                 "--trace {}: directory {} is not writable", *options.trace_file, dir.string());
+                 "--trace {}: directory {} is not writable", given, dir.string());
+    struct stat st {};
+    XS_CHECK_ARG(::lstat(file.c_str(), &st) != 0 || S_ISREG(st.st_mode),
+                 "--trace {}: exists and is not a regular file (a directory, device or link is "
+                 "never replaced)",
+                 given);
   }
 }
 
@@ -65,7 +76,7 @@ void merge_trace(const detail::JobContext& job, bool last) {
   if (job.trace_file.empty()) return;
   try {
     const int node = job.placement.nnodes > 1 ? job.placement.node : -1;
-    const size_t spans = trace::merge(job.trace_file, node, /*remove_parts=*/last);
+    const size_t spans = trace::merge(job.trace_file, job.job_id, node, /*remove_parts=*/last);
     if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_file));
   } catch (const std::exception& e) {
     job.mux->message(fmt::format("trace not written: {}", e.what()));
@@ -110,6 +121,9 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
   if (!job.trace_file.empty()) {
     extra.push_back({trace::kFileEnv, job.trace_file});
     extra.push_back({trace::kT0Env, std::to_string(job.trace_t0_ns)});
+  } else {  // one inherited from a tracing launcher around this one is not this job's
+    extra.push_back({trace::kFileEnv, std::nullopt});
+    extra.push_back({trace::kT0Env, std::nullopt});
   }
   job.mux->begin_attempt(attempt);
   detail::Attempt run(job, attempt);

@@ -3,8 +3,13 @@
 // recording bounded. The whole path through xla-spawn is in tests/launcher/trace_test.cpp.
 #include "xla_spawn/base/trace.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
 
 #include <filesystem>
 #include <fstream>
@@ -14,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "xla_spawn/base/error.h"
 #include "tests/support/scoped_env.h"
 
 namespace xs {
@@ -29,6 +35,8 @@ size_t count(const std::string& text, const std::string& what) {
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
 }
+
+constexpr const char* kJob = "xs-1-0123abcd";
 
 class TraceTest : public ::testing::Test {
  protected:
@@ -51,12 +59,12 @@ TEST_F(TraceTest, OffByDefaultRecordsNothing) {
     TraceScope span("never");
     EXPECT_FALSE(span.active());
   }
-  EXPECT_EQ(trace::merge(file_, -1, true), 0u);
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 0u);
   EXPECT_EQ(count(read(file_), "\"ph\":\"X\""), 0u);
 }
 
 TEST_F(TraceTest, SpansNestPerThreadAndTheMergeNamesTheTrack) {
-  trace::start(file_, 3, 0, trace::now_ns());
+  trace::start(file_, kJob, 3, 0, trace::now_ns());
   {
     TraceScope outer("mark_step", "step");
     outer.arg("graph", 0x3fa2c1d09e8b7a6f, /*hex=*/true);
@@ -66,7 +74,7 @@ TEST_F(TraceTest, SpansNestPerThreadAndTheMergeNamesTheTrack) {
   }
   std::thread([] { TraceScope span("loader", "data"); }).join();
   trace::stop();
-  EXPECT_EQ(trace::merge(file_, -1, /*remove_parts=*/true), 3u);
+  EXPECT_EQ(trace::merge(file_, kJob, -1, /*remove_parts=*/true), 3u);
   const std::string json = read(file_);
   EXPECT_TRUE(json.starts_with("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n")) << json;
   EXPECT_TRUE(json.ends_with("\n]}\n")) << json;
@@ -79,19 +87,19 @@ TEST_F(TraceTest, SpansNestPerThreadAndTheMergeNamesTheTrack) {
   EXPECT_NE(json.find("\"tid\":0,\"args\":{\"name\":\"main\"}"), std::string::npos) << json;
   EXPECT_NE(json.find("\"name\":\"loader\",\"cat\":\"data\",\"ph\":\"X\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"tid\":1,\"args\":{\"name\":\"thread 1\"}"), std::string::npos) << json;
-  EXPECT_FALSE(std::filesystem::exists(trace::part_path(file_, 0, 3)));
+  EXPECT_FALSE(std::filesystem::exists(trace::part_path(file_, kJob, 0, 3)));
 }
 
 TEST_F(TraceTest, TheMergeDropsATornLastLineAndLinesOfAnotherTrack) {
-  trace::start(file_, 0, 0, trace::now_ns());
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
   { TraceScope span("whole"); }
   trace::stop();
   {
-    std::ofstream part(trace::part_path(file_, 0, 0), std::ios::app);
+    std::ofstream part(trace::part_path(file_, kJob, 0, 0), std::ios::app);
     part << "{\"name\":\"forged\",\"cat\":\"user\",\"ph\":\"X\",\"ts\":1,\"dur\":1,\"pid\":7,\"tid\":0}\n";
     part << "{\"name\":\"torn\",\"cat\":\"user\",\"ph\":\"X\",\"ts\":1,\"du";  // killed mid-write
   }
-  EXPECT_EQ(trace::merge(file_, 2, true), 1u);
+  EXPECT_EQ(trace::merge(file_, kJob, 2, true), 1u);
   const std::string json = read(file_);
   EXPECT_NE(json.find("\"name\":\"whole\""), std::string::npos) << json;
   EXPECT_EQ(json.find("forged"), std::string::npos) << json;
@@ -101,11 +109,11 @@ TEST_F(TraceTest, TheMergeDropsATornLastLineAndLinesOfAnotherTrack) {
 
 TEST_F(TraceTest, AttemptsGetTracksOfTheirOwn) {
   for (int attempt = 0; attempt < 2; ++attempt) {
-    trace::start(file_, 1, attempt, trace::now_ns());
+    trace::start(file_, kJob, 1, attempt, trace::now_ns());
     { TraceScope span("step"); }
     trace::stop();
   }
-  EXPECT_EQ(trace::merge(file_, -1, true), 2u);
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 2u);
   const std::string json = read(file_);
   EXPECT_NE(json.find("\"name\":\"ordinal 1 (attempt 0)\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"name\":\"ordinal 1 (attempt 1)\""), std::string::npos) << json;
@@ -113,10 +121,10 @@ TEST_F(TraceTest, AttemptsGetTracksOfTheirOwn) {
 
 TEST_F(TraceTest, RecordingStopsAtTheSpanLimitAndSaysSo) {
   testing::ScopedEnv limit("XLA_SPAWN_TRACE_MAX_SPANS", "5");
-  trace::start(file_, 0, 0, trace::now_ns());
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
   for (int i = 0; i < 50; ++i) TraceScope span("step");
   trace::stop();
-  EXPECT_EQ(trace::merge(file_, -1, true), 6u);  // the five, and the marker
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 6u);  // the five, and the marker
   const std::string json = read(file_);
   EXPECT_EQ(count(json, "\"name\":\"step\""), 5u) << json;
   EXPECT_NE(json.find("trace truncated (XLA_SPAWN_TRACE_MAX_SPANS)"), std::string::npos) << json;
@@ -125,15 +133,120 @@ TEST_F(TraceTest, RecordingStopsAtTheSpanLimitAndSaysSo) {
 TEST_F(TraceTest, APartPlantedAsASymlinkIsReplacedNotFollowed) {
   const std::string victim = (dir_ / "victim").string();
   { std::ofstream(victim) << "keep"; }
-  std::filesystem::create_symlink(victim, trace::part_path(file_, 0, 0));
-  trace::start(file_, 0, 0, trace::now_ns());
+  std::filesystem::create_symlink(victim, trace::part_path(file_, kJob, 0, 0));
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
   { TraceScope span("step"); }
   trace::stop();
   EXPECT_EQ(read(victim), "keep");
   struct stat st {};
-  ASSERT_EQ(::lstat(trace::part_path(file_, 0, 0).c_str(), &st), 0);
+  ASSERT_EQ(::lstat(trace::part_path(file_, kJob, 0, 0).c_str(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// Spans are written every trace::kFlushIntervalMs: a replica SIGKILLed keeps what it recorded
+// before the last write, and only that.
+TEST_F(TraceTest, AKilledReplicaKeepsTheSpansWrittenBeforeItDied) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    trace::start(file_, kJob, 0, 0, trace::now_ns());
+    { TraceScope a("before"); }
+    ::usleep((trace::kFlushIntervalMs + 50) * 1000);
+    { TraceScope b("written with it"); }  // its end is past the interval: both are written
+    { TraceScope c("lost"); }
+    ::kill(::getpid(), SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 2u);
+  const std::string json = read(file_);
+  EXPECT_NE(json.find("\"name\":\"before\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"name\":\"written with it\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("lost"), std::string::npos) << json;
+}
+
+// A child forked without exec neither writes the parent's buffered spans again nor its own.
+TEST_F(TraceTest, AForkedChildWritesNothingToTheParentsPart) {
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
+  { TraceScope a("parent's"); }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    { TraceScope c("child's"); }
+    std::exit(0);  // runs the exit hook
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  trace::stop();
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 1u);
+  EXPECT_EQ(count(read(file_), "parent's"), 1u);
+  EXPECT_EQ(read(file_).find("child's"), std::string::npos);
+}
+
+// A full disk (here: RLIMIT_FSIZE) cuts the part back to its last whole line, and the next
+// write that fits says how many spans were lost; the merge then still gives valid lines.
+TEST_F(TraceTest, AFailedWriteLeavesNoTornLineAndSaysWhatWasLost) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    trace::start(file_, kJob, 0, 0, trace::now_ns());
+    { TraceScope a("small"); }
+    trace::flush();
+    const rlimit limit{400, 400};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    for (int i = 0; i < 20; ++i) TraceScope big(std::string(300, 'x'));
+    trace::flush();  // fails: past the limit
+    const rlimit lifted{RLIM_INFINITY, RLIM_INFINITY};
+    ::setrlimit(RLIMIT_FSIZE, &lifted);
+    { TraceScope b("after"); }
+    trace::flush();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  const std::string part = read(trace::part_path(file_, kJob, 0, 0));
+  EXPECT_TRUE(part.ends_with("}\n")) << part;
+  EXPECT_EQ(part.find("xxx"), std::string::npos) << "a torn line of the failed write";
+  EXPECT_NE(part.find("20 span(s) lost (a write to the part failed)"), std::string::npos) << part;
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 3u);  // small, the marker, after
+}
+
+TEST_F(TraceTest, TheMergeRefusesToReplaceWhatIsNotARegularFileAndKeepsTheParts) {
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
+  { TraceScope a("kept"); }
+  trace::stop();
+  std::filesystem::create_directory(file_);
+  EXPECT_THROW(trace::merge(file_, kJob, -1, true), IoError);
+  EXPECT_TRUE(std::filesystem::is_directory(file_));
+  EXPECT_TRUE(std::filesystem::exists(trace::part_path(file_, kJob, 0, 0)));
+}
+
+// Another job's parts next to the same file (a concurrent job, a killed launcher's leftovers,
+// a planted file) are neither merged nor removed.
+TEST_F(TraceTest, TheMergeTakesOnlyItsOwnJobsParts) {
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
+  { TraceScope a("mine"); }
+  trace::stop();
+  const std::string other = trace::part_path(file_, "xs-2-99999999", 0, 1);
+  {
+    std::ofstream(other) << "{\"name\":\"theirs\",\"cat\":\"user\",\"ph\":\"X\",\"ts\":1,"
+                            "\"dur\":1,\"pid\":1,\"tid\":0}\n";
+  }
+  EXPECT_EQ(trace::merge(file_, kJob, -1, true), 1u);
+  EXPECT_EQ(read(file_).find("theirs"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(other));
+}
+
+TEST_F(TraceTest, NamesThatAreNotUtf8BecomeReplacementCharacters) {
+  trace::start(file_, kJob, 0, 0, trace::now_ns());
+  { TraceScope a(std::string("caf\xc3\xa9 \xff\xfe end")); }
+  trace::stop();
+  trace::merge(file_, kJob, -1, true);
+  EXPECT_NE(read(file_).find("caf\xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd end"), std::string::npos) << read(file_);
 }
 
 }  // namespace

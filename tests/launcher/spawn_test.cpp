@@ -115,7 +115,7 @@ TEST(SpawnTest, XlaSpawnTraceGivesOneTimelineOfTheChildren) {
   EXPECT_NE(json.find("\"args\":{\"name\":\"ordinal 0\"}"), std::string::npos) << json;
   EXPECT_NE(json.find("\"args\":{\"name\":\"ordinal 1\"}"), std::string::npos) << json;
   EXPECT_EQ(std::count(json.begin(), json.end(), 'X'), 2) << json;  // "ph":"X" twice
-  EXPECT_FALSE(std::filesystem::exists(trace::part_path(file, 0, 0)));
+  EXPECT_FALSE(std::filesystem::exists(trace::part_path(file, r.job_id, 0, 0)));
 }
 
 TEST(SpawnFailureTest, ThrowingChildExitsOneAndTheSummaryCarriesWhat) {

@@ -1,6 +1,7 @@
 // The timeline end to end: `xla-spawn --trace FILE` over a real train_fmnist job at N = 4 gives
 // one valid trace-event file with a track per ordinal whose spans nest
 // (scripts/check-trace), and a bad --trace is refused before anything starts.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -80,6 +81,39 @@ TEST(TimelineTest, PlotTraceDrawsAFewStepsOfATrainingJob) {
   EXPECT_EQ(std::string(reinterpret_cast<char*>(magic), 8), "\x89PNG\r\n\x1a\n");
 }
 
+// A trace is data from anywhere: a track or file name must not run commands through gnuplot.
+TEST(TimelineTest, PlotTraceRunsNothingThatATraceOrItsNameCarries) {
+  if (!has_python3() || std::system("gnuplot --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 or gnuplot is missing (scripts/plot-trace needs both)";
+  }
+  TempDir dir;
+  const std::string file = dir.path() + "/b`touch by_name`.json";  // run in dir, if run
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::string events = fmt::format(
+        "{{\"traceEvents\":[{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,"
+        "\"args\":{{\"name\":\"x\\\" 0); system \\\"touch {0}/by_track\\\"; set ytics (\\\"y`touch "
+        "{0}/by_backquote`'\"}}}}",
+        dir.path());
+    for (int i = 0; i < 6; ++i) {
+      events += fmt::format(",{{\"name\":\"mark_step\",\"cat\":\"step\",\"ph\":\"X\",\"ts\":{},"
+                            "\"dur\":5,\"pid\":0,\"tid\":0}}",
+                            i * 10);
+    }
+    std::fputs((events + "]}").c_str(), f);
+    std::fclose(f);
+  }
+  const std::string command =
+      fmt::format("cd '{}' && python3 {} 'b`touch by_name`.json' -o plot.png --from 1 --steps 3 2>&1",
+                  dir.path(), XS_PLOT_TRACE_SCRIPT);
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/plot.png"));
+  for (const char* name : {"by_name", "by_track", "by_backquote"}) {
+    EXPECT_FALSE(std::filesystem::exists(dir.path() + "/" + name)) << name << ": a command ran";
+  }
+}
+
 TEST(TimelineTest, TheCheckerFailsOnSpansThatOverlapWithoutNesting) {
   if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
   TempDir dir;
@@ -110,6 +144,18 @@ TEST(TimelineTest, ATraceFileInAMissingDirectoryIsRefusedBeforeAnythingStarts) {
                        "/no/such/dir does not exist"),
             std::string::npos)
       << r.err;
+}
+
+// A device, a directory or a link is never replaced by the merged file.
+TEST(TimelineTest, ATraceFileThatIsNotARegularFileIsRefusedBeforeAnythingStarts) {
+  TempDir dir;
+  for (const std::string& file : {std::string("/dev/null"), dir.path(), std::string(".")}) {
+    const RunResult r = run_xla_spawn({"-n", "2", "--trace", file, "--", helper_path(), "--do", "exit:0"});
+    EXPECT_EQ(r.exit_code, 2) << file << ": " << r.err;
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
 }  // namespace
