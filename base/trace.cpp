@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -62,7 +64,8 @@ struct Recorder {
   int next_tid = 1;
   std::set<int> named_tids;  // threads whose name line is written
   std::unordered_set<std::string> names;
-  bool hooks = false;  // the exit and fork hooks are installed
+  bool hooks = false;    // the exit and fork hooks are installed
+  pid_t writer = 0;      // the process whose writer thread runs (threads do not survive fork)
 };
 
 // Distinct run-time names kept (TraceScope(std::string)); past it, names are not kept.
@@ -210,6 +213,16 @@ void flush_locked(Recorder& r) {
 
 void flush_at_exit() { flush(); }
 
+// Writes the buffer every kFlushIntervalMs, whatever the replica does: a replica stuck in a
+// sleep, a loop or a wait, then killed, keeps what it recorded up to then. Detached: it never
+// keeps the process alive, and the recorder it writes through is never destroyed.
+void write_periodically() {
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(kFlushIntervalMs));
+    if (trace_on.load(std::memory_order_relaxed)) flush();
+  }
+}
+
 // A child forked without exec holds a copy of the buffer (and maybe of a locked mutex): it
 // must neither write the parent's spans again nor record its own into the parent's part.
 void forget_in_child() {
@@ -267,6 +280,10 @@ void start(const std::string& file, const std::string& job_id, int ordinal, int 
     std::atexit(flush_at_exit);
     ::pthread_atfork(nullptr, nullptr, forget_in_child);
     r.hooks = true;
+  }
+  if (r.writer != r.owner) {
+    std::thread(write_periodically).detach();
+    r.writer = r.owner;
   }
   trace_on.store(true, std::memory_order_relaxed);
 }
@@ -331,7 +348,7 @@ void record(const char* name, const char* category, int64_t start_ns, int64_t en
     return;
   }
   ++r.recorded;
-  if (r.spans.size() >= kFlushSpans || end_ns - r.last_flush_ns >= int64_t{kFlushIntervalMs} * 1'000'000) {
+  if (r.spans.size() >= kFlushSpans) {
     try {
       flush_locked(r);
     } catch (const std::exception&) {

@@ -31,7 +31,7 @@ inline constexpr int kMaxArgs = 4;
 
 // Starts recording for global ordinal `ordinal` of `attempt` of job `job_id`, writing spans to
 // part_path(...) (created 0600, an existing one replaced, never through a symlink) every
-// kFlushIntervalMs, when the buffer fills and at exit. Throws xs::IoError when the part cannot
+// kFlushIntervalMs (a thread of its own), when the buffer fills and at exit. Throws xs::IoError when the part cannot
 // be created. start_from_env() does it when XLA_SPAWN_TRACE is set (xm::init); there a failure
 // is a warning and the replica runs untraced. Starting again with the same part goes on
 // appending to it (xm::init after xm::shutdown).

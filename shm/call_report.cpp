@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -95,6 +96,11 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
     };
     c.steps = read(slots[k].arrivals.steps);
     c.other = read(slots[k].arrivals.other);
+    const uint64_t first_us = slots[k].arrivals.first_step_us.load(std::memory_order_relaxed);
+    const uint64_t last_us = slots[k].arrivals.last_step_us.load(std::memory_order_relaxed);
+    if (c.steps.calls >= 2 && last_us > first_us) {
+      c.step_ms = static_cast<double>(last_us - first_us) / 1e3 / static_cast<double>(c.steps.calls - 1);
+    }
     calls.push_back(std::move(c));
   }
   return calls;
@@ -160,22 +166,43 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
   return out;
 }
 
+double binomial_tail(uint64_t n, uint64_t k, double p) {
+  if (k == 0) return 1;
+  if (k > n) return 0;
+  // Summed in log space from k up: each term is the previous one times (n-i)/(i+1) * p/(1-p).
+  double log_term = std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(k) + 1) -
+                    std::lgamma(static_cast<double>(n - k) + 1) + static_cast<double>(k) * std::log(p) +
+                    static_cast<double>(n - k) * std::log1p(-p);
+  double total = 0;
+  for (uint64_t i = k; i <= n; ++i) {
+    total += std::exp(log_term);
+    log_term += std::log(static_cast<double>(n - i)) - std::log(static_cast<double>(i) + 1) +
+                std::log(p) - std::log1p(-p);
+  }
+  return std::min(total, 1.0);
+}
+
 std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal) {
   if (calls.size() < 2) return std::nullopt;
   const bool by_steps = std::any_of(calls.begin(), calls.end(), [](const OrdinalCall& c) {
     return c.steps.waited >= kStragglerMinCalls;
   });
+  const double chance = 1.0 / static_cast<double>(calls.size());
   for (const OrdinalCall& c : calls) {
     const OrdinalCall::Arrivals a = by_steps ? c.steps : combined(c);
     if (a.waited < kStragglerMinCalls || a.last == 0) continue;
     const double share = static_cast<double>(a.last) / static_cast<double>(a.waited);
     if (share <= (calls.size() == 2 ? 0.75 : 0.5)) continue;
+    if (binomial_tail(a.waited, a.last, chance) >= kStragglerChance) continue;
+    const double late_ms = mean_late_ms(a);
+    if (by_steps && c.step_ms > 0 && late_ms < kStragglerMinShare * c.step_ms) continue;
     return fmt::format(
         "ordinal {} arrived last at {:.0f}% of the {} {} that waited (of {}), {:.2f} ms after the "
-        "first on average: check what slows it (its core binding, other work on its core, its "
+        "first on average{}: check what slows it (other work on its core, its core binding, its "
         "data loading, a larger shard)",
         first_ordinal + c.ordinal, share * 100, a.waited,
-        by_steps ? "training steps" : "collective calls", a.calls, mean_late_ms(a));
+        by_steps ? "training steps" : "collective calls", a.calls, late_ms,
+        by_steps && c.step_ms > 0 ? fmt::format(", in steps of {:.2f} ms", c.step_ms) : "");
   }
   return std::nullopt;
 }

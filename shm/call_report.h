@@ -56,6 +56,7 @@ struct OrdinalCall {
   };
   Arrivals steps;
   Arrivals other;
+  double step_ms = 0;  // mean time from one counted step's arrival to the next; 0: unknown
 };
 
 // The call records of the `world_size` slots of the segment mapped at `base` (valid for
@@ -71,12 +72,18 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
 std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal);
 
 // The straggler report: "ordinal 3 arrived last at 81% of the 420 training steps that waited
-// (of 500), 0.80 ms after the first on average: ..." when one ordinal arrived last at more
-// than half of the steps (their first collective) that waited for a late arrival (more than
-// three quarters with two replicas, where chance alone gives a half), at least
-// kStragglerMinCalls of them; nullopt otherwise. A job without enough steps (no runtime
-// programs: eager collectives) is judged on all its calls.
+// (of 500), 0.80 ms after the first on average, in steps of 4.1 ms: ..." when one ordinal
+// arrived last at more than half of the steps (their first collective) that waited for a late
+// arrival (more than three quarters with two replicas), at least kStragglerMinCalls of them,
+// far more often than chance would have it (below kStragglerChance of happening if every
+// ordinal were equally likely to be last), and late by at least kStragglerMinShare of a
+// step on average; nullopt otherwise. A job with fewer steps that waited (no runtime
+// programs: eager collectives) is judged on all its calls, without the step-share rule.
 inline constexpr uint64_t kStragglerMinCalls = 20;
+inline constexpr double kStragglerChance = 1e-3;
+inline constexpr double kStragglerMinShare = 0.1;
+// P(X >= k) for X ~ Binomial(n, p).
+double binomial_tail(uint64_t n, uint64_t k, double p);
 std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal);
 
 }  // namespace xs

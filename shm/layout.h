@@ -93,6 +93,10 @@ struct ArrivalGroup {
 struct alignas(kCacheLineBytes) ArrivalCounts {
   ArrivalGroup steps;  // a step's first call (base/running_graph.h)
   ArrivalGroup other;
+  // When this ordinal arrived at its first and latest counted step (CLOCK_MONOTONIC, us): the
+  // launcher divides by the steps to know how long a step takes.
+  alignas(kCacheLineBytes) std::atomic<uint64_t> first_step_us{0};
+  std::atomic<uint64_t> last_step_us{0};
 };
 
 struct alignas(kCacheLineBytes) OrdinalSlot {

@@ -91,7 +91,8 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   if (step_start_) counted_step_ = step;
   const int64_t now_ns = record_time_ns(std::chrono::steady_clock::now());
   record.started_ns.store(now_ns, std::memory_order_relaxed);
-  arrived_us_ = static_cast<uint32_t>(static_cast<uint64_t>(now_ns) / 1000);
+  started_us_ = static_cast<uint64_t>(now_ns) / 1000;
+  arrived_us_ = static_cast<uint32_t>(started_us_);
   record.seq.store(call_seq_, std::memory_order_release);
 }
 
@@ -207,6 +208,12 @@ void Rounds::check_call(int parity) {
   };
   shm::ArrivalCounts& all = segment_.slot(ordinal()).arrivals;
   shm::ArrivalGroup& counts = step_start_ ? all.steps : all.other;
+  if (step_start_) {
+    if (counts.calls.load(std::memory_order_relaxed) == 0) {
+      all.first_step_us.store(started_us_, std::memory_order_relaxed);
+    }
+    all.last_step_us.store(started_us_, std::memory_order_relaxed);
+  }
   bump(counts.calls, 1);
   const int32_t spread = latest - first;
   if (world_size() == 1 || spread < static_cast<int32_t>(shm::kLateArrivalUs)) return;

@@ -13,6 +13,8 @@
 
 #include "tests/launcher/launch_support.h"
 #include "tests/reliability/job_probe.h"
+#include "tests/support/deadline_scale.h"
+#include "tests/support/scoped_env.h"
 
 namespace xs::testing {
 namespace {
@@ -56,6 +58,26 @@ TEST(TimelineTest, ATrainingJobAtFourReplicasGivesOneNestedTrackPerOrdinal) {
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     EXPECT_FALSE(entry.path().string().ends_with(".part")) << entry.path() << " left behind";
   }
+}
+
+// A job that hangs and times out still leaves its timeline: the replica waiting in the
+// collective writes its spans while it waits, the one asleep outside wrote them as it went.
+TEST(TimelineTest, AJobThatTimesOutLeavesTheTimelineUpToTheHang) {
+  if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
+  TempDir dir;
+  const std::string file = dir.path() + "/hang.json";
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "sleep@1:6");
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(3000 * deadline_scale()));
+  const RunResult r = run_xla_spawn(
+      {"-n", "2", "--grace-period", "1", "--trace", file, "--", train_fmnist_path(), "--model",
+       "mlp", "--batch-size", "16", "--epochs", "1", "--max-steps", "40", "--train-samples",
+       "4096", "--no-eval"},
+      std::chrono::seconds(120));
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("trace of "), std::string::npos) << r.err;
+  const auto [status, out] =
+      check_trace(fmt::format("'{}' --ordinals 2 --require mark_step --require reduce_scatter", file));
+  EXPECT_EQ(status, 0) << out;
 }
 
 // scripts/plot-trace draws a few steps of a real trace as a PNG (the docs show one).
@@ -144,6 +166,34 @@ TEST(TimelineTest, ATraceFileInAMissingDirectoryIsRefusedBeforeAnythingStarts) {
                        "/no/such/dir does not exist"),
             std::string::npos)
       << r.err;
+}
+
+// XLA_SPAWN_TRACE left in xla-spawn's own environment (a replica of a tracing job that runs
+// xla-spawn itself) is not this job's: its replicas do not see it.
+TEST(TimelineTest, AnInheritedXlaSpawnTraceIsNotPassedOn) {
+  ScopedEnv inherited("XLA_SPAWN_TRACE", "/tmp/outer.json");
+  const RunResult r = run_xla_spawn({"-n", "1", "--", helper_path(), "--do", "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ENV XLA_SPAWN_TRACE=<unset>"), std::string::npos) << r.out;
+}
+
+// A replica that cannot create its part (here: a directory that is not there) says so and
+// trains untraced: a timeline is never worth the job.
+TEST(TimelineTest, AReplicaThatCannotWriteItsPartRunsUntraced) {
+  const std::string command = fmt::format(
+      "XLA_SPAWN_TRACE=/nonexistent-xs-dir/t.json {} --model mlp --batch-size 16 --epochs 1 "
+      "--max-steps 3 --train-samples 4096 --no-eval 2>&1",
+      train_fmnist_path());
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("ordinal 0 runs without tracing: tracing: creating /nonexistent-xs-dir/t.json."),
+            std::string::npos)
+      << out;
 }
 
 // A device, a directory or a link is never replaced by the merged file.

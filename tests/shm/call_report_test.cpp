@@ -124,6 +124,29 @@ TEST(StragglerLine, NamesAnOrdinalLastAtMoreThanHalfTheCallsThatWaited) {
       << *line;
 }
 
+TEST(StragglerLine, ChanceAloneNamesNobody) {
+  // 13 of 25 at N = 3 is over half, but chance alone gives it 4% of the time.
+  EXPECT_NEAR(binomial_tail(25, 13, 1.0 / 3), 0.0415, 0.001);
+  EXPECT_FALSE(straggler_line({arrivals(0, 25, 6, 600), arrivals(1, 25, 6, 600),
+                               arrivals(2, 25, 13, 13'000)}, 0));
+  // 40 of 60 is not chance (p < 1e-6).
+  EXPECT_TRUE(straggler_line({arrivals(0, 60, 10, 600), arrivals(1, 60, 10, 600),
+                              arrivals(2, 60, 40, 40'000)}, 0));
+  EXPECT_DOUBLE_EQ(binomial_tail(10, 0, 0.5), 1.0);
+  EXPECT_NEAR(binomial_tail(10, 10, 0.5), 1.0 / 1024, 1e-12);
+}
+
+TEST(StragglerLine, LateByLittleAgainstItsStepsNamesNobody) {
+  std::vector<OrdinalCall> calls = {arrivals(0, 200, 10, 1'000), arrivals(1, 200, 190, 57'000)};
+  for (OrdinalCall& c : calls) c.step_ms = 10;  // 0.3 ms late in 10 ms steps: 3 %
+  EXPECT_FALSE(straggler_line(calls, 0));
+  for (OrdinalCall& c : calls) c.step_ms = 2;  // in 2 ms steps: 15 %
+  const auto line = straggler_line(calls, 0);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("0.30 ms after the first on average, in steps of 2.00 ms: "), std::string::npos)
+      << *line;
+}
+
 TEST(StragglerLine, TrainingStepsDecideWhenThereAreEnoughOfThem) {
   // Ordinal 0 is last at the checkpoint's calls, ordinal 2 at the steps: the steps decide.
   std::vector<OrdinalCall> calls = {arrivals(0, 100, 10, 1'000), arrivals(1, 100, 10, 1'000),
