@@ -47,13 +47,18 @@ struct Span {
   Arg args[kMaxArgs];
 };
 
+// Two locks, always taken in this order when both are: `writing` serialises writes to the part
+// and guards the file's state (fd, good_bytes, lost, named_tids); `mutex` guards the buffer
+// and counters, and is held only for an append or a swap, so a write never stalls the
+// threads that record.
 struct Recorder {
+  std::mutex writing;
   std::mutex mutex;
   std::vector<Span> spans;
+  std::vector<Span> spare;  // the other buffer, empty, keeping its capacity
   std::string path;  // the part being written
   int fd = -1;
   off_t good_bytes = 0;       // the part's size after its last whole write
-  int64_t last_flush_ns = 0;
   int64_t lost = 0;           // spans a failed write dropped, said in the part at the next one
   pid_t owner = 0;            // the process that started: a forked child writes nothing
   int pid = 0;
@@ -128,15 +133,27 @@ void append_escaped(fmt::memory_buffer& out, const char* text) {
   }
 }
 
+// Nanoseconds as microseconds with three decimals, exactly (integers: a double's formatting
+// costs more than the rest of the line).
+void append_us(fmt::memory_buffer& out, int64_t ns) {
+  if (ns < 0) {
+    out.push_back('-');
+    ns = -ns;
+  }
+  fmt::format_to(std::back_inserter(out), "{}.{:03}", ns / 1000, ns % 1000);
+}
+
 // One line per span: a complete Chrome trace event ("X": begin and duration, microseconds).
 void format_span(fmt::memory_buffer& out, const Recorder& r, const Span& s) {
   out.append(std::string_view("{\"name\":\""));
   append_escaped(out, s.name);
   out.append(std::string_view("\",\"cat\":\""));
   append_escaped(out, s.category);
-  fmt::format_to(std::back_inserter(out), "\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},\"pid\":{},\"tid\":{}",
-                 static_cast<double>(s.start_ns - r.t0_ns) / 1e3,
-                 static_cast<double>(s.end_ns - s.start_ns) / 1e3, r.pid, s.tid);
+  out.append(std::string_view("\",\"ph\":\"X\",\"ts\":"));
+  append_us(out, s.start_ns - r.t0_ns);
+  out.append(std::string_view(",\"dur\":"));
+  append_us(out, s.end_ns - s.start_ns);
+  fmt::format_to(std::back_inserter(out), ",\"pid\":{},\"tid\":{}", r.pid, s.tid);
   if (s.n_args > 0) {
     out.append(std::string_view(",\"args\":{"));
     for (int i = 0; i < s.n_args; ++i) {
@@ -172,27 +189,23 @@ bool write_all(int fd, const char* data, size_t size) {
   return true;
 }
 
-// Writes the buffered spans (and the names of threads not seen before); caller holds the
-// mutex. A failed write (a full disk) is cut back to the last whole line, so the part never
-// holds a torn line that the next write would glue onto; the spans are counted as lost, and
-// the next write that succeeds says how many.
-void flush_locked(Recorder& r) {
-  r.last_flush_ns = now_ns();
-  if (r.fd < 0) {
-    r.spans.clear();
-    return;
-  }
-  if (r.spans.empty() && r.lost == 0) return;
+// Writes `batch` (and the names of threads not seen before); caller holds `writing`. A failed
+// write (a full disk) is cut back to the last whole line, so the part never holds a torn line
+// that the next write would glue onto; the spans are counted as lost, and the next write that
+// succeeds says how many.
+void write_batch(Recorder& r, const std::vector<Span>& batch) {
+  if (r.fd < 0 || batch.empty()) return;
   fmt::memory_buffer out;
-  if (r.lost > 0 && !r.spans.empty()) {
-    const int64_t at = r.spans.front().start_ns;
+  if (r.lost > 0) {
     fmt::format_to(std::back_inserter(out),
                    "{{\"name\":\"{} span(s) lost (a write to the part failed)\",\"cat\":\"trace\","
-                   "\"ph\":\"X\",\"ts\":{:.3f},\"dur\":0.000,\"pid\":{},\"tid\":0}}\n",
-                   r.lost, static_cast<double>(at - r.t0_ns) / 1e3, r.pid);
+                   "\"ph\":\"X\",\"ts\":",
+                   r.lost);
+    append_us(out, batch.front().start_ns - r.t0_ns);
+    fmt::format_to(std::back_inserter(out), ",\"dur\":0.000,\"pid\":{},\"tid\":0}}\n", r.pid);
   }
   std::set<int> named = r.named_tids;
-  for (const Span& s : r.spans) {
+  for (const Span& s : batch) {
     if (named.insert(s.tid).second) {
       fmt::format_to(std::back_inserter(out),
                      "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}\n",
@@ -206,9 +219,8 @@ void flush_locked(Recorder& r) {
     r.lost = 0;
   } else {
     [[maybe_unused]] const int rc = ::ftruncate(r.fd, r.good_bytes);
-    r.lost += static_cast<int64_t>(r.spans.size());
+    r.lost += static_cast<int64_t>(batch.size());
   }
-  r.spans.clear();
 }
 
 void flush_at_exit() { flush(); }
@@ -244,6 +256,7 @@ int64_t now_ns() noexcept {
 void start(const std::string& file, const std::string& job_id, int ordinal, int attempt,
            int64_t t0_ns) {
   Recorder& r = recorder();
+  std::lock_guard<std::mutex> write_lock(r.writing);
   std::lock_guard<std::mutex> lock(r.mutex);
   const std::string path = part_path(file, job_id, attempt, ordinal);
   if (r.fd >= 0 && r.path == path && r.owner == ::getpid()) {  // xm::init after xm::shutdown
@@ -261,7 +274,6 @@ void start(const std::string& file, const std::string& job_id, int ordinal, int 
   r.owner = ::getpid();
   r.pid = attempt * kAttemptStride + ordinal;
   r.t0_ns = t0_ns;
-  r.last_flush_ns = now_ns();
   try {
     r.max_spans = env_int("XLA_SPAWN_TRACE_MAX_SPANS", 1, int64_t{1} << 40).value_or(kDefaultMaxSpans);
   } catch (const InvalidArgument& e) {
@@ -273,6 +285,10 @@ void start(const std::string& file, const std::string& job_id, int ordinal, int 
   r.lost = 0;
   r.truncated = false;
   r.spans.clear();
+  // Both buffers at full size from the start: growing one span at a time would copy and
+  // page-fault the whole buffer over and over (it was most of a span's cost, ~1.3 us).
+  r.spans.reserve(kFlushSpans);
+  r.spare.reserve(kFlushSpans);
   r.named_tids.clear();
   r.next_tid = 1;
   t_tid = 0;  // the starting thread is the replica's main thread
@@ -304,12 +320,20 @@ void start_from_env(int ordinal, int attempt) {
 void flush() noexcept {
   Recorder& r = recorder();
   if (r.owner != 0 && r.owner != ::getpid()) return;  // a forked child: not its part
-  std::lock_guard<std::mutex> lock(r.mutex);
-  try {
-    flush_locked(r);
-  } catch (const std::exception&) {  // allocation: the spans are dropped, not the job
-    r.spans.clear();
+  std::lock_guard<std::mutex> write_lock(r.writing);
+  std::vector<Span> batch;
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    batch.swap(r.spans);
+    r.spans.swap(r.spare);  // the empty buffer of the last write, with its capacity
   }
+  try {
+    write_batch(r, batch);
+  } catch (const std::exception&) {  // allocation: the spans are dropped, not the job
+  }
+  batch.clear();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.spare.capacity() < batch.capacity()) r.spare.swap(batch);
 }
 
 void stop() noexcept {
@@ -317,43 +341,42 @@ void stop() noexcept {
   flush();
   Recorder& r = recorder();
   if (r.owner != 0 && r.owner != ::getpid()) return;
+  std::lock_guard<std::mutex> write_lock(r.writing);
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.fd >= 0) ::close(r.fd);
   r.fd = -1;
   r.path.clear();
 }
 
-void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
-            const Arg* args, int n_args) noexcept {
-  if (!trace_on.load(std::memory_order_relaxed)) return;
-  Recorder& r = recorder();
+namespace {
+
+// Appends a span under the buffer's lock; true when the buffer is full and must be written.
+bool append(Recorder& r, const Span& span) {
   std::lock_guard<std::mutex> lock(r.mutex);
   if (r.recorded >= r.max_spans) {
     if (!r.truncated) {  // one last span says where and why the trace ends
       r.truncated = true;
-      Span s{"trace truncated (XLA_SPAWN_TRACE_MAX_SPANS)", "trace", start_ns, start_ns, 0, 0, {}};
-      try {
-        r.spans.push_back(s);
-      } catch (const std::exception&) {
-      }
+      r.spans.push_back({"trace truncated (XLA_SPAWN_TRACE_MAX_SPANS)", "trace", span.start_ns,
+                         span.start_ns, 0, 0, {}});
     }
-    return;
+    return false;
   }
-  if (t_tid < 0) t_tid = r.next_tid++;
-  Span s{name, category, start_ns, end_ns, t_tid, std::min(n_args, kMaxArgs), {}};
-  std::copy(args, args + s.n_args, s.args);
-  try {
-    r.spans.push_back(s);
-  } catch (const std::exception&) {
-    return;
-  }
+  r.spans.push_back(span);
+  if (span.tid < 0) r.spans.back().tid = t_tid = r.next_tid++;
   ++r.recorded;
-  if (r.spans.size() >= kFlushSpans) {
-    try {
-      flush_locked(r);
-    } catch (const std::exception&) {
-      r.spans.clear();
-    }
+  return r.spans.size() >= kFlushSpans;
+}
+
+}  // namespace
+
+void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
+            const Arg* args, int n_args) noexcept {
+  if (!trace_on.load(std::memory_order_relaxed)) return;
+  Span span{name, category, start_ns, end_ns, t_tid, std::min(n_args, kMaxArgs), {}};
+  std::copy(args, args + span.n_args, span.args);
+  try {
+    if (append(recorder(), span)) flush();
+  } catch (const std::exception&) {  // allocation: the span is dropped, not the job
   }
 }
 
