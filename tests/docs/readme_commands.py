@@ -145,7 +145,7 @@ COVERAGE = {
         "multihost", expect=[r"2 hosts x 2 replicas, veth: medians over 1 run"]),
     "scripts/bench-python --reps 3": short(
         "bench", expect=[r"N = 2: xla_spawn \d+, gloo \d+, ratio"], requires=["torch", "package"]),
-    "scripts/bench-trace --priority --rounds 9": short(
+    "scripts/bench-trace --priority --rounds 15 --steps 1200": short(
         "bench", expect=[r"medians \(samples/s\): off \d+, on \d+; on / off"], requires=["data"]),
     'scripts/bench-lm --replicas "1 2" --reps 2': short(
         "bench", expect=[r"N = 2: median tokens/s xla-spawn \d+, torch \d+"],
