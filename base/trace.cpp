@@ -189,6 +189,12 @@ bool write_all(int fd, const char* data, size_t size) {
   return true;
 }
 
+std::string thread_name(int tid) {
+  if (tid == 0) return "main";
+  if (tid == kBetweenStepsTid) return "between steps (host code, tracing the next step)";
+  return fmt::format("thread {}", tid);
+}
+
 // Writes `batch` (and the names of threads not seen before); caller holds `writing`. A failed
 // write (a full disk) is cut back to the last whole line, so the part never holds a torn line
 // that the next write would glue onto; the spans are counted as lost, and the next write that
@@ -209,7 +215,7 @@ void write_batch(Recorder& r, const std::vector<Span>& batch) {
     if (named.insert(s.tid).second) {
       fmt::format_to(std::back_inserter(out),
                      "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}\n",
-                     r.pid, s.tid, s.tid == 0 ? std::string("main") : fmt::format("thread {}", s.tid));
+                     r.pid, s.tid, thread_name(s.tid));
     }
     format_span(out, r, s);
   }
@@ -369,14 +375,29 @@ bool append(Recorder& r, const Span& span) {
 
 }  // namespace
 
-void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
-            const Arg* args, int n_args) noexcept {
-  if (!trace_on.load(std::memory_order_relaxed)) return;
-  Span span{name, category, start_ns, end_ns, t_tid, std::min(n_args, kMaxArgs), {}};
+namespace {
+
+void record_on(int tid, const char* name, const char* category, int64_t start_ns, int64_t end_ns,
+               const Arg* args, int n_args) noexcept {
+  Span span{name, category, start_ns, end_ns, tid, std::min(n_args, kMaxArgs), {}};
   std::copy(args, args + span.n_args, span.args);
   try {
     if (append(recorder(), span)) flush();
   } catch (const std::exception&) {  // allocation: the span is dropped, not the job
+  }
+}
+
+}  // namespace
+
+void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
+            const Arg* args, int n_args) noexcept {
+  if (trace_on.load(std::memory_order_relaxed)) record_on(t_tid, name, category, start_ns, end_ns, args, n_args);
+}
+
+void record_between_steps(const char* name, int64_t start_ns, int64_t end_ns, const Arg* args,
+                          int n_args) noexcept {
+  if (trace_on.load(std::memory_order_relaxed)) {
+    record_on(kBetweenStepsTid, name, "trace", start_ns, end_ns, args, n_args);
   }
 }
 

@@ -65,6 +65,12 @@ struct Arg {
 // must outlive the process's tracing (literals, or intern()ed).
 void record(const char* name, const char* category, int64_t start_ns, int64_t end_ns,
             const Arg* args = nullptr, int n_args = 0) noexcept;
+// The same on the track kBetweenStepsTid ("between steps"), for spans that would not nest
+// with the calling thread's (the host's time from one mark_step to the next, across which a
+// user's own scopes may begin and end).
+inline constexpr int kBetweenStepsTid = 1'000'000;
+void record_between_steps(const char* name, int64_t start_ns, int64_t end_ns,
+                          const Arg* args = nullptr, int n_args = 0) noexcept;
 // A stable copy of a run-time name, for record().
 const char* intern(const std::string& name);
 

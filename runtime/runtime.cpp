@@ -109,6 +109,9 @@ void Runtime::sync(std::span<TensorImpl* const> tensors) {
 
 void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   if (pending.empty()) return;
+  if (is_step && trace_on.load(std::memory_order_relaxed) && last_step_end_ns_ != 0) {
+    trace::record_between_steps("trace", last_step_end_ns_, trace::now_ns());
+  }
   TraceScope span(is_step ? "mark_step" : "sync (host read)", "step");
   if (span.active()) span.arg("step", metrics_.counter(kCounterMarkStep));
   std::optional<TraceScope> cut_span(std::in_place, "cut and hash", "step");
@@ -151,6 +154,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   }
   last_stats_ = program->stats;
   last_hash_ = graph.hash;
+  if (is_step && span.active()) last_step_end_ns_ = trace::now_ns();
 }
 
 bool Runtime::check_same_graph_everywhere(const Graph& graph) {

@@ -130,6 +130,7 @@ class Runtime {
   CompileStats last_stats_;
   uint64_t last_hash_ = 0;
   uint64_t checked_hash_ = 0;  // the graph every replica agreed on at the last check (0: none)
+  int64_t last_step_end_ns_ = 0;  // when the last traced mark_step ended (the timeline's "trace")
   Communicator* communicator_ = nullptr;
   uint64_t seed_state_ = 0x853c49e6748fea9bull;  // PCG's default increment: any odd constant
   std::vector<uint64_t> late_compiles_;          // hashes compiled after warm-up

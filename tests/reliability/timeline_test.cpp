@@ -46,7 +46,7 @@ TEST(TimelineTest, ATrainingJobAtFourReplicasGivesOneNestedTrackPerOrdinal) {
   EXPECT_NE(r.err.find("xla-spawn: trace of "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(" span(s) written to " + file), std::string::npos) << r.err;
   const auto [status, out] = check_trace(
-      fmt::format("'{}' --ordinals 4 --require mark_step --require run --require compile "
+      fmt::format("'{}' --ordinals 4 --require mark_step --require trace --require run --require compile "
                   "--require 'wait for peers' --require 'data wait' --require reduce_scatter "
                   "--require all_gather",
                   file));
