@@ -37,6 +37,7 @@ RuntimeOptions RuntimeOptions::from_env() {
   o.alias_views = env_bool("XLA_SPAWN_ALIAS_VIEWS").value_or(o.alias_views);
   o.codegen = env_bool("XLA_SPAWN_CODEGEN").value_or(o.codegen);
   o.compile_cache_dir = env_string("XLA_SPAWN_COMPILE_CACHE_DIR");
+  o.compile_cache_max_mb = env_int("XLA_SPAWN_COMPILE_CACHE_MAX_MB", 1, 1'000'000).value_or(o.compile_cache_max_mb);
   o.ir_debug = env_bool("XLA_SPAWN_IR_DEBUG").value_or(o.ir_debug);
   o.explain_recompiles = env_bool("XLA_SPAWN_EXPLAIN_RECOMPILES").value_or(o.explain_recompiles);
   return o;
@@ -214,7 +215,8 @@ std::shared_ptr<Program> Runtime::lookup_or_compile(const Graph& graph, bool is_
     span.arg("graph", static_cast<int64_t>(graph.hash), /*hex=*/true);
     span.arg("nodes", static_cast<int64_t>(graph.nodes.size()));
     if (options_.codegen && options_.compile_cache_dir && !disk_cache_) {
-      disk_cache_ = std::make_unique<detail::ObjectCache>(*options_.compile_cache_dir);
+      disk_cache_ = std::make_unique<detail::ObjectCache>(
+          *options_.compile_cache_dir, static_cast<uint64_t>(options_.compile_cache_max_mb) << 20);
     }
     program = compile_graph(graph, {.alias_views = options_.alias_views,
                                     .codegen = options_.codegen,

@@ -48,6 +48,8 @@ struct RuntimeOptions {
   bool codegen = true;
   // The persistent compile cache's directory (XLA_SPAWN_COMPILE_CACHE_DIR); unset: none.
   std::optional<std::string> compile_cache_dir;
+  // Its size, in MiB (XLA_SPAWN_COMPILE_CACHE_MAX_MB): past it, the least recently used go.
+  int64_t compile_cache_max_mb = 256;
   // Keep each recorded op's source line (XLA_SPAWN_IR_DEBUG) for explanations and dumps.
   bool ir_debug = false;
   // Explain every compile that has a kept neighbour, not only in the recompile warning

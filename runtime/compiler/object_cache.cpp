@@ -1,10 +1,14 @@
 #include "xla_spawn/runtime/compiler/object_cache.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <ctime>
+#include <tuple>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -69,7 +73,7 @@ class Fd {
 
 }  // namespace
 
-ObjectCache::ObjectCache(std::string dir) : dir_(std::move(dir)) {
+ObjectCache::ObjectCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     spdlog::warn("compile cache: cannot create {}: {}; compiling without a disk cache", dir_, std::strerror(errno));
     return;
@@ -118,6 +122,7 @@ std::optional<std::vector<char>> ObjectCache::load(uint64_t key) const {
   std::vector<char> bytes(h.size);
   if (!read_all(fd, bytes.data(), bytes.size())) return bad("could not be read whole");
   if (payload_hash(bytes) != h.payload_hash) return bad("is corrupt (its payload does not match its hash)");
+  ::futimens(fd, nullptr);  // used now: the last to be evicted
   return bytes;
 }
 
@@ -148,7 +153,53 @@ bool ObjectCache::store(uint64_t key, std::span<const char> bytes) const {
     ::unlink(temp.c_str());
     return false;
   }
+  evict(file);
   return true;
+}
+
+void ObjectCache::evict(const std::string& keep) const {
+  struct Entry {
+    std::string path;
+    uint64_t bytes;
+    timespec used;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  const time_t now = ::time(nullptr);
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const bool entry = name.size() == 20 && name.ends_with(".xso");
+    const bool temp = name.find(".xso.tmp.") == 16;
+    if (!entry && !temp) continue;
+    const std::string path = dir_ + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    if (temp) {
+      if (now - st.st_mtim.tv_sec > kStaleTempSeconds) ::unlink(path.c_str());
+      continue;
+    }
+    total += static_cast<uint64_t>(st.st_size);
+    if (path != keep) entries.push_back({path, static_cast<uint64_t>(st.st_size), st.st_mtim});
+  }
+  ::closedir(d);
+  if (total <= max_bytes_) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.used.tv_sec, a.used.tv_nsec) < std::tie(b.used.tv_sec, b.used.tv_nsec);
+  });
+  size_t removed = 0;
+  uint64_t freed = 0;
+  for (const Entry& e : entries) {
+    if (total <= max_bytes_) break;
+    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {  // ENOENT: another replica took it
+      total -= e.bytes;
+      freed += e.bytes;
+      ++removed;
+    }
+  }
+  spdlog::info("compile cache: removed {} least recently used entries ({:.1f} MiB) to keep {} under {:.1f} MiB",
+               removed, static_cast<double>(freed) / (1 << 20), dir_, static_cast<double>(max_bytes_) / (1 << 20));
 }
 
 }  // namespace xs::detail

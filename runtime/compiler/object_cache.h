@@ -13,6 +13,9 @@
 // objects are code this process will run, so a directory that is not this user's own, or that
 // others may write, is refused (warned once, then no disk cache), and an entry that is a
 // symlink is not followed (the directory path itself is taken as given). Storing is best effort: a full disk costs a warning, not the job.
+// The directory is kept under a size (XLA_SPAWN_COMPILE_CACHE_MAX_MB, 256 MiB by default): a
+// hit refreshes its entry's modification time, and a store that takes the entries past the
+// size removes the least recently used ones, and temporaries a crashed store left behind.
 
 #include <cstdint>
 #include <optional>
@@ -25,10 +28,14 @@ namespace xs::detail {
 class ObjectCache {
  public:
   static constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;  // far above any program's object
+  // Entries are a few KB to a few hundred KB: thousands of programs fit.
+  static constexpr uint64_t kDefaultMaxBytes = uint64_t{256} << 20;
+  // A temporary this much older than now is a crashed store's.
+  static constexpr int64_t kStaleTempSeconds = 600;
 
   // Creates `dir` (mode 0700) when missing. usable() is false, after one warning, when it is
   // not a directory owned by this user and closed to group and others.
-  explicit ObjectCache(std::string dir);
+  explicit ObjectCache(std::string dir, uint64_t max_bytes = kDefaultMaxBytes);
 
   bool usable() const { return usable_; }
   const std::string& dir() const { return dir_; }
@@ -37,11 +44,17 @@ class ObjectCache {
   // The entry's object bytes, or nullopt: missing (silently), or unreadable / truncated /
   // corrupt / another key's (with a warning naming the file and what is wrong).
   std::optional<std::vector<char>> load(uint64_t key) const;
-  // Writes the entry atomically; false (with a warning) when it could not.
+  // Writes the entry atomically, then keeps the directory under its size; false (with a
+  // warning) when it could not write.
   bool store(uint64_t key, std::span<const char> bytes) const;
 
  private:
+  // Removes the least recently used entries until they total at most max_bytes_ (never
+  // `keep`), and stale temporaries; only regular files of this user named like entries.
+  void evict(const std::string& keep) const;
+
   std::string dir_;
+  uint64_t max_bytes_;
   bool usable_ = false;
 };
 

@@ -1,10 +1,12 @@
 // The persistent compile cache (issue 16, acceptance 5): a second run of the same step
 // compiles nothing, a damaged or foreign entry is rebuilt with a warning, a directory others
 // could write is refused, and replicas storing one entry at once leave one whole entry.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
+#include "xla_spawn/runtime/compiler/object_cache.h"
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "tests/support/child_with_deadline.h"
@@ -205,6 +208,48 @@ TEST(ObjectCache, ReplicasStoringTheSameEntryAtOnceLeaveOneWholeEntry) {
   const StepRun after = run_step(dir.cache());
   EXPECT_EQ(after.disk_hits, 1);
   EXPECT_EQ(after.values, reference);
+}
+
+// Sets a file's modification time `seconds_ago` seconds into the past.
+void age(const std::string& path, int seconds_ago) {
+  timespec times[2];
+  ::clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= seconds_ago;
+  times[1] = times[0];
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+}
+
+// Past its size the directory loses its least recently used entries (a hit counts as a use),
+// and a temporary that a crashed store left; other files are not its to remove.
+TEST(ObjectCache, PastItsSizeTheLeastRecentlyUsedEntriesGo) {
+  TempDir dir;
+  const std::vector<char> object(100'000, 'x');
+  const uint64_t entry_bytes = object.size() + 32;  // the header
+  detail::ObjectCache cache(dir.cache(), 3 * entry_bytes);
+  ASSERT_TRUE(cache.usable());
+  for (uint64_t key : {1, 2, 3}) ASSERT_TRUE(cache.store(key, object));
+  age(cache.path(1), 300);
+  age(cache.path(2), 200);
+  age(cache.path(3), 100);
+  const std::string stale_temp = cache.path(9) + ".tmp.abcdef", fresh_temp = cache.path(8) + ".tmp.ghijkl";
+  std::ofstream(stale_temp) << "crashed";
+  std::ofstream(fresh_temp) << "being written";
+  age(stale_temp, 2 * detail::ObjectCache::kStaleTempSeconds);
+  std::ofstream(dir.cache() + "/notes.txt") << "mine";
+  ASSERT_TRUE(cache.load(1).has_value());  // 1 is used now: 2 is the least recently used
+  ASSERT_TRUE(cache.store(4, object));
+  EXPECT_TRUE(fs::exists(cache.path(1)));
+  EXPECT_FALSE(fs::exists(cache.path(2)));
+  EXPECT_TRUE(fs::exists(cache.path(3)));
+  EXPECT_TRUE(fs::exists(cache.path(4)));
+  EXPECT_FALSE(fs::exists(stale_temp));
+  EXPECT_TRUE(fs::exists(fresh_temp));
+  EXPECT_TRUE(fs::exists(dir.cache() + "/notes.txt"));
+  // An entry bigger than the whole size stays (it was just stored) and pushes all others out.
+  detail::ObjectCache small(dir.cache(), entry_bytes / 2);
+  ASSERT_TRUE(small.store(5, object));
+  for (uint64_t key : {1, 3, 4}) EXPECT_FALSE(fs::exists(cache.path(key))) << key;
+  EXPECT_TRUE(fs::exists(cache.path(5)));
 }
 
 }  // namespace
