@@ -92,7 +92,6 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   const int64_t now_ns = record_time_ns(std::chrono::steady_clock::now());
   record.started_ns.store(now_ns, std::memory_order_relaxed);
   started_us_ = static_cast<uint64_t>(now_ns) / 1000;
-  arrived_us_ = static_cast<uint32_t>(started_us_);
   record.seq.store(call_seq_, std::memory_order_release);
 }
 
@@ -106,7 +105,7 @@ void Rounds::sync() {
   mine.n_elems = header_.n_elems;
   mine.call_seq = call_seq_;
   mine.aux = header_.aux;
-  mine.arrived_us = arrived_us_;
+  mine.arrived_us = static_cast<uint32_t>(started_us_);  // wrapped: peers compare differences
   mine.in_arena = header_.in_arena ? 1 : 0;
   post(mine, round);
   // The timeline's view of the call's first round: how long this replica waited for the last.

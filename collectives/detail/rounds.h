@@ -114,7 +114,6 @@ class Rounds {
   uint64_t round_ = 0;  // rounds posted so far
   uint64_t call_seq_ = 0;
   uint64_t started_us_ = 0;  // when the current call began, CLOCK_MONOTONIC us
-  uint32_t arrived_us_ = 0;  // the same, wrapped (shm::Mailbox::arrived_us)
   bool step_start_ = false;    // the current call is a step's first (shm::ArrivalCounts)
   uint64_t counted_step_ = 0;  // the last step (base/running_graph.h) counted
   CallHeader header_;
