@@ -7,6 +7,7 @@
 #include "xla_spawn/replica/divergence_check.h"
 #include "xla_spawn/replica/xm.h"
 #include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/optim/clip_grad.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "xla_spawn/runtime/state_dict.h"
@@ -26,6 +27,49 @@ bool sharded_update_enabled() {
   return env_bool(kShardedUpdateEnv).value_or(true);
 }
 
+bool bf16_exchange_enabled() {
+  static const bool enabled = [] {
+    const std::optional<std::string> v = env_string(kGradExchangeEnv);
+    if (!v || *v == "auto") return true;
+    if (*v == "f32") return false;
+    throw InvalidArgument(fmt::format("{}={}: expected auto or f32", kGradExchangeEnv, *v));
+  }();
+  return enabled;
+}
+
+namespace {
+
+// The bf16 value `g` is the f32 cast of, or an undefined tensor.
+Tensor bf16_source(const Tensor& g) {
+  if (!g.defined() || g.dtype() != DType::kF32 || !g.is_pending()) return {};
+  const NodePtr node = g.ir();
+  if (node->op != Op::kCast || node->operands[0]->type.dtype != DType::kBF16) return {};
+  return Tensor::from_ir(node->operands[0]);
+}
+
+// `reduced[i]` cast back to f32 where `grads[i]` was f32 and went out as bf16.
+std::vector<Tensor> as_given(std::vector<Tensor> reduced, const std::vector<Tensor>& grads) {
+  for (size_t i = 0; i < reduced.size(); ++i) {
+    if (reduced[i].defined() && reduced[i].dtype() != grads[i].dtype())
+      reduced[i] = cast(reduced[i], grads[i].dtype());
+  }
+  return reduced;
+}
+
+}  // namespace
+
+std::vector<Tensor> exchanged_gradients(const std::vector<Tensor>& grads, bool all_or_none) {
+  std::vector<Tensor> out = grads;
+  size_t swapped = 0;
+  for (Tensor& g : out) {
+    if (Tensor source = bf16_source(g); source.defined()) {
+      g = std::move(source);
+      ++swapped;
+    }
+  }
+  return all_or_none && swapped != grads.size() ? grads : out;
+}
+
 Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters, const StepOptions& options) {
   XS_CHECK_ARG(named_parameters.size() == optimizer.params().size(),
                "optimizer_step: {} names for {} parameters", named_parameters.size(),
@@ -35,12 +79,17 @@ Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters
     // Scoped: a gradient still referenced at mark_step() would be a step output (a copy, and
     // a buffer the backward pass could not share with the flat collective operand).
     const std::vector<Tensor> grads = optimizer.gradients();
+    const bool bf16 = options.bf16_exchange && bf16_exchange_enabled() && world_size() > 1;
+    const std::vector<Tensor> sharded_grads = bf16 ? exchanged_gradients(grads, true) : grads;
     // Once sharded the state stays so (apply() would throw): apply_sharded names the problem.
     if (optimizer.shard_world_size() != 0 ||
-        (world_size() > 1 && sharded_update_enabled() && optimizer.can_shard(grads))) {
-      norm = optimizer.apply_sharded(grads, ReduceOp::kMean, world_size(), options.clip_grad_norm);
+        (world_size() > 1 && sharded_update_enabled() && optimizer.can_shard(sharded_grads))) {
+      norm = optimizer.apply_sharded(sharded_grads, ReduceOp::kMean, world_size(),
+                                     options.clip_grad_norm);
     } else {
-      std::vector<Tensor> reduced = all_reduce(grads, ReduceOp::kMean);
+      std::vector<Tensor> reduced =
+          bf16 ? as_given(all_reduce(exchanged_gradients(grads, false), ReduceOp::kMean), grads)
+               : all_reduce(grads, ReduceOp::kMean);
       if (options.clip_grad_norm > 0) norm = clip_gradients(reduced, options.clip_grad_norm);
       optimizer.apply(reduced);
     }

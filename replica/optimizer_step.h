@@ -12,6 +12,8 @@
 //   xs::xm::broadcast_parameters(model.named_state());
 //   backward(loss); xs::xm::optimizer_step(opt);      // all-reduce, update, mark_step
 
+#include <vector>
+
 #include "xla_spawn/runtime/nn/module.h"
 #include "xla_spawn/runtime/optim/optimizer.h"
 
@@ -38,7 +40,22 @@ struct StepOptions {
   // PyTorch/XLA guide's clip_grad_norm_ without item()); sharded, the chunks' squares are summed
   // by a 0-d all-reduce in the same graph.
   double clip_grad_norm = 0;
+  // Gradients that autocast made in bf16 (a master weight's f32 gradient is the cast of its
+  // bf16 copy's) cross replicas in bf16, before that cast: half the bytes, summed in f32 and
+  // rounded once by the collective. false (or XLA_SPAWN_GRAD_EXCHANGE=f32) exchanges them in
+  // f32. Gradients of other dtypes are exchanged as they are.
+  bool bf16_exchange = true;
 };
+
+inline constexpr const char* kGradExchangeEnv = "XLA_SPAWN_GRAD_EXCHANGE";
+// XLA_SPAWN_GRAD_EXCHANGE: "auto" (default: bf16 where autocast made the gradient bf16) or
+// "f32"; anything else is an InvalidArgument.
+bool bf16_exchange_enabled();
+
+// What optimizer_step exchanges for `grads` when bf16_exchange is on: each gradient that is
+// the f32 cast of a bf16 value, that value (all of them or, when the update is sharded and
+// some are not, none); the others as they are.
+std::vector<Tensor> exchanged_gradients(const std::vector<Tensor>& grads, bool all_or_none);
 // The same with options; returns the gradient norm before clipping (materialised by the step;
 // undefined without clipping).
 Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters, const StepOptions& options);

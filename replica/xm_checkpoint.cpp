@@ -51,7 +51,7 @@ void check_fits(const StateDict& state, const NamedTensors& target, std::string_
   for (size_t i = 0; i < state.size(); ++i) {
     const HostTensorData& t = state[i];
     const auto& [name, tensor] = target[i];
-    if (t.name != name || t.shape != tensor.shape() || t.dtype != tensor.dtype()) {
+    if (t.name != name || t.shape != tensor.shape() || !loads_as(t.dtype, tensor.dtype())) {
       throw InvalidArgument(
           fmt::format("entry {} is '{}{}' {} {}, expected '{}{}' {} {}", i, prefix, t.name,
                       dtype_name(t.dtype), fmt::join(t.shape, "x"), prefix, name,
@@ -87,9 +87,15 @@ CheckpointMetadata load(const std::string& path, const NamedTensors& model_state
     const StateDict model = take(ckpt, kModelPrefix);
     const StateDict optim = take(ckpt, kOptimizerPrefix);
     check_fits(model, model_state, kModelPrefix);
-    if (optimizer != nullptr) check_fits(optim, optimizer->named_state(), kOptimizerPrefix);
+    StateDict optim_as_held;  // in the optimizer's dtypes (an f32 checkpoint into a bf16 run)
+    if (optimizer != nullptr) {
+      const NamedTensors held = optimizer->named_state();
+      check_fits(optim, held, kOptimizerPrefix);
+      for (size_t i = 0; i < optim.size(); ++i)
+        optim_as_held.push_back(converted(optim[i], held[i].second.dtype()));
+    }
     load_state_dict(model_state, model);
-    if (optimizer != nullptr) optimizer->load_state(to_tensors(optim));
+    if (optimizer != nullptr) optimizer->load_state(to_tensors(optim_as_held));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("checkpoint {} does not fit the model: {}", path, e.what()));
   }

@@ -7,6 +7,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/ops.h"
 
 namespace xs {
@@ -118,6 +119,7 @@ void backward(const Tensor& root, const Tensor& grad_root, SourceLoc loc) {
                                       type_str(grad_root.type()), type_str(root.type())));
   }
   NoGradGuard no_grad;
+  AutocastGuard no_autocast(DType::kF32);  // gradients keep the dtypes the forward chose
   const Tensor seed = grad_root.defined() ? grad_root : Tensor::ones(root.shape(), root.dtype());
   if (root.is_leaf()) return accumulate_into_leaf(root, seed);
   std::shared_ptr<AutogradNode> keep = root.impl()->grad_fn;

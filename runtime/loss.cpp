@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/ops.h"
 
 namespace xs {
 
-Tensor cross_entropy_per_sample(const Tensor& logits, const Tensor& labels) {
+Tensor cross_entropy_per_sample(const Tensor& given, const Tensor& labels) {
+  const Tensor logits = detail::autocast_to_f32(given);  // losses run in f32 under autocast
   if (logits.dim() != 2 || labels.dim() != 1 || labels.shape()[0] != logits.shape()[0]) {
     throw InvalidArgument(fmt::format("cross_entropy: logits {} must be [N, C] and labels {} [N]",
                                       type_str(logits.type()), type_str(labels.type())));
@@ -32,7 +34,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, const Tensor& w
 }
 
 Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
-  return mean(square(prediction - target));
+  return mean(square(detail::autocast_to_f32(prediction) - detail::autocast_to_f32(target)));
 }
 
 }  // namespace xs

@@ -5,13 +5,20 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
 
-Tensor record(Op op, const std::vector<Tensor>& operands, Attrs attrs, SourceLoc loc) {
+Tensor record(Op op, const std::vector<Tensor>& given, Attrs attrs, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  std::vector<Tensor> adjusted;  // copied only when a precision policy is on
+  if (detail::precision_policy_on()) {
+    adjusted = given;
+    detail::apply_precision(op, adjusted, attrs);
+  }
+  const std::vector<Tensor>& operands = detail::precision_policy_on() ? adjusted : given;
   std::vector<NodePtr> nodes;
   nodes.reserve(operands.size());
   for (const Tensor& t : operands) {
@@ -415,8 +422,9 @@ Tensor all_reduce(const Tensor& x, ReduceOp op, SourceLoc loc) {
   return record(Op::kAllReduce, {x}, std::move(a));
 }
 
-Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim, SourceLoc loc) {
+Tensor logsumexp(const Tensor& given, int64_t axis, bool keepdim, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  const Tensor x = detail::autocast_to_f32(given);
   // Stable: shift by the max before exponentiating. The shift cancels in the value, so it is
   // detached: its gradient is zero and recording it would only add work to the backward.
   const Tensor m = detach(max(x, {axis}, true));
@@ -428,8 +436,9 @@ Tensor logsumexp(const Tensor& x, int64_t axis, bool keepdim, SourceLoc loc) {
   }());
 }
 
-Tensor softmax(const Tensor& x, int64_t axis, SourceLoc loc) {
+Tensor softmax(const Tensor& given, int64_t axis, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  const Tensor x = detail::autocast_to_f32(given);
   if (x.dim() > 0 && normalize_axis(axis, x.dim(), "softmax") == x.dim() - 1) return record(Op::kSoftmax, {x});
   const Tensor e = exp(x - detach(max(x, {axis}, true)));
   return e / sum(e, {axis}, true);
@@ -449,8 +458,9 @@ Tensor softmax_grad(const Tensor& y, const Tensor& grad_y, bool causal, SourceLo
   return record(Op::kSoftmaxGrad, {y, grad_y}, std::move(a));
 }
 
-Tensor log_softmax(const Tensor& x, int64_t axis, SourceLoc loc) {
+Tensor log_softmax(const Tensor& given, int64_t axis, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  const Tensor x = detail::autocast_to_f32(given);
   return x - logsumexp(x, axis, true);
 }
 

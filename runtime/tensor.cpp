@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
@@ -46,6 +47,7 @@ Tensor Tensor::from_buffer(BufferPtr data, ValueType type) {
 
 template <typename T>
 Tensor Tensor::from_vector(std::span<const T> values, Shape shape, DType dtype) {
+  dtype = device_dtype(dtype);
   const int64_t n = ::xs::numel(shape);
   if (static_cast<int64_t>(values.size()) != n) {
     throw InvalidArgument(fmt::format("Tensor::from_vector: {} values for shape {} ({} elements)",
@@ -77,6 +79,7 @@ template Tensor Tensor::from_vector<BF16>(std::span<const BF16>, Shape, DType);
 
 Tensor Tensor::scalar(double value, DType dtype, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  dtype = device_dtype(dtype);
   if (value == 0 || value == 1) return from_ir(make_const(value, {{}, dtype}));
   BufferPtr buf = Buffer::allocate(dtype_size(dtype));
   store_element(buf->data(), dtype, 0, value);
@@ -85,6 +88,7 @@ Tensor Tensor::scalar(double value, DType dtype, SourceLoc loc) {
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  dtype = device_dtype(dtype);
   if (value == 0 || value == 1) return from_ir(make_const(value, {shape, dtype}));
   Attrs a;
   a.ints = shape;
@@ -92,6 +96,7 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, SourceLoc loc
 }
 
 Tensor Tensor::full_data(const Shape& shape, double value, DType dtype) {
+  dtype = device_dtype(dtype);
   const int64_t n = ::xs::numel(shape);
   BufferPtr buf = Buffer::allocate(n * dtype_size(dtype));
   if (n > 0) {

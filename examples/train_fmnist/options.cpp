@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
+#include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
 #include "examples/cli.h"
 
@@ -24,6 +25,9 @@ po::options_description describe(TrainOptions& o) {
       "momentum", po::value(&o.momentum)->default_value(o.momentum), "SGD momentum")(
       "weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay), "weight decay")(
       "schedule", po::value(&o.schedule)->default_value(o.schedule), "cosine or constant")(
+      "precision", po::value(&o.precision),
+      "f32, or bf16: matmul and conv in bf16 under autocast, f32 master weights (default: "
+      "$XLA_SPAWN_PRECISION, else f32)")(
       "seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and data order")(
       "checkpoint", po::value(&o.checkpoint), "checkpoint file (saved each epoch)")(
       "checkpoint-every", po::value(&o.checkpoint_every)->default_value(0),
@@ -49,6 +53,9 @@ void validate(TrainOptions& o, const po::variables_map& vm) {
           "sgd, adam or adamw", "'" + o.optimizer + "'");
   require(o.schedule == "cosine" || o.schedule == "constant", "schedule", "cosine or constant",
           "'" + o.schedule + "'");
+  if (o.precision.empty()) o.precision = env_string(kPrecisionEnv).value_or("f32");
+  require(o.precision == "f32" || o.precision == "bf16", "precision", "f32 or bf16",
+          "'" + o.precision + "'");
   require(o.epochs >= 1 && o.epochs <= 100'000, "epochs", "1..100000", std::to_string(o.epochs));
   require(o.batch_size >= 1 && o.batch_size <= 65'536, "batch-size", "1..65536",
           std::to_string(o.batch_size));

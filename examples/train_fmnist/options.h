@@ -9,6 +9,8 @@
 
 namespace xs::fmnist {
 
+inline constexpr const char* kPrecisionEnv = "XLA_SPAWN_PRECISION";
+
 struct TrainOptions {
   std::string model = "mlp";  // mlp | cnn
   int64_t epochs = 10;
@@ -18,6 +20,7 @@ struct TrainOptions {
   double momentum = 0.9;  // sgd only
   double weight_decay = 0;
   std::string schedule = "cosine";  // cosine | constant
+  std::string precision;             // f32 | bf16 (autocast); "" = $XLA_SPAWN_PRECISION or f32
   uint64_t seed = 0;
   std::string checkpoint;        // "" = no checkpoints
   int64_t checkpoint_every = 0;  // steps between mid-epoch checkpoints (0: epoch ends only)

@@ -7,6 +7,7 @@
 #include "xla_spawn/replica/divergence_check.h"
 #include "xla_spawn/replica/fashion_mnist.h"
 #include "xla_spawn/replica/optimizer_step.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/replica/xm.h"
 #include "xla_spawn/replica/xm_checkpoint.h"
 #include "xla_spawn/runtime/autograd.h"
@@ -58,6 +59,18 @@ uint64_t step_seed(uint64_t seed, int64_t step) {
 }
 
 }  // namespace
+
+DType compute_dtype(const TrainOptions& options) {
+  return options.precision == "bf16" ? DType::kBF16 : DType::kF32;
+}
+
+std::string precision_summary(const TrainOptions& options) {
+  if (use_bf16()) return "bf16 everywhere (XLA_SPAWN_USE_BF16=1; host reads and checkpoints f32)";
+  if (options.precision == "f32") return "f32";
+  return fmt::format("bf16 autocast (matmul and conv2d in bf16, f32 master weights), gradients "
+                     "exchanged in {}",
+                     xm::bf16_exchange_enabled() ? "bf16" : "f32 (XLA_SPAWN_GRAD_EXCHANGE=f32)");
+}
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   train_data_ = load_prefix(options_.data_dir, Split::kTrain, options_.train_samples);
@@ -124,9 +137,13 @@ void Trainer::set_learning_rate() {
 void Trainer::train_step(const xm::DeviceBatch& batch, double& loss_value) {
   runtime().manual_seed(step_seed(options_.seed, global_step_));
   set_learning_rate();
-  const Tensor logits = (*model_)(batch.images);
-  fault_hook_->at_forward(global_step_);
-  const Tensor loss = cross_entropy(logits, batch.labels, batch.mask, batch.divisor);
+  Tensor loss;
+  {
+    const AutocastGuard autocast(compute_dtype(options_));
+    const Tensor logits = (*model_)(batch.images);
+    fault_hook_->at_forward(global_step_);
+    loss = cross_entropy(logits, batch.labels, batch.mask, batch.divisor);
+  }
   backward(loss);
   xm::optimizer_step(*optimizer_, model_->named_parameters());
   ++global_step_;

@@ -10,12 +10,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "examples/train_fmnist/fault_hook.h"
 #include "examples/train_fmnist/options.h"
 #include "xla_spawn/replica/step_timing.h"
 #include "xla_spawn/replica/batch_loader.h"
 #include "xla_spawn/replica/device_loader.h"
+#include "xla_spawn/base/dtype.h"
 #include "xla_spawn/runtime/nn/module.h"
 #include "xla_spawn/runtime/optim/optimizer.h"
 
@@ -28,6 +30,11 @@ struct TrainResult {
   double train_seconds = 0;       // wall time of training steps (no evaluation)
   double samples_per_second = 0;  // global samples per second of training
 };
+
+// The autocast dtype of --precision: kBF16 for bf16, kF32 (autocast off) for f32.
+DType compute_dtype(const TrainOptions& options);
+// What ran, for the log: "f32", "bf16 autocast (...)", or XLA_SPAWN_USE_BF16's.
+std::string precision_summary(const TrainOptions& options);
 
 class Trainer {
  public:

@@ -9,6 +9,7 @@
 #include "xla_spawn/replica/progress.h"
 #include "xla_spawn/replica/xm.h"
 #include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/runtime.h"
@@ -77,6 +78,7 @@ double Trainer::evaluate() {
   xm::DeviceLoader loader(*host);
   loader.start_epoch(0);
   int64_t counts[2] = {0, 0};  // correct, evaluated
+  const AutocastGuard autocast(compute_dtype(options_));  // as trained
   while (const std::optional<xm::DeviceBatch> b = loader.next()) {
     const Tensor predicted = argmax((*model_)(b->images), 1);
     mark_step();
@@ -97,6 +99,7 @@ TrainResult Trainer::run() {
       "{} steps per epoch",
       options_.model, train_data_->n_samples, test_data_->n_samples, xm::world_size(),
       options_.batch_size, options_.optimizer, options_.lr, train_loader_->batches_per_epoch());
+  xm::master_print("precision: {}", precision_summary(options_));
   for (int64_t epoch = start_epoch_; epoch < options_.epochs; ++epoch) {
     if (options_.max_steps > 0 && global_step_ >= options_.max_steps) break;
     const bool finished = train_epoch(epoch, epoch == start_epoch_ ? start_batch_ : 0);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "xla_spawn/runtime/nn/init.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/ops.h"
 
 namespace xs {
@@ -22,7 +23,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Genera
 Tensor Conv2d::forward(const Tensor& x) {
   const Tensor y = conv2d(x, *weight_, {stride_, stride_}, {padding_, padding_});
   if (!bias_) return y;
-  return y + reshape(*bias_, {1, bias_->shape()[0], 1, 1});
+  return y + reshape(detail::bias_like(*bias_, y), {1, bias_->shape()[0], 1, 1});
 }
 
 }  // namespace xs

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "xla_spawn/runtime/nn/init.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/ops.h"
 
 namespace xs {
@@ -24,7 +25,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool b
 
 Tensor Linear::forward(const Tensor& x) {
   const Tensor y = matmul(x, *weight_, false, true);
-  return bias_ ? y + *bias_ : y;
+  return bias_ ? y + detail::bias_like(*bias_, y) : y;
 }
 
 }  // namespace xs

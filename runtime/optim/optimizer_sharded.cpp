@@ -15,10 +15,15 @@
 
 namespace xs {
 
+// The gradients may be bf16 for f32 parameters (autocast's, exchanged in bf16): the chunk is
+// cast to the parameters' dtype after the reduce-scatter.
 bool Optimizer::can_shard(const std::vector<Tensor>& grads) const {
   if (!elementwise_update() || grads.size() != params_.size() || params_.empty()) return false;
+  const DType g = grads[0].defined() ? grads[0].dtype() : params_[0].dtype();
+  if (g != params_[0].dtype() && !(g == DType::kBF16 && params_[0].dtype() == DType::kF32))
+    return false;
   for (size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined() || grads[i].dtype() != params_[0].dtype() ||
+    if (!grads[i].defined() || grads[i].dtype() != g ||
         params_[i].dtype() != params_[0].dtype() || grads[i].shape() != params_[i].shape()) {
       return false;
     }
@@ -94,6 +99,7 @@ Tensor Optimizer::apply_sharded(const std::vector<Tensor>& grads, ReduceOp op, i
   ++steps_;
   begin_step();
   Tensor grad = reduce_scatter(flat_padded(grads, world_size), op, world_size);
+  if (grad.dtype() != params_[0].dtype()) grad = cast(grad, params_[0].dtype());
   Tensor norm;
   if (max_norm > 0) {  // the padding is zeros: it adds nothing to the sum of squares
     std::vector<Tensor> chunk{grad};
