@@ -15,6 +15,7 @@
 #include "xla_spawn/replica/xm.h"
 #include "xla_spawn/replica/xm_checkpoint.h"
 #include "xla_spawn/replica/xm_collectives.h"
+#include "xla_spawn/runtime/autocast.h"
 #include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/nn/linear.h"
 #include "xla_spawn/runtime/ops.h"
@@ -66,6 +67,23 @@ void train(Net& net, Optimizer& opt, int from, int to) {
       x[i] = std::sin(0.7f * xm::ordinal() + 0.3f * s + 0.11f * i);
     backward(sum(square(net.fc2(relu(net.fc1(Tensor::from_vector<float>(x, {4, 40})))))));
     xm::optimizer_step(opt);
+  }
+}
+
+// The same under autocast (bf16 products, f32 master weights); `options` chooses the gradients'
+// exchange dtype.
+void train_autocast(Net& net, Optimizer& opt, int steps, const xm::StepOptions& options) {
+  for (int s = 0; s < steps; ++s) {
+    std::vector<float> x(4 * 40);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = std::sin(0.7f * xm::ordinal() + 0.3f * s + 0.11f * i);
+    Tensor loss;
+    {
+      AutocastGuard bf16(DType::kBF16);
+      loss = sum(square(net.fc2(relu(net.fc1(Tensor::from_vector<float>(x, {4, 40}))))));
+    }
+    backward(loss);
+    xm::optimizer_step(opt, net.named(), options);
   }
 }
 
@@ -121,6 +139,34 @@ TEST_P(ShardedUpdate, LeavesAnUpdateNotDeclaredElementwiseWholeWithTheSameBits) 
     }
     expect(same_bits(whole, asked_to_shard),
            "XLA_SPAWN_SHARDED_UPDATE=1 gives the all-reduce path's parameters");
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
+
+// Autocast's gradients cross replicas in bf16 (sharded or not, the same bits), which rounds
+// them: close to the f32 exchange's parameters but not the same; every replica agrees.
+TEST_P(ShardedUpdate, AutocastGradientsCrossInBF16WhetherShardedOrNot) {
+  const int n = GetParam();
+  const auto job = run_replicas(n, [n](int) {
+    std::vector<float> whole, sharded, f32_exchange;
+    for (const char* mode : {"whole", "sharded", "f32"}) {
+      testing::ScopedEnv env(xm::kShardedUpdateEnv, mode[0] == 'w' ? "0" : "1");
+      Net net;
+      auto opt = make("adam", net);
+      train_autocast(net, *opt, 4, xm::StepOptions{.bf16_exchange = mode[0] != 'f'});
+      expect(opt->shard_world_size() == (mode[0] == 'w' ? 0 : n), std::string(mode) + ": sharding");
+      for (const Tensor& p : net.params()) expect(p.dtype() == DType::kF32, "master weights f32");
+      (mode[0] == 'w' ? whole : mode[0] == 's' ? sharded : f32_exchange) = net.values();
+    }
+    expect(same_bits(whole, sharded), "bf16 exchange: sharded parameters == all-reduce parameters");
+    expect(!same_bits(sharded, f32_exchange), "the bf16 exchange rounds the gradients");
+    double worst = 0;
+    for (size_t i = 0; i < sharded.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(sharded[i] - f32_exchange[i])));
+    expect(worst < 1e-2, "bf16 and f32 exchange stay close: " + std::to_string(worst));
+    const auto all =
+        xm::rendezvous("params", std::as_bytes(std::span<const float>(sharded.data(), 64)));
+    for (const auto& peer : all) expect(peer == all[0], "every replica holds the same bits");
   });
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
 }
