@@ -121,5 +121,45 @@ TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
   EXPECT_EQ(testing::TempDir::read(ckpt), before);
 }
 
+TEST(TrainFmnistPrecision, ABF16RunSaysWhichPathRanAndTrains) {
+  CommandResult r = run_command(spawn_train(2, "", "--precision bf16 --max-steps 6 --no-eval"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision: bf16 autocast"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradients exchanged in bf16"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "done: "), 1) << r.output;
+  r = run_command("XLA_SPAWN_PRECISION=bf16 XLA_SPAWN_GRAD_EXCHANGE=f32 " +
+                  spawn_train(2, "", "--max-steps 2 --no-eval"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gradients exchanged in f32 (XLA_SPAWN_GRAD_EXCHANGE=f32)"),
+            std::string::npos)
+      << r.output;
+  r = run_command(std::string(XS_TRAIN_FMNIST) + " --precision f16");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--precision: expected f32 or bf16, got 'f16'"), std::string::npos)
+      << r.output;
+}
+
+// An f32 run's checkpoint resumes under XLA_SPAWN_USE_BF16=1, whose checkpoint (f32 on disk)
+// resumes an f32 run.
+TEST(TrainFmnistPrecision, CheckpointsMoveBetweenF32AndBF16Runs) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.path("ck");
+  const std::string args = "--no-eval --checkpoint-every 2 --resume --checkpoint " + ckpt;
+  ASSERT_EQ(run_command(spawn_train(2, "", "--max-steps 4 " + args)).exit_code, 0);
+  CommandResult r =
+      run_command("XLA_SPAWN_USE_BF16=1 " + spawn_train(2, "", "--max-steps 8 " + args));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("precision: bf16 everywhere"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + ckpt), std::string::npos) << r.output;
+  for (const HostTensor& t : load_checkpoint(ckpt).tensors) {
+    if (t.dtype != DType::kI64) {
+      EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+    }
+  }
+  r = run_command(spawn_train(2, "", "--max-steps 12 " + args));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step 8"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace xs
