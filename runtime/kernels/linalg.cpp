@@ -1,7 +1,9 @@
 // Matmul (batched, with transpose flags; accumulating form with beta) and conv2d (im2col +
 // GEMM) with its gradients. f32/f64 GEMMs call OpenBLAS directly, except large f32 products
-// with beta = 0, which go to oneDNN (use_onednn); integer products are a plain loop.
-// im2col/col2im are in im2col.h, pooling in pool.cpp.
+// with beta = 0, which go to oneDNN (use_onednn); integer products are a plain loop. bf16
+// matmul and convolution run on oneDNN's bf16 primitives where use_onednn_bf16 says so
+// (prepare_op_kernel, onednn.h), else widened to f32 here. im2col/col2im are in im2col.h,
+// pooling in pool.cpp.
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -25,6 +27,7 @@
 #include "xla_spawn/runtime/kernels/float_args.h"
 #include "xla_spawn/runtime/kernels/im2col.h"
 #include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/onednn.h"
 
 namespace xs::detail {
 namespace {
@@ -124,7 +127,10 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
 
 void init_blas_threads() {
   openblas_set_num_threads(1);
-  use_onednn(0, 0, 0);  // reads XLA_SPAWN_GEMM now: a bad value fails the runtime's start, not a step
+  // Reads XLA_SPAWN_GEMM and XLA_SPAWN_BF16_ENGINE now: a bad value fails the runtime's start,
+  // not a step.
+  use_onednn(0, 0, 0);
+  use_onednn_bf16();
   // Under a hypervisor OpenBLAS may not recognise the CPU and fall back to its SSE3
   // (Prescott) kernels: about 4x slower GEMM on an AVX-512 machine (see bench/runtime). The
   // choice is made when the library loads, so only the environment can fix it: say how, once.
@@ -141,6 +147,20 @@ void init_blas_threads() {
     return true;
   }();
   (void)warned;
+}
+
+std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attrs,
+                                                        std::span<const ValueType> ins,
+                                                        const ValueType& out) {
+  if (out.dtype != DType::kBF16 || !use_onednn_bf16()) return nullptr;
+  switch (op) {
+    case Op::kMatmul:  // the accumulating form (4 operands) is f32/f64 only (fuse_gemm_accumulate)
+      return ins.size() == 2 ? make_onednn_matmul(attrs, ins[0], ins[1], out) : nullptr;
+    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight:
+      return make_onednn_conv(op, attrs, ins, out);
+    default:
+      return nullptr;
+  }
 }
 
 void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,
