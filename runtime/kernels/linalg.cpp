@@ -149,6 +149,8 @@ void init_blas_threads() {
   (void)warned;
 }
 
+constexpr int64_t kOnednnGradInputMinChannels = 8;
+
 std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attrs,
                                                         std::span<const ValueType> ins,
                                                         const ValueType& out) {
@@ -156,8 +158,15 @@ std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attr
   switch (op) {
     case Op::kMatmul:  // the accumulating form (4 operands) is f32/f64 only (fuse_gemm_accumulate)
       return ins.size() == 2 ? make_onednn_matmul(attrs, ins[0], ins[1], out) : nullptr;
-    case Op::kConv2d: case Op::kConv2dGradInput: case Op::kConv2dGradWeight:
-      return make_onednn_conv(op, attrs, ins, out);
+    case Op::kConv2dGradInput:
+      // oneDNN's blocked layouts pad channels to blocks of 16: with fewer than 8 input channels
+      // its input gradient ran at 0.3-0.6x the convert path (1 and 3 channels, 28x28, in
+      // bench/runtime/bf16_gemm_bench), at 8 channels 1.3x. Forward and weight gradient won
+      // at every width measured (1.6x and more).
+      if (out.shape[1] < kOnednnGradInputMinChannels) return nullptr;
+      return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
+    case Op::kConv2d: case Op::kConv2dGradWeight:
+      return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
     default:
       return nullptr;
   }

@@ -8,6 +8,7 @@
 
 #include <omp.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -92,28 +93,81 @@ class OnednnMatmul final : public PreparedKernel {
   std::string impl_;
 };
 
+// Per-thread buffers for operands in oneDNN's blocked layouts, one per operand position,
+// kept between calls (a fresh allocation per call would fault its pages in every step).
+void* layout_scratch(int role, size_t bytes) {
+  struct Buf {
+    void* base = nullptr;
+    size_t cap = 0;
+    ~Buf() { std::free(base); }
+  };
+  thread_local Buf bufs[3];
+  Buf& b = bufs[role];
+  if (b.cap < bytes) {
+    std::free(b.base);
+    b.cap = (bytes + 4095) / 4096 * 4096;  // page-aligned: oneDNN's kernels load whole lines
+    b.base = std::aligned_alloc(4096, b.cap);
+    XS_CHECK(b.base != nullptr, "oneDNN layout scratch of {} bytes: out of memory", b.cap);
+  }
+  return b.base;
+}
+
 // A convolution primitive (forward, backward data or backward weights) over two operands.
+// Operands in the runtime's plain layout, and a reorder to or from the layout the primitive
+// chose when that differs (the blocked layouts of its direct JIT kernels).
 class OnednnConv final : public PreparedKernel {
  public:
   struct Operand {
     int arg;  // DNNL_ARG_*
-    dnnl::memory::desc md;
+    dnnl::memory::desc plain, inner;
+    std::optional<dnnl::reorder> reorder;  // plain -> inner (inputs), inner -> plain (output)
   };
-  OnednnConv(dnnl::primitive prim, std::string impl, Operand in0, Operand in1, Operand out)
-      : prim_(std::move(prim)), impl_(std::move(impl)), in0_(in0), in1_(in1), out_(out) {}
+  OnednnConv(dnnl::primitive prim, std::string impl, std::vector<Operand> operands)
+      : prim_(std::move(prim)), impl_(std::move(impl)), operands_(std::move(operands)) {}
 
   void run(std::span<const Arg> ins, const Arg& out) const override {
-    execute(prim_, {{in0_.arg, wrap(in0_.md, ins[0].data)},
-                    {in1_.arg, wrap(in1_.md, ins[1].data)},
-                    {out_.arg, wrap(out_.md, out.data)}});
+    std::unordered_map<int, dnnl::memory> args;
+    std::optional<dnnl::memory> out_plain;
+    for (int i = 0; i < 3; ++i) {
+      const Operand& o = operands_[i];
+      const dnnl::memory plain = wrap(o.plain, i < 2 ? ins[i].data : out.data);
+      if (!o.reorder) {
+        args.emplace(o.arg, plain);
+        continue;
+      }
+      const dnnl::memory inner = wrap(o.inner, layout_scratch(i, o.inner.get_size()));
+      if (i < 2)
+        execute(*o.reorder, {{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, inner}});
+      else
+        out_plain = plain;
+      args.emplace(o.arg, inner);
+    }
+    execute(prim_, args);
+    if (out_plain)
+      execute(*operands_[2].reorder,
+              {{DNNL_ARG_FROM, args.at(operands_[2].arg)}, {DNNL_ARG_TO, *out_plain}});
   }
   std::string text() const override { return "onednn " + impl_; }
 
  private:
   dnnl::primitive prim_;
   std::string impl_;
-  Operand in0_, in1_, out_;
+  std::vector<Operand> operands_;  // the two inputs, then the output
 };
+
+// The operand `arg` of `pd`, whose runtime layout is `plain`: with a reorder when the
+// primitive wants another layout.
+OnednnConv::Operand conv_operand(const dnnl::primitive_desc_base& pd, int arg,
+                                 const dnnl::memory::desc& plain, bool is_output) {
+  OnednnConv::Operand o{arg, plain, pd.query_md(dnnl::query::exec_arg_md, arg), std::nullopt};
+  if (o.inner != plain) {
+    o.reorder = is_output ? dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), o.inner,
+                                                                        cpu_engine(), plain))
+                          : dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), plain,
+                                                                        cpu_engine(), o.inner));
+  }
+  return o;
+}
 
 // The three tensors of a convolution y = conv(x, w), whichever of them the op computes.
 struct ConvShapes {
@@ -201,7 +255,7 @@ std::shared_ptr<const PreparedKernel> make_onednn_matmul(const Attrs& attrs, con
 
 std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs,
                                                        std::span<const ValueType> ins,
-                                                       const ValueType& out) {
+                                                       const ValueType& out, ConvLayout layout) {
   const DataType dt = onednn_type(out.dtype);
   if (dt == DataType::undef || ins.size() != 2) return nullptr;
   const ConvShapes s = conv_shapes(op, ins, out);
@@ -209,6 +263,10 @@ std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs
     return std::make_shared<ZeroProduct>();  // an empty sum, or nothing to write
   using Tag = dnnl::memory::format_tag;
   const dnnl::memory::desc x(s.x, dt, Tag::nchw), w(s.w, dt, Tag::oihw), y(s.y, dt, Tag::nchw);
+  const bool any = layout == ConvLayout::kChosen;
+  const dnnl::memory::desc xa = any ? dnnl::memory::desc(s.x, dt, Tag::any) : x;
+  const dnnl::memory::desc wa = any ? dnnl::memory::desc(s.w, dt, Tag::any) : w;
+  const dnnl::memory::desc ya = any ? dnnl::memory::desc(s.y, dt, Tag::any) : y;
   const int64_t* p = attrs.ints.data();  // stride_h, stride_w, pad_h, pad_w
   // Right padding = left: oneDNN checks (h - kh + pad_l + pad_r) / stride + 1 == oh with
   // integer division, which is the runtime's own output-size rule.
@@ -217,27 +275,31 @@ std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs
   try {
     omp_set_num_threads(1);  // primitives size their work split by the threads they may use
     const dnnl::convolution_forward::primitive_desc fwd(
-        {dnnl::prop_kind::forward_training, direct, x, w, y, strides, pad, pad}, cpu_engine());
+        {dnnl::prop_kind::forward_training, direct, xa, wa, ya, strides, pad, pad}, cpu_engine());
     switch (op) {
       case Op::kConv2d:
         return std::make_shared<OnednnConv>(
-            dnnl::convolution_forward(fwd), impl_of(fwd), OnednnConv::Operand{DNNL_ARG_SRC, x},
-            OnednnConv::Operand{DNNL_ARG_WEIGHTS, w}, OnednnConv::Operand{DNNL_ARG_DST, y});
+            dnnl::convolution_forward(fwd), impl_of(fwd),
+            std::vector{conv_operand(fwd, DNNL_ARG_SRC, x, false),
+                        conv_operand(fwd, DNNL_ARG_WEIGHTS, w, false),
+                        conv_operand(fwd, DNNL_ARG_DST, y, true)});
       case Op::kConv2dGradInput: {
         const dnnl::convolution_backward_data::primitive_desc bwd(
-            {direct, x, w, y, strides, pad, pad}, cpu_engine(), fwd);
-        return std::make_shared<OnednnConv>(dnnl::convolution_backward_data(bwd), impl_of(bwd),
-                                            OnednnConv::Operand{DNNL_ARG_DIFF_DST, y},
-                                            OnednnConv::Operand{DNNL_ARG_WEIGHTS, w},
-                                            OnednnConv::Operand{DNNL_ARG_DIFF_SRC, x});
+            {direct, xa, wa, ya, strides, pad, pad}, cpu_engine(), fwd);
+        return std::make_shared<OnednnConv>(
+            dnnl::convolution_backward_data(bwd), impl_of(bwd),
+            std::vector{conv_operand(bwd, DNNL_ARG_DIFF_DST, y, false),
+                        conv_operand(bwd, DNNL_ARG_WEIGHTS, w, false),
+                        conv_operand(bwd, DNNL_ARG_DIFF_SRC, x, true)});
       }
       case Op::kConv2dGradWeight: {
         const dnnl::convolution_backward_weights::primitive_desc bwd(
-            {direct, x, w, y, strides, pad, pad}, cpu_engine(), fwd);
-        return std::make_shared<OnednnConv>(dnnl::convolution_backward_weights(bwd), impl_of(bwd),
-                                            OnednnConv::Operand{DNNL_ARG_SRC, x},
-                                            OnednnConv::Operand{DNNL_ARG_DIFF_DST, y},
-                                            OnednnConv::Operand{DNNL_ARG_DIFF_WEIGHTS, w});
+            {direct, xa, wa, ya, strides, pad, pad}, cpu_engine(), fwd);
+        return std::make_shared<OnednnConv>(
+            dnnl::convolution_backward_weights(bwd), impl_of(bwd),
+            std::vector{conv_operand(bwd, DNNL_ARG_SRC, x, false),
+                        conv_operand(bwd, DNNL_ARG_DIFF_DST, y, false),
+                        conv_operand(bwd, DNNL_ARG_DIFF_WEIGHTS, w, true)});
       }
       default:
         XS_CHECK(false, "make_onednn_conv: {} is not a convolution", op_name(op));

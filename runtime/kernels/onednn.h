@@ -28,11 +28,16 @@ bool cpu_has_bf16_dot();
 std::shared_ptr<const PreparedKernel> make_onednn_matmul(const Attrs& attrs, const ValueType& a,
                                                          const ValueType& b, const ValueType& out);
 
+// Where a convolution primitive works: on the runtime's NCHW/OIHW buffers as they are
+// (oneDNN then runs im2col + GEMM), or in the layouts oneDNN chooses (blocked channels, for
+// its direct JIT kernels), the operands reordered into and out of per-thread scratch.
+enum class ConvLayout { kPlain, kChosen };
+
 // conv2d (ins {x, w}), conv2d_grad_input ({grad_out, w}) or conv2d_grad_weight ({x,
-// grad_out}) with the op's attrs, bf16 or f32, plain NCHW/OIHW. Null when oneDNN cannot make
-// the primitive, or for the compiler's fused forms (more operands).
+// grad_out}) with the op's attrs, bf16 or f32. Null when oneDNN cannot make the primitive, or
+// for the compiler's fused forms (more operands).
 std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs,
                                                        std::span<const ValueType> ins,
-                                                       const ValueType& out);
+                                                       const ValueType& out, ConvLayout layout);
 
 }  // namespace xs::detail
