@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
         for (Op op : {Op::kConv2d, Op::kConv2dGradInput, Op::kConv2dGradWeight})
           conv_rows.push_back(bench_conv(s, op, reps));
     if (!gemm_rows.empty()) print_table("Matrix products (m x k x n)", kGemmEngines, gemm_rows, 1);
-    if (!conv_rows.empty()) print_table("Convolutions, batch 128", kConvEngines, conv_rows, 4);
+    if (!conv_rows.empty()) print_table("Convolutions", kConvEngines, conv_rows, 4);
     if (!csv.empty()) write_csv(csv, kGemmEngines, gemm_rows, kConvEngines, conv_rows);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bf16_gemm_bench: %s\n", e.what());

@@ -161,7 +161,7 @@ std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attr
     case Op::kConv2dGradInput:
       // oneDNN's blocked layouts pad channels to blocks of 16: with fewer than 8 input channels
       // its input gradient ran at 0.3-0.6x the convert path (1 and 3 channels, 28x28, in
-      // bench/runtime/bf16_gemm_bench), at 8 channels 1.3x. Forward and weight gradient won
+      // bench/runtime/bf16_gemm_bench), at 8 channels 1.1-1.3x. Forward and weight gradient won
       // at every width measured (1.6x and more).
       if (out.shape[1] < kOnednnGradInputMinChannels) return nullptr;
       return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
