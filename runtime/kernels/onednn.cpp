@@ -1,9 +1,10 @@
-// oneDNN matmul and convolution primitives as prepared kernels (onednn.h). Operands stay in
-// the runtime's plain row-major layouts (a transposed matmul operand is described by its
-// strides), so a run wraps the buffers and executes: no reorder, no copy. oneDNN's CPU runtime
-// is OpenMP; a replica owns one core, so primitives are made and run with one OpenMP thread,
-// which also fixes their reduction order: the same inputs give the same bits on every run and
-// in every process.
+// oneDNN matmul and convolution primitives as prepared kernels (onednn.h). A matmul works on
+// the runtime's row-major buffers as they are (a transposed operand is described by its
+// strides): a run wraps them and executes. A convolution works in the channel-blocked layouts
+// oneDNN chooses for its direct kernels; reorder primitives made with it move the operands
+// into and out of per-thread scratch. oneDNN's CPU runtime is OpenMP; a replica owns one core,
+// so primitives are made and run with one OpenMP thread, which also fixes their reduction
+// order: the same inputs give the same bits on every run and in every process.
 #include "xla_spawn/runtime/kernels/onednn.h"
 
 #include <omp.h>
@@ -276,30 +277,30 @@ std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs
     omp_set_num_threads(1);  // primitives size their work split by the threads they may use
     const dnnl::convolution_forward::primitive_desc fwd(
         {dnnl::prop_kind::forward_training, direct, xa, wa, ya, strides, pad, pad}, cpu_engine());
+    // The primitive over (in0, in1) -> out, each with the plain layout it has in the runtime.
+    const auto made = [](dnnl::primitive prim, const dnnl::primitive_desc_base& pd, int in0,
+                         const dnnl::memory::desc& md0, int in1, const dnnl::memory::desc& md1,
+                         int out, const dnnl::memory::desc& md_out) {
+      return std::make_shared<OnednnConv>(
+          std::move(prim), impl_of(pd),
+          std::vector{conv_operand(pd, in0, md0, false), conv_operand(pd, in1, md1, false),
+                      conv_operand(pd, out, md_out, true)});
+    };
     switch (op) {
       case Op::kConv2d:
-        return std::make_shared<OnednnConv>(
-            dnnl::convolution_forward(fwd), impl_of(fwd),
-            std::vector{conv_operand(fwd, DNNL_ARG_SRC, x, false),
-                        conv_operand(fwd, DNNL_ARG_WEIGHTS, w, false),
-                        conv_operand(fwd, DNNL_ARG_DST, y, true)});
+        return made(dnnl::convolution_forward(fwd), fwd, DNNL_ARG_SRC, x, DNNL_ARG_WEIGHTS, w,
+                    DNNL_ARG_DST, y);
       case Op::kConv2dGradInput: {
         const dnnl::convolution_backward_data::primitive_desc bwd(
             {direct, xa, wa, ya, strides, pad, pad}, cpu_engine(), fwd);
-        return std::make_shared<OnednnConv>(
-            dnnl::convolution_backward_data(bwd), impl_of(bwd),
-            std::vector{conv_operand(bwd, DNNL_ARG_DIFF_DST, y, false),
-                        conv_operand(bwd, DNNL_ARG_WEIGHTS, w, false),
-                        conv_operand(bwd, DNNL_ARG_DIFF_SRC, x, true)});
+        return made(dnnl::convolution_backward_data(bwd), bwd, DNNL_ARG_DIFF_DST, y,
+                    DNNL_ARG_WEIGHTS, w, DNNL_ARG_DIFF_SRC, x);
       }
       case Op::kConv2dGradWeight: {
         const dnnl::convolution_backward_weights::primitive_desc bwd(
             {direct, xa, wa, ya, strides, pad, pad}, cpu_engine(), fwd);
-        return std::make_shared<OnednnConv>(
-            dnnl::convolution_backward_weights(bwd), impl_of(bwd),
-            std::vector{conv_operand(bwd, DNNL_ARG_SRC, x, false),
-                        conv_operand(bwd, DNNL_ARG_DIFF_DST, y, false),
-                        conv_operand(bwd, DNNL_ARG_DIFF_WEIGHTS, w, true)});
+        return made(dnnl::convolution_backward_weights(bwd), bwd, DNNL_ARG_SRC, x,
+                    DNNL_ARG_DIFF_DST, y, DNNL_ARG_DIFF_WEIGHTS, w);
       }
       default:
         XS_CHECK(false, "make_onednn_conv: {} is not a convolution", op_name(op));

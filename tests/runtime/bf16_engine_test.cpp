@@ -214,20 +214,8 @@ TEST(Bf16Engine, MatmulGradientsMatchADoubleReference) {
   backward(sum(matmul(a, b) * bf16(wv, {m, n})));
   mark_step();
   std::vector<double> da, da_scale, db, db_scale;
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t p = 0; p < k; ++p) {
-      double s = 0, abs_sum = 0;
-      for (int64_t j = 0; j < n; ++j)
-        s += wv[i * n + j] * bv[p * n + j], abs_sum += std::fabs(wv[i * n + j] * bv[p * n + j]);
-      da.push_back(s), da_scale.push_back(abs_sum);
-    }
-  for (int64_t p = 0; p < k; ++p)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0, abs_sum = 0;
-      for (int64_t i = 0; i < m; ++i)
-        s += av[i * k + p] * wv[i * n + j], abs_sum += std::fabs(av[i * k + p] * wv[i * n + j]);
-      db.push_back(s), db_scale.push_back(abs_sum);
-    }
+  matmul_reference({{}, {}, m, k, n, false, true}, {{m, n}, {k, n}, wv, bv}, da, da_scale);
+  matmul_reference({{}, {}, k, n, m, true, false}, {{m, k}, {m, n}, av, wv}, db, db_scale);
   EXPECT_EQ(a.grad().dtype(), DType::kBF16);
   expect_close(a.grad().to_vector<float>(), da, da_scale, "da");
   expect_close(b.grad().to_vector<float>(), db, db_scale, "db");
