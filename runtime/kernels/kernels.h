@@ -54,6 +54,11 @@ std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attr
                                                         std::span<const ValueType> ins,
                                                         const ValueType& out);
 
+// Whether a convolution (conv2d and its gradients) over `in_channels` input channels runs on
+// oneDNN in f32: from 16 input channels, unless XLA_SPAWN_CONV=runtime (read per call). The
+// compiler leaves such convolutions unfused (passes.h), since oneDNN runs the plain ops.
+bool onednn_runs_f32_conv(int64_t in_channels);
+
 // Runs a non-elementwise op (also kConst: a fill) by its plain kernel; a program runs the
 // prepared form instead where prepare_op_kernel made one. Throws InvalidArgument for bad runtime
 // values (an index out of range), naming the op and the value.

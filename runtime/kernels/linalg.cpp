@@ -127,10 +127,11 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
 
 void init_blas_threads() {
   openblas_set_num_threads(1);
-  // Reads XLA_SPAWN_GEMM and XLA_SPAWN_BF16_ENGINE now: a bad value fails the runtime's start,
-  // not a step.
+  // Reads XLA_SPAWN_GEMM, XLA_SPAWN_BF16_ENGINE and XLA_SPAWN_CONV now: a bad value fails the
+  // runtime's start, not a step.
   use_onednn(0, 0, 0);
   use_onednn_bf16();
+  onednn_runs_f32_conv(0);
   // Under a hypervisor OpenBLAS may not recognise the CPU and fall back to its SSE3
   // (Prescott) kernels: about 4x slower GEMM on an AVX-512 machine (see bench/runtime). The
   // choice is made when the library loads, so only the environment can fix it: say how, once.
@@ -151,9 +152,29 @@ void init_blas_threads() {
 
 constexpr int64_t kOnednnGradInputMinChannels = 8;
 
+// f32 convolutions from 16 input channels go to oneDNN's f32 primitive (its blocked layouts):
+// 1.2-1.8x the runtime's unfused kernels at the CNN's conv2 and at 16 channels, forward and
+// both gradients, but its input gradient lost below 16 channels (0.1-0.6x) and its forward at
+// 1 channel (0.6x) (bench/runtime/bf16_gemm_bench). Unfused on oneDNN, conv2 made the CNN's
+// f32 step about 8% faster than fused on the runtime's kernels (train_bench --filter cnn).
+constexpr int64_t kOnednnF32ConvMinChannels = 16;
+
+bool onednn_runs_f32_conv(int64_t in_channels) {
+  const std::optional<std::string> v = env_string("XLA_SPAWN_CONV");
+  if (v && *v != "auto" && *v != "runtime")
+    throw InvalidArgument(fmt::format("XLA_SPAWN_CONV={}: expected auto or runtime", *v));
+  return (!v || *v == "auto") && in_channels >= kOnednnF32ConvMinChannels;
+}
+
 std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attrs,
                                                         std::span<const ValueType> ins,
                                                         const ValueType& out) {
+  const bool conv = op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight;
+  // Every form's result has the input channels at axis 1: x [n, c, h, w], dw [o, c, kh, kw]; the
+  // forward's x is its first operand.
+  if (out.dtype == DType::kF32 && conv && ins.size() == 2 &&
+      onednn_runs_f32_conv(op == Op::kConv2d ? ins[0].shape[1] : out.shape[1]))
+    return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
   if (out.dtype != DType::kBF16 || !use_onednn_bf16()) return nullptr;
   switch (op) {
     case Op::kMatmul:  // the accumulating form (4 operands) is f32/f64 only (fuse_gemm_accumulate)

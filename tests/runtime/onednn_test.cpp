@@ -1,7 +1,9 @@
-// bf16 matmul and convolution on oneDNN (runtime/kernels/onednn.h), through the public ops and
-// mark_step: against double references with bf16 tolerances on awkward shapes, their
-// gradients through autograd, the convert + sgemm fallback (XLA_SPAWN_BF16_ENGINE=convert)
-// agreeing, and bit-identical results across runs and processes.
+// The kernels the runtime runs on oneDNN (runtime/kernels/onednn.h), through the public ops
+// and mark_step. bf16 matmul and convolution: against double references with bf16 tolerances
+// on awkward shapes, their gradients through autograd, the convert + sgemm fallback
+// (XLA_SPAWN_BF16_ENGINE=convert) agreeing, and bit-identical results across runs and
+// processes. f32 convolutions of 16 input channels or more: unfused on oneDNN, agreeing with
+// the runtime's fused layer (XLA_SPAWN_CONV=runtime).
 //
 // Inputs are multiples of 1/64 below 1 in magnitude, exact in bf16, so the reference is
 // exact and the only errors are the engine's: f32 accumulation and one rounding to bf16
@@ -319,6 +321,60 @@ TEST(Bf16Engine, ConvolutionsRunOnOnednnButNarrowInputGradientsConvert) {
   }
 }
 
+// ---- f32 convolutions ----
+
+// The CNN's conv2 layer (conv, bias, relu, 2x2 pool) and its gradients, as float vectors:
+// pooled output, dx, dw, db; and the program's text.
+struct LayerResult {
+  std::vector<std::vector<float>> values;
+  std::string program;
+};
+
+LayerResult conv_layer_step() {
+  ScopedRuntime rt;
+  Tensor x = Tensor::from_vector<float>(pattern(4 * 32 * 14 * 14, 1), {4, 32, 14, 14});
+  Tensor w = Tensor::from_vector<float>(pattern(64 * 32 * 25, 2), {64, 32, 5, 5});
+  Tensor b = Tensor::from_vector<float>(pattern(64, 3), {1, 64, 1, 1});
+  for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+  const Tensor pooled = max_pool2d(relu(conv2d(x, w, {1, 1}, {2, 2}) + b), {2, 2}, {2, 2});
+  backward(sum(pooled * Tensor::from_vector<float>(pattern(4 * 64 * 49, 4), {4, 64, 7, 7})));
+  LayerResult r;
+  r.program = program_text({pooled, x.grad(), w.grad(), b.grad()});
+  for (const Tensor& t : {pooled, x.grad(), w.grad(), b.grad()})
+    r.values.push_back(t.to_vector<float>());
+  return r;
+}
+
+TEST(OnednnF32Conv, AWideLayerRunsUnfusedOnOnednnAndAgreesWithTheFusedKernels) {
+  const LayerResult onednn = conv_layer_step();
+  LayerResult fused;
+  {
+    testing::ScopedEnv runtime_conv("XLA_SPAWN_CONV", "runtime");
+    fused = conv_layer_step();
+  }
+  for (const std::string op : {"conv2d", "conv2d_grad_input", "conv2d_grad_weight"}) {
+    const size_t at = onednn.program.find(" = " + op + "(");
+    ASSERT_NE(at, std::string::npos) << op << " not in\n" << onednn.program;
+    EXPECT_NE(onednn.program.substr(at, onednn.program.find('\n', at) - at).find("[onednn "),
+              std::string::npos)
+        << op << " is not on oneDNN:\n"
+        << onednn.program;
+  }
+  EXPECT_EQ(fused.program.find("[onednn "), std::string::npos) << fused.program;
+  const char* names[] = {"pooled", "dx", "dw", "db"};
+  for (size_t i = 0; i < fused.values.size(); ++i) {
+    double peak = 0;
+    for (float v : fused.values[i]) peak = std::max(peak, static_cast<double>(std::fabs(v)));
+    for (size_t j = 0; j < fused.values[i].size(); ++j)
+      ASSERT_NEAR(onednn.values[i][j], fused.values[i][j], 1e-5 * peak) << names[i] << " at " << j;
+  }
+}
+
+TEST(OnednnF32Conv, ABadConvValueIsRejectedNamingTheChoices) {
+  testing::ScopedEnv bad("XLA_SPAWN_CONV", "onednn");
+  EXPECT_THROW(detail::onednn_runs_f32_conv(32), InvalidArgument);
+}
+
 // ---- determinism ----
 
 // A bf16 step (matmul, its gradients, a conv and its gradients) as raw bits.
@@ -343,6 +399,25 @@ TEST(Bf16Engine, AStepGivesTheSameBitsOnEveryRunAndInAnotherProcess) {
   EXPECT_EQ(bf16_step_bits(), first) << "a second run in this process";
   const testing::ChildOutcome child = testing::run_in_child(
       [&] { return bf16_step_bits() == first ? 0 : 1; }, std::chrono::seconds(60));
+  ASSERT_FALSE(child.hung);
+  EXPECT_EQ(child.exit_code, 0) << "a forked process computed other bits";
+}
+
+// The f32 layer on oneDNN, bit for bit (memcmp, so a sign of zero counts too).
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+TEST(OnednnF32Conv, AWideLayerGivesTheSameBitsOnEveryRunAndInAnotherProcess) {
+  const std::vector<std::vector<float>> first = conv_layer_step().values;
+  EXPECT_TRUE(same_bits(conv_layer_step().values, first)) << "a second run in this process";
+  const testing::ChildOutcome child = testing::run_in_child(
+      [&] { return same_bits(conv_layer_step().values, first) ? 0 : 1; }, std::chrono::seconds(60));
   ASSERT_FALSE(child.hung);
   EXPECT_EQ(child.exit_code, 0) << "a forked process computed other bits";
 }
