@@ -60,7 +60,9 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
     if (k.kind != Kernel::Kind::kLoop) {
       args.clear();
       for (size_t i = 0; i < k.in_storage.size(); ++i) args.push_back({ptr[k.in_storage[i]], &k.in_types[i]});
-      detail::run_op_kernel(k.op, k.attrs, args, {ptr[k.out_storage], &k.out_type}, env);
+      const detail::Arg out{ptr[k.out_storage], &k.out_type};
+      if (k.prepared) k.prepared->run(args, out);
+      else detail::run_op_kernel(k.op, k.attrs, args, out, env);
     }
     if (k.loop.steps.empty()) continue;
     if (detail::NativeLoopFn fn = native ? native->fn(i) : nullptr) fn(ptr.data());
@@ -125,6 +127,7 @@ std::string Program::text() const {
     if (k.kind != Kernel::Kind::kLoop) {
       out += fmt::format("  k{}: s{} = {}(s{}) : {}", i, k.out_storage, op_name(k.op), fmt::join(k.in_storage, ", s"),
                          type_str(k.out_type));
+      if (k.prepared) out += fmt::format(" [{}]", k.prepared->text());
       if (!k.loop.steps.empty()) out += " + epilogue ";
     } else {
       out += fmt::format("  k{}: ", i);

@@ -70,6 +70,9 @@ struct Kernel {
   ValueType out_type;
   std::vector<Piece> out_pieces;
   detail::LoopKernel loop;
+  // kOp/kMatmul: made at compile for this op's types (detail::prepare_op_kernel, e.g. a
+  // oneDNN bf16 primitive); runs instead of run_op_kernel. Null for most ops.
+  std::shared_ptr<const detail::PreparedKernel> prepared;
 };
 
 class Program {

@@ -17,7 +17,9 @@
 // leading dimensions and betas, plus the dense layers' products. Kernel rows trade one GEMM of
 // k = 800 per product for 5 of k = 160, which OpenBLAS runs a few percent slower, so the CNN
 // is also timed against a second floor with conv2's products at im2col's shapes (the column
-// "im2col x": step / that floor), lest a slower floor flatter the ratio.
+// "im2col x": step / that floor), lest a slower floor flatter the ratio. Since f32 convolutions
+// of 16 input channels or more run on oneDNN (XLA_SPAWN_CONV=auto), conv2 no longer runs
+// these GEMMs: XLA_SPAWN_CONV=runtime gives the like-for-like ratio.
 // Plain products in the floor go through the runtime's own GEMM (detail::gemm_f32: OpenBLAS, or
 // oneDNN for large ones), as the step's do; accumulating ones and kernel rows call cblas_sgemm
 // as the convolution kernels do.

@@ -316,6 +316,7 @@ void Lowering::emit() {
       for (int q : n.operands) k.in_storage.push_back(storage_of_[q]), k.in_types.push_back(w_.nodes[q].type);
       k.out_type = n.type;
       k.out_storage = gr.members.empty() ? storage_of_[gr.node] : storage_of_[gr.members.back()];
+      k.prepared = prepare_op_kernel(k.op, k.attrs, k.in_types, k.out_type);
     }
     if (!gr.members.empty()) k.loop = make_loop(g);
     if (gr.kind == Kernel::Kind::kMatmul && !gr.members.empty()) ++p_.stats.matmul_epilogues;

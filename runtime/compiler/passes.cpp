@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "xla_spawn/runtime/kernels/kernels.h"
 #include "xla_spawn/runtime/kernels/loop.h"
 #include "xla_spawn/runtime/element.h"
 #include "xla_spawn/runtime/hash.h"
@@ -364,6 +365,7 @@ int fusable_pool_grad(const Work& w, const Uses& u, const std::vector<uint8_t>& 
   const GNode& pg = w.nodes[g];
   if (pg.op != Op::kMaxPool2dGrad || is_root[g] || pg.attrs.ints.size() != 6) return -1;
   if (pg.type.dtype != DType::kF32 && pg.type.dtype != DType::kF64) return -1;
+  if (pg.type.dtype == DType::kF32 && onednn_runs_f32_conv(n.type.shape[1])) return -1;
   for (int r : u.consumers[g]) {
     const GNode& m = w.nodes[r];
     const bool input = m.op == Op::kConv2dGradInput, weight = m.op == Op::kConv2dGradWeight;
@@ -411,6 +413,7 @@ int fusable_conv(const Work& w, const Uses& u, const std::vector<uint8_t>& is_ro
   const GNode& n = w.nodes[c];
   if (n.op != Op::kConv2d || n.operands.size() != 2 || is_root[c] || !u.live[c]) return -1;
   if (n.type.dtype != DType::kF32 && n.type.dtype != DType::kF64) return -1;
+  if (n.type.dtype == DType::kF32 && onednn_runs_f32_conv(w.nodes[n.operands[0]].type.shape[1])) return -1;
   if (n.type.shape[2] % 2 != 0 || n.type.shape[3] % 2 != 0) return -1;
   int b = -1, pool = -1;
   for (int r : u.consumers[c]) {

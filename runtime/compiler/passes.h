@@ -48,8 +48,9 @@ void fuse_pool_bias_relu(Work& w);
 //   conv2d_grad_input(max_pool2d_grad(y, h[, b]), w)   ->  conv2d_grad_input(h, w, y[, b])
 // (pool attrs appended to the conv's). The kernels route h one sample at a time into a
 // scratch that stays in cache: the full-size gradient of the conv output is never stored and
-// re-read. Exact: the same routing, the same GEMMs. f32/f64. Run after fuse_pool_bias_relu,
-// before DCE (which removes the then dead max_pool2d_grad).
+// re-read. Exact: the same routing, the same GEMMs. f32/f64, except f32 convolutions that
+// oneDNN runs (onednn_runs_f32_conv: its primitive takes the plain ops only). Run after
+// fuse_pool_bias_relu, before DCE (which removes the then dead max_pool2d_grad).
 void fuse_conv_pool_grad(Work& w);
 // The whole layer conv-bias-relu-2x2-pool as one kernel when the convolution's output y is
 // read only by max_pool2d(y, b) and the conv gradients fused above (.., y, b):
@@ -60,7 +61,8 @@ void fuse_conv_pool_grad(Work& w);
 // the layer's largest tensor is neither written nor read back by the pool or its gradient.
 // The argmax is the one the pool gradient over relu(y + b) picks, so gradients are bit for
 // bit those of fuse_conv_pool_grad; pooled values too, except that a NaN in y is now skipped
-// as relu(NaN) = 0 (as unfused), instead of making its window 0. Run after fuse_conv_pool_grad.
+// as relu(NaN) = 0 (as unfused), instead of making its window 0. Not for f32 convolutions
+// that oneDNN runs (as above). Run after fuse_conv_pool_grad.
 void fuse_conv_pool_forward(Work& w);
 
 // Lowering (lower.cpp): elementwise fusion into loop kernels and matmul epilogues, then

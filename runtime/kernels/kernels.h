@@ -4,7 +4,9 @@
 // Buffers are contiguous row-major; `out` never aliases an input unless the op is marked
 // in-place capable by the planner (reshape, all_reduce).
 
+#include <memory>
 #include <span>
+#include <string>
 
 #include "xla_spawn/runtime/op.h"
 
@@ -35,7 +37,30 @@ struct ExecEnv {
   CollectiveScratch* scratch = nullptr;  // null: all-reduce operands stay in the program's arena
 };
 
-// Runs a non-elementwise op (also kConst: a fill). Throws InvalidArgument for bad runtime
+// An op's kernel made ready for its attributes and operand types when the program is compiled
+// (today: oneDNN primitives for bf16 matmul and convolution, kernels/onednn.h) and held by the
+// program's Kernel, so nothing is built per run. Immutable once made; run may be called from
+// any thread.
+class PreparedKernel {
+ public:
+  virtual ~PreparedKernel() = default;
+  virtual void run(std::span<const Arg> ins, const Arg& out) const = 0;
+  // What runs, for Program::text (e.g. "onednn brg:avx512_core_bf16").
+  virtual std::string text() const = 0;
+};
+
+// The prepared form of a non-elementwise op, or null when run_op_kernel runs it as it is.
+std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attrs,
+                                                        std::span<const ValueType> ins,
+                                                        const ValueType& out);
+
+// Whether a convolution (conv2d and its gradients) over `in_channels` input channels runs on
+// oneDNN in f32: from 16 input channels, unless XLA_SPAWN_CONV=runtime (read per call). The
+// compiler leaves such convolutions unfused (passes.h), since oneDNN runs the plain ops.
+bool onednn_runs_f32_conv(int64_t in_channels);
+
+// Runs a non-elementwise op (also kConst: a fill) by its plain kernel; a program runs the
+// prepared form instead where prepare_op_kernel made one. Throws InvalidArgument for bad runtime
 // values (an index out of range), naming the op and the value.
 void run_op_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Arg& out,
                    const ExecEnv& env);

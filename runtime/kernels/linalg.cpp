@@ -1,7 +1,9 @@
 // Matmul (batched, with transpose flags; accumulating form with beta) and conv2d (im2col +
 // GEMM) with its gradients. f32/f64 GEMMs call OpenBLAS directly, except large f32 products
-// with beta = 0, which go to oneDNN (use_onednn); integer products are a plain loop.
-// im2col/col2im are in im2col.h, pooling in pool.cpp.
+// with beta = 0, which go to oneDNN (use_onednn); integer products are a plain loop. bf16
+// matmul and convolution run on oneDNN's bf16 primitives where use_onednn_bf16 says so
+// (prepare_op_kernel, onednn.h), else widened to f32 here. im2col/col2im are in im2col.h,
+// pooling in pool.cpp.
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -25,6 +27,7 @@
 #include "xla_spawn/runtime/kernels/float_args.h"
 #include "xla_spawn/runtime/kernels/im2col.h"
 #include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/onednn.h"
 
 namespace xs::detail {
 namespace {
@@ -124,7 +127,11 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
 
 void init_blas_threads() {
   openblas_set_num_threads(1);
-  use_onednn(0, 0, 0);  // reads XLA_SPAWN_GEMM now: a bad value fails the runtime's start, not a step
+  // Reads XLA_SPAWN_GEMM, XLA_SPAWN_BF16_ENGINE and XLA_SPAWN_CONV now: a bad value fails the
+  // runtime's start, not a step.
+  use_onednn(0, 0, 0);
+  use_onednn_bf16();
+  onednn_runs_f32_conv(0);
   // Under a hypervisor OpenBLAS may not recognise the CPU and fall back to its SSE3
   // (Prescott) kernels: about 4x slower GEMM on an AVX-512 machine (see bench/runtime). The
   // choice is made when the library loads, so only the environment can fix it: say how, once.
@@ -141,6 +148,49 @@ void init_blas_threads() {
     return true;
   }();
   (void)warned;
+}
+
+constexpr int64_t kOnednnGradInputMinChannels = 8;
+
+// f32 convolutions from 16 input channels go to oneDNN's f32 primitive (its blocked layouts):
+// 1.2-1.8x the runtime's unfused kernels at the CNN's conv2 and at 16 channels, forward and
+// both gradients, but its input gradient lost below 16 channels (0.1-0.6x) and its forward at
+// 1 channel (0.6x) (bench/runtime/bf16_gemm_bench). Unfused on oneDNN, conv2 made the CNN's
+// f32 step about 8% faster than fused on the runtime's kernels (train_bench --filter cnn).
+constexpr int64_t kOnednnF32ConvMinChannels = 16;
+
+bool onednn_runs_f32_conv(int64_t in_channels) {
+  const std::optional<std::string> v = env_string("XLA_SPAWN_CONV");
+  if (v && *v != "auto" && *v != "runtime")
+    throw InvalidArgument(fmt::format("XLA_SPAWN_CONV={}: expected auto or runtime", *v));
+  return (!v || *v == "auto") && in_channels >= kOnednnF32ConvMinChannels;
+}
+
+std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attrs,
+                                                        std::span<const ValueType> ins,
+                                                        const ValueType& out) {
+  const bool conv = op == Op::kConv2d || op == Op::kConv2dGradInput || op == Op::kConv2dGradWeight;
+  // Every form's result has the input channels at axis 1: x [n, c, h, w], dw [o, c, kh, kw]; the
+  // forward's x is its first operand.
+  if (out.dtype == DType::kF32 && conv && ins.size() == 2 &&
+      onednn_runs_f32_conv(op == Op::kConv2d ? ins[0].shape[1] : out.shape[1]))
+    return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
+  if (out.dtype != DType::kBF16 || !use_onednn_bf16()) return nullptr;
+  switch (op) {
+    case Op::kMatmul:  // the accumulating form (4 operands) is f32/f64 only (fuse_gemm_accumulate)
+      return ins.size() == 2 ? make_onednn_matmul(attrs, ins[0], ins[1], out) : nullptr;
+    case Op::kConv2dGradInput:
+      // oneDNN's blocked layouts pad channels to blocks of 16: with fewer than 8 input channels
+      // its input gradient ran at 0.3-0.6x the convert path (1 and 3 channels, 28x28, in
+      // bench/runtime/bf16_gemm_bench), at 8 channels 1.1-1.3x. Forward and weight gradient won
+      // at every width measured (1.6x and more).
+      if (out.shape[1] < kOnednnGradInputMinChannels) return nullptr;
+      return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
+    case Op::kConv2d: case Op::kConv2dGradWeight:
+      return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
+    default:
+      return nullptr;
+  }
 }
 
 void gemm_f32(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, const float* b,

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/scoped_env.h"
 #include "xla_spawn/runtime/kernels/conv_rows.h"
 #include "xla_spawn/runtime/kernels/im2col.h"
 #include "xla_spawn/runtime/graph.h"
@@ -64,6 +65,9 @@ struct Case {
 class ConvPoolGrad : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ConvPoolGrad, FusedConvGradientsMatchTheUnfusedOpsBitForBit) {
+  // The runtime's own kernels: f32 layers of 16 input channels or more otherwise run unfused
+  // on oneDNN (onednn_runs_f32_conv).
+  testing::ScopedEnv runtime_conv("XLA_SPAWN_CONV", "runtime");
   ScopedRuntime rt;
   const Case c = GetParam();
   const std::vector<int64_t> one{1, 1}, cp{c.conv_pad, c.conv_pad}, k{c.kernel, c.kernel};
@@ -139,6 +143,9 @@ class ConvLayerFusion : public ::testing::TestWithParam<LayerCase> {};
 // (pooled values + argmax), no pool or pool-gradient kernel, and every result bit for bit that
 // of the ops run one graph at a time.
 TEST_P(ConvLayerFusion, OneKernelLayerMatchesTheUnfusedOpsBitForBit) {
+  // The runtime's own kernels: f32 layers of 16 input channels or more otherwise run unfused
+  // on oneDNN (onednn_runs_f32_conv).
+  testing::ScopedEnv runtime_conv("XLA_SPAWN_CONV", "runtime");
   ScopedRuntime rt;
   const LayerCase c = GetParam();
   const std::vector<int64_t> one{1, 1}, pad{c.pad, c.pad}, k{c.kernel, c.kernel}, two{2, 2};
@@ -361,6 +368,9 @@ std::vector<double> values(const Tensor& t) {
 // conv2d, conv2d_grad_input and conv2d_grad_weight against direct sums over
 // the same x, w and output gradient g (y[o][oy][ox] = sum x[c][oy - ph + i][ox - pw + j] w).
 TEST_P(UnitStrideConv, ForwardAndGradientsMatchDirectSums) {
+  // The runtime's own kernels: f32 layers of 16 input channels or more otherwise run unfused
+  // on oneDNN (onednn_runs_f32_conv).
+  testing::ScopedEnv runtime_conv("XLA_SPAWN_CONV", "runtime");
   ScopedRuntime rt;
   const RowsCase c = GetParam();
   const int64_t n = 2, oh = c.h + 2 * c.ph - c.kh + 1, ow = c.w + 2 * c.pw - c.kw + 1;
