@@ -24,6 +24,7 @@
 
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 
 namespace xs {
 namespace trace {
@@ -174,21 +175,6 @@ void format_span(fmt::memory_buffer& out, const Recorder& r, const Span& s) {
   out.append(std::string_view("}\n"));
 }
 
-// False (errno set) when not everything was written: a full disk.
-bool write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 std::string thread_name(int tid) {
   if (tid == 0) return "main";
   if (tid == kBetweenStepsTid) return "between steps (host code, tracing the next step)";
@@ -219,7 +205,7 @@ void write_batch(Recorder& r, const std::vector<Span>& batch) {
     }
     format_span(out, r, s);
   }
-  if (write_all(r.fd, out.data(), out.size())) {
+  if (write_all(r.fd, {out.data(), out.size()})) {
     r.good_bytes += static_cast<off_t>(out.size());
     r.named_tids = std::move(named);
     r.lost = 0;
@@ -510,7 +496,7 @@ size_t merge(const std::string& file, const std::string& job_id, int node, bool 
     first = false;
     out.append(line);
     if (out.size() > (1 << 20)) {
-      written = written && write_all(fd, out.data(), out.size());
+      written = written && write_all(fd, {out.data(), out.size()});
       out.clear();
     }
   };
@@ -538,7 +524,7 @@ size_t merge(const std::string& file, const std::string& job_id, int node, bool 
     ::close(part);
   }
   out.append(std::string_view("\n]}\n"));
-  written = written && write_all(fd, out.data(), out.size());
+  written = written && write_all(fd, {out.data(), out.size()});
   written = written && (::fsync(fd) == 0 || errno == EINVAL);
   const int write_errno = errno;
   ::close(fd);

@@ -15,11 +15,11 @@
 
 #include <fmt/format.h>
 
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/launcher/command_path.h"
 #include "xla_spawn/launcher/node_session.h"
 #include "xla_spawn/launcher/options.h"
 #include "xla_spawn/launcher/orphans.h"
-#include "xla_spawn/launcher/output_mux.h"
 #include "xla_spawn/launcher/reaper.h"
 #include "xla_spawn/launcher/segment_monitor.h"
 #include "xla_spawn/launcher/segment_resources.h"

@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/env.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/cluster/handshake.h"
 #include "xla_spawn/launcher/options.h"
-#include "xla_spawn/launcher/output_mux.h"
 #include "xla_spawn/launcher/replica_env.h"
 #include "xla_spawn/replica/context.h"
 

@@ -15,6 +15,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/shm/stack_dump.h"
 
 namespace xs {
@@ -58,22 +59,6 @@ FILE* open_log(const std::string& dir, int ordinal) {
 }
 
 }  // namespace
-
-void write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n > 0) {
-      bytes.remove_prefix(static_cast<size_t>(n));
-    } else if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 1000);  // a non-blocking console: wait for room, bounded per try
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      return;
-    }
-  }
-}
 
 OutputMux::OutputMux(const OutputOptions& options, int world_size)
     : options_(options),

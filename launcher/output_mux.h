@@ -77,8 +77,4 @@ class OutputMux {
   int frames_pending_ = 0;
 };
 
-// Writes all of `bytes` to `fd`, retrying on EINTR/EAGAIN; gives up silently on other
-// errors (a closed console must not take the supervisor down).
-void write_all(int fd, std::string_view bytes);
-
 }  // namespace xs

@@ -16,9 +16,9 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/launcher/exit_report.h"
 #include "xla_spawn/launcher/helper_process.h"
-#include "xla_spawn/launcher/output_mux.h"
 #include "xla_spawn/replica/context.h"
 #include "xla_spawn/shm/segment.h"
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/env.h"
-#include "xla_spawn/launcher/output_mux.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/replica/context.h"
 #include "xla_spawn/shm/segment.h"
 

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -20,6 +22,9 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "xla_spawn/shm/detail/call_instruction.h"
 
 namespace xs {
 namespace {
@@ -42,77 +47,201 @@ constexpr long kRetryDelayNs = 5'000'000;
 constexpr int kMaxRetries = 40;
 // Dump requests this far apart start a new count of retries.
 constexpr int64_t kNewRequestNs = 1'000'000'000;
-// Words of the interrupted stack scanned at most (512 KiB) when the unwinder stops early.
-constexpr size_t kMaxScannedWords = size_t{64} << 10;
+// Bytes of the interrupted stack scanned at most (512 KiB), its outermost part when deeper.
+constexpr uintptr_t kMaxScannedBytes = uintptr_t{512} << 10;
+// Words at a stack pointer outside the thread's stack searched for the pointer into it that
+// generated code kept (oneDNN's sgemm keeps its caller's at [rsp + small offset]).
+constexpr size_t kForeignStackProbeWords = 64;
+// Scanned frames kept from the innermost end when there are more than fit: the rest are kept
+// from the outermost end, whose words (main's frame and its callers') are never stale.
+constexpr int kInnermostScanned = 8;
 
-// Whether `address` is in a loaded module (executable or library) and follows a call
-// instruction there: what a return address on the stack looks like (E8 rel32; FF /2 with a
-// register, [reg + disp8] or [rip/reg + disp32] operand).
-bool looks_like_return_address(uintptr_t address) {
-  Dl_info info {};
-  if (address < 8 || ::dladdr(reinterpret_cast<void*>(address), &info) == 0 ||
-      info.dli_fname == nullptr || info.dli_saddr == nullptr) {
-    return false;
-  }
-  const auto* code = reinterpret_cast<const unsigned char*>(address);
-  const auto is_call_modrm = [](unsigned char modrm) { return (modrm & 0x38) == 0x10; };
-  return code[-5] == 0xE8 || (code[-2] == 0xFF && is_call_modrm(code[-1]) && code[-1] >= 0xC0) ||
-         (code[-3] == 0xFF && is_call_modrm(code[-2]) && (code[-2] & 0xC0) == 0x40) ||
-         (code[-6] == 0xFF && is_call_modrm(code[-5]) && (code[-5] & 0xC7) != 0xC0);
-}
+// A line of /proc/self/maps (this copy's address space is the replica's).
+struct Mapping {
+  uintptr_t lo = 0;
+  uintptr_t hi = 0;
+  bool readable = false;
+  bool executable = false;
+  bool loaded_object = false;  // a file's code (executable, library) or the vDSO
+  bool main_stack = false;     // [stack]: the main thread's
+};
 
-// The end of the mapping that holds `address` (the interrupted thread's stack), from
-// /proc/self/maps: this copy's address space is the replica's. 0 when not found.
-uintptr_t mapping_end(uintptr_t address) {
+std::vector<Mapping> read_mappings() {
+  std::vector<Mapping> mappings;
   const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
+  if (fd < 0) return mappings;
   std::string maps;
   char buffer[8192];
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) maps.append(buffer, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;)
+    maps.append(buffer, static_cast<size_t>(n));
   ::close(fd);
   for (size_t at = 0; at < maps.size();) {
     const size_t eol = maps.find('\n', at);
-    const std::string line = maps.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
+    const std::string line =
+        maps.substr(at, eol == std::string::npos ? std::string::npos : eol - at);
     at = eol == std::string::npos ? maps.size() : eol + 1;
+    // lo-hi perms offset dev inode [path]
     char* rest = nullptr;
-    const uintptr_t lo = std::strtoull(line.c_str(), &rest, 16);
+    Mapping m;
+    m.lo = std::strtoull(line.c_str(), &rest, 16);
     if (rest == nullptr || *rest != '-') continue;
-    const uintptr_t hi = std::strtoull(rest + 1, nullptr, 16);
-    if (lo <= address && address < hi) return hi;
+    m.hi = std::strtoull(rest + 1, &rest, 16);
+    if (rest == nullptr || std::strlen(rest) < 5) continue;
+    m.readable = rest[1] == 'r';
+    m.executable = rest[3] == 'x';
+    const size_t path = line.find_first_of("/[", static_cast<size_t>(rest - line.c_str()));
+    const std::string_view name =
+        path == std::string::npos ? std::string_view() : std::string_view(line).substr(path);
+    m.loaded_object = name.starts_with("/") || name == "[vdso]";
+    m.main_stack = name == "[stack]";
+    mappings.push_back(m);
   }
-  return 0;
+  return mappings;
+}
+
+// The mapping holding `address`; nullptr when none (the kernel lists them in address order).
+const Mapping* mapping_of(const std::vector<Mapping>& mappings, uintptr_t address) {
+  auto it = std::upper_bound(mappings.begin(), mappings.end(), address,
+                             [](uintptr_t a, const Mapping& m) { return a < m.lo; });
+  if (it == mappings.begin()) return nullptr;
+  --it;
+  return address < it->hi ? &*it : nullptr;
+}
+
+// Whether `address` lies in the code of a loaded object (executable, library, vDSO; named by
+// symbol or not, as static and hidden functions are not) and follows a call instruction
+// there, of any form: what a return address on the stack looks like. A direct call must also
+// lead to code, which rejects most stale words whose bytes merely happen to end with E8.
+bool looks_like_return_address(const std::vector<Mapping>& mappings, uintptr_t address) {
+  const Mapping* m = mapping_of(mappings, address);
+  if (m == nullptr || !m->loaded_object || !m->executable || !m->readable ||
+      address - m->lo < detail::kCallWindowBytes) {
+    return false;
+  }
+  std::array<unsigned char, detail::kCallWindowBytes> window;
+  std::memcpy(window.data(), reinterpret_cast<const void*>(address - window.size()), window.size());
+  switch (detail::call_ending_at(window)) {
+    case detail::CallForm::kNone:
+      return false;
+    case detail::CallForm::kIndirect:
+      return true;
+    case detail::CallForm::kDirect: {
+      const uintptr_t target =
+          address +
+          static_cast<uintptr_t>(static_cast<intptr_t>(detail::direct_call_displacement(window)));
+      const Mapping* callee = mapping_of(mappings, target);
+      return callee != nullptr && callee->executable;
+    }
+  }
+  return false;
+}
+
+// The general registers of the interrupted thread but its stack and instruction pointers.
+using InterruptedRegisters = std::array<uintptr_t, 15>;
+
+// The words of the interrupted thread's stack that its live frames hold: [begin, end).
+// Generated code may run with its stack pointer elsewhere: oneDNN's sgemm kernel moves it to a
+// heap workspace for long rows (and to a page boundary below its caller's frame otherwise),
+// so a scan from it alone found nothing above and the hang report lost the way to main. The
+// thread's own stack is then entered at the lowest pointer into it that the kernel kept (in a
+// register, or in the first words at its stack pointer), else at its lowest page.
+struct ScanRange {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+};
+
+ScanRange live_stack(const std::vector<Mapping>& mappings, bool main_thread, uintptr_t sp,
+                     const InterruptedRegisters& registers) {
+  const Mapping* at_sp = mapping_of(mappings, sp);
+  const Mapping* stack = at_sp;
+  if (main_thread) {
+    stack = nullptr;
+    for (const Mapping& m : mappings) {
+      if (m.main_stack) stack = &m;
+    }
+  }
+  if (stack == nullptr || !stack->readable) return {};
+  ScanRange range{sp, stack->hi};
+  if (sp < stack->lo || sp >= stack->hi) {
+    range.begin = stack->lo;
+    uintptr_t lowest = stack->hi;
+    const auto consider = [&](uintptr_t v) {
+      if (v >= stack->lo && v < stack->hi && v < lowest) lowest = v;
+    };
+    for (const uintptr_t r : registers) consider(r);
+    if (at_sp != nullptr && at_sp->readable && sp % sizeof(uintptr_t) == 0) {
+      const auto* word = reinterpret_cast<const uintptr_t*>(sp);
+      for (size_t k = 0;
+           k < kForeignStackProbeWords && sp + (k + 1) * sizeof(uintptr_t) <= at_sp->hi; ++k) {
+        consider(word[k]);
+      }
+    }
+    if (lowest < stack->hi) range.begin = lowest;
+  }
+  range.begin &= ~uintptr_t{7};
+  if (range.end - range.begin > kMaxScannedBytes) range.begin = range.end - kMaxScannedBytes;
+  return range;
+}
+
+// Scanned frames kept from the innermost end when `room` frames are left for them.
+size_t innermost_kept(size_t room) {
+  return std::min<size_t>(kInnermostScanned, room / 2);
+}
+
+// Return addresses found in `range`, innermost first; when more than `room`, the
+// innermost_kept(room) and the outermost rest, `skipped` saying how many were left out between.
+std::vector<void*> scan_for_return_addresses(const std::vector<Mapping>& mappings, ScanRange range,
+                                             size_t room, size_t& skipped) {
+  std::vector<void*> found;
+  for (uintptr_t at = range.begin; at + sizeof(uintptr_t) <= range.end; at += sizeof(uintptr_t)) {
+    const uintptr_t value = *reinterpret_cast<const uintptr_t*>(at);
+    if (looks_like_return_address(mappings, value)) found.push_back(reinterpret_cast<void*>(value));
+  }
+  skipped = 0;
+  if (found.size() > room) {
+    const size_t inner = innermost_kept(room);
+    skipped = found.size() - room;
+    found.erase(found.begin() + static_cast<std::ptrdiff_t>(inner),
+                found.begin() + static_cast<std::ptrdiff_t>(inner + skipped));
+  }
+  return found;
 }
 
 // In the throwaway grandchild: unwinds, demangles (allocation is fine here: this copy of the
 // process is discarded) and writes the header and one line per frame. When the unwinder stops
 // at code no module holds (generated code without unwind tables: oneDNN's GEMM kernels, the
-// runtime's JIT loops), the rest of the interrupted stack, from its saved stack pointer, is
-// scanned for return addresses into loaded modules; those frames are marked "[scanned]" (a
-// stale value can pass for one).
-[[noreturn, gnu::noinline]] void dump_and_exit(pid_t replica, uintptr_t interrupted_sp) {
+// runtime's JIT loops), the rest of the thread's stack is scanned for return addresses into
+// loaded modules (live_stack() says where); those frames are marked "[scanned]" (a stale value
+// can pass for one).
+[[noreturn, gnu::noinline]] void dump_and_exit(pid_t replica, bool main_thread,
+                                               uintptr_t interrupted_sp,
+                                               const InterruptedRegisters& registers) {
   ::alarm(5);  // a lock copied held (by another thread, or the interrupted one) blocks nothing
-  void* frames[kMaxFrames];
-  int count = ::backtrace(frames, kMaxFrames);
+  std::vector<void*> frames(kMaxFrames);
+  const int unwound = ::backtrace(frames.data(), kMaxFrames);
+  frames.resize(static_cast<size_t>(std::max(unwound, 0)));
   constexpr int kSkipped = 3;  // this function, the handler and the kernel's signal trampoline
-  int unwound = count;
-  Dl_info last {};
-  if (count > kSkipped && count < kMaxFrames && interrupted_sp != 0 &&
-      (::dladdr(frames[count - 1], &last) == 0 || last.dli_fname == nullptr)) {
-    const uintptr_t end = mapping_end(interrupted_sp);
-    const auto* word = reinterpret_cast<const uintptr_t*>(interrupted_sp & ~uintptr_t{7});
-    for (size_t k = 0; k < kMaxScannedWords && count < kMaxFrames &&
-                       reinterpret_cast<uintptr_t>(word + k + 1) <= end;
-         ++k) {
-      if (looks_like_return_address(word[k])) frames[count++] = reinterpret_cast<void*>(word[k]);
-    }
+  size_t skipped = 0;
+  Dl_info last{};
+  if (unwound > kSkipped && unwound < kMaxFrames && interrupted_sp != 0 &&
+      (::dladdr(frames.back(), &last) == 0 || last.dli_fname == nullptr)) {
+    const std::vector<Mapping> mappings = read_mappings();
+    const std::vector<void*> scanned = scan_for_return_addresses(
+        mappings, live_stack(mappings, main_thread, interrupted_sp, registers),
+        static_cast<size_t>(kMaxFrames - unwound), skipped);
+    frames.insert(frames.end(), scanned.begin(), scanned.end());
   }
+  const int count = static_cast<int>(frames.size());
   const int shown = count > kSkipped ? count - kSkipped : 0;
   std::string text = std::string(kStackHeaderPrefix) + std::to_string(replica) + ", " +
                      std::to_string(shown) + " frames:\n";
-  char** symbols = ::backtrace_symbols(frames, count);
+  char** symbols = ::backtrace_symbols(frames.data(), count);
   for (int i = kSkipped; i < count; ++i) {
     text += symbols != nullptr ? describe_frame(symbols[i]) : std::string(kFrameLinePrefix) + "??";
     if (i >= unwound) text += " [scanned]";
+    if (skipped > 0 && i == unwound + static_cast<int>(innermost_kept(kMaxFrames - unwound))) {
+      text += " (" + std::to_string(skipped) + " scanned frames before this one left out)";
+    }
     text += '\n';
   }
   write_text(text.data(), text.size());
@@ -151,10 +280,19 @@ int64_t monotonic_ns() {
 // the runtime's JIT loops, which have no unwind tables) is signalled again a little later, by
 // when it has most likely returned to code the unwinder knows; only a thread still there after
 // every retry gets the scanned stack.
-[[noreturn]] void dump_or_retry(pid_t replica, pid_t thread, int attempt, const void* context) {
+// Inlined into the handler, whose frame kSkipped counts; allocates nothing before alarm(5) is
+// set (the replica may have been interrupted holding malloc's lock).
+[[noreturn, gnu::always_inline]] inline void dump_or_retry(pid_t replica, pid_t thread, int attempt,
+                                                           const void* context) {
+  InterruptedRegisters registers{};
 #if defined(__x86_64__)
   const uintptr_t pc = interrupted_register(context, REG_RIP);
   const uintptr_t sp = interrupted_register(context, REG_RSP);
+  size_t k = 0;
+  for (const int reg : {REG_RAX, REG_RBX, REG_RCX, REG_RDX, REG_RSI, REG_RDI, REG_RBP, REG_R8,
+                        REG_R9, REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15}) {
+    registers[k++] = interrupted_register(context, reg);
+  }
 #else
   const uintptr_t pc = 0;
   const uintptr_t sp = 0;
@@ -165,7 +303,7 @@ int64_t monotonic_ns() {
     ::syscall(SYS_tgkill, replica, thread, stack_dump_signal());
     ::_exit(0);
   }
-  dump_and_exit(replica, sp);
+  dump_and_exit(replica, /*main_thread=*/thread == replica, sp, registers);
 }
 
 // Async-signal-safe in the replica: two raw clones, waitpid, getpid, gettid, clock_gettime.

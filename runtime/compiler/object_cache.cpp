@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/runtime/hash.h"
 
 namespace xs::detail {
@@ -42,17 +43,6 @@ bool read_all(int fd, char* out, size_t n) {
     if (got <= 0) return false;
     out += got;
     n -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
-bool write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t put = ::write(fd, data, n);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    data += put;
-    n -= static_cast<size_t>(put);
   }
   return true;
 }
@@ -144,7 +134,8 @@ bool ObjectCache::store(uint64_t key, std::span<const char> bytes) const {
   int saved = 0;
   {
     Fd closer(fd);
-    ok = write_all(fd, reinterpret_cast<const char*>(&h), sizeof h) && write_all(fd, bytes.data(), bytes.size());
+    ok = write_all(fd, {reinterpret_cast<const char*>(&h), sizeof h}) &&
+         write_all(fd, {bytes.data(), bytes.size()});
     saved = errno;
   }
   if (!ok || ::rename(temp.c_str(), file.c_str()) != 0) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "xla_spawn/shm/segment.h"
 #include "xla_spawn/shm/stack_dump.h"
@@ -257,28 +258,36 @@ TEST(StackDump, AnAttachedProcessPrintsItsStackAndGoesOn) {
   EXPECT_GT(lines, 2u) << err;
 }
 
-// The unwinder stops in code no module holds, as in oneDNN's generated GEMM kernels or the
-// runtime's JIT loops: the frames above it are found by scanning the interrupted stack.
-TEST(StackDump, FramesAboveGeneratedCodeAreScannedFromTheStack) {
-#if defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "ThreadSanitizer runs a signal's handler only when the thread next enters "
-                  "an intercepted call, and this one spins in generated code that never does";
-#endif
-  const std::string id = "stackscan" + std::to_string(::getpid());
+// The stack dump of a child that attached and then runs `code` (copied to a page of its own,
+// no unwind tables; it must spin for ever) called from xs_test_enter_generated_code, with
+// `scratch` the address of another writable page, patched in at `scratch_at` bytes into
+// `code` unless that is negative. Returns what the child wrote to stderr, up to the dump's
+// last scanned frame (or 10 s), and its pid.
+struct ChildDump {
+  pid_t pid = -1;
+  std::string err;
+};
+ChildDump dump_of_generated_code(const std::string& id, std::vector<unsigned char> code,
+                                   int scratch_at) {
   OwnedSegment owned(id, 1, 64 << 10);
   int err_fd = -1;
-  const pid_t pid = fork_attached(owned, id, err_fd, [](Segment&) {
+  const pid_t pid = fork_attached(owned, id, err_fd, [&](Segment&) {
     ::alarm(20);
     void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (page == MAP_FAILED) ::_exit(4);
-    const unsigned char spin[] = {0xEB, 0xFE};  // jmp . (for ever, until killed)
-    std::memcpy(page, spin, sizeof spin);
+    void* scratch = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                           -1, 0);
+    if (page == MAP_FAILED || scratch == MAP_FAILED) ::_exit(4);
+    if (scratch_at >= 0) {
+      const auto top = reinterpret_cast<uintptr_t>(scratch) + 4096 - 64;
+      std::memcpy(code.data() + scratch_at, &top, sizeof top);
+    }
+    std::memcpy(page, code.data(), code.size());
     xs_test_enter_generated_code(reinterpret_cast<void (*)()>(page));
   });
-  ASSERT_GT(pid, 0);
+  if (pid <= 0) return {pid, "fork failed"};
   ::usleep(300 * 1000);  // into the loop
-  ASSERT_EQ(::kill(pid, stack_dump_signal()), 0);
+  if (::kill(pid, stack_dump_signal()) != 0) return {pid, "kill failed"};
   std::string err;
   char buffer[4096];
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -298,10 +307,67 @@ TEST(StackDump, FramesAboveGeneratedCodeAreScannedFromTheStack) {
     err.append(buffer, static_cast<size_t>(n));
   }
   ::close(err_fd);
-  EXPECT_NE(err.find("xla-spawn: stack of pid " + std::to_string(pid) + ", "), std::string::npos)
+  return {pid, err};
+}
+
+// What a scanned dump must show: the header, the caller of the generated code, and main (the
+// one of gtest_main), each found on the thread's own stack.
+void expect_scanned_to_main(const ChildDump& dump) {
+  const std::string& err = dump.err;
+  EXPECT_NE(err.find("xla-spawn: stack of pid " + std::to_string(dump.pid) + ", "),
+            std::string::npos)
       << err;
   EXPECT_NE(err.find("  at xs_test_enter_generated_code (shm_test+"), std::string::npos) << err;
+  EXPECT_NE(err.find("  at main ("), std::string::npos) << err;
   EXPECT_NE(err.find("[scanned]"), std::string::npos) << err;
+}
+
+// The unwinder stops in code no module holds, as in oneDNN's generated GEMM kernels or the
+// runtime's JIT loops: the frames above it are found by scanning the interrupted stack.
+TEST(StackDump, FramesAboveGeneratedCodeAreScannedFromTheStack) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer runs a signal's handler only when the thread next enters "
+                  "an intercepted call, and this one spins in generated code that never does";
+#endif
+  expect_scanned_to_main(dump_of_generated_code("stackscan" + std::to_string(::getpid()),
+                                                {0xEB, 0xFE},  // jmp . (for ever, until killed)
+                                                -1));
+}
+
+// Generated code that runs with its stack pointer off the thread's stack, as oneDNN's sgemm
+// kernel does with a heap workspace for long rows, keeping the old one at its new stack's
+// bottom: the scan enters the thread's stack there (it used to scan the workspace alone and
+// show one '??' frame: the flake of FaultTest.StoppedReplicaTimesOutItsPeersAndIsNamed).
+TEST(StackDump, GeneratedCodeOnAStackOfItsOwnIsScannedOnTheThreadsStack) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer runs a signal's handler only when the thread next enters "
+                  "an intercepted call, and this one spins in generated code that never does";
+#endif
+  expect_scanned_to_main(dump_of_generated_code(
+      "stackown" + std::to_string(::getpid()),
+      {0x48, 0x89, 0xE0,                    // mov %rsp, %rax
+       0x48, 0xBC, 0, 0, 0, 0, 0, 0, 0, 0,  // movabs $scratch, %rsp
+       0x50,                                // push %rax (the old stack pointer)
+       0xEB, 0xFE},                         // jmp .
+      5));
+}
+
+// The same with the old stack pointer kept nowhere (no register points into the thread's
+// stack either): the whole of the thread's stack is scanned.
+TEST(StackDump, GeneratedCodeThatKeptNoStackPointerIsScannedOnTheWholeStack) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer runs a signal's handler only when the thread next enters "
+                  "an intercepted call, and this one spins in generated code that never does";
+#endif
+  expect_scanned_to_main(dump_of_generated_code(
+      "stacknone" + std::to_string(::getpid()),
+      {0x48, 0xBC, 0, 0, 0, 0, 0, 0, 0, 0,  // movabs $scratch, %rsp
+       0x31, 0xC0, 0x31, 0xDB, 0x31, 0xC9, 0x31, 0xD2,  // xor of rax, rbx, rcx, rdx
+       0x31, 0xF6, 0x31, 0xFF, 0x31, 0xED,              // ... rsi, rdi, rbp
+       0x45, 0x31, 0xC0, 0x45, 0x31, 0xC9, 0x45, 0x31, 0xD2, 0x45, 0x31, 0xDB,  // ... r8-r11
+       0x45, 0x31, 0xE4, 0x45, 0x31, 0xED, 0x45, 0x31, 0xF6, 0x45, 0x31, 0xFF,  // ... r12-r15
+       0xEB, 0xFE},                                     // jmp .
+      2));
 }
 
 }  // namespace
