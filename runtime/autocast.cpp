@@ -16,11 +16,22 @@ thread_local std::optional<DType> t_autocast;
 // bf16). kSame: as its operands are, the widest float dtype when they differ.
 enum class Policy { kLower, kF32, kSame, kUntouched };
 
-Policy autocast_policy(Op op) {
+// A convolution with fewer input channels than this stays f32 under autocast: measured on
+// AVX512_BF16 (docs/performance.md, "bf16 GEMM and convolution"), oneDNN's bf16 kernels ran the
+// CNN's 1-channel conv1 at 0.72x the runtime's f32 kernel forward, and in f32 the layer keeps
+// its fusion with bias, relu and pooling, whose passes over the largest activation cost more
+// than the product. At 3 channels bf16 was ahead (1.87x), hence 3.
+constexpr int64_t kMinBF16ConvChannels = 3;
+
+Policy autocast_policy(Op op, const std::vector<Tensor>& operands) {
   switch (op) {
     case Op::kMatmul:
-    case Op::kConv2d:
       return Policy::kLower;
+    case Op::kConv2d:
+      return operands.size() >= 2 && operands[1].dim() == 4 &&
+                     operands[1].shape()[1] < kMinBF16ConvChannels
+                 ? Policy::kF32
+                 : Policy::kLower;
     case Op::kSum:
     case Op::kMean:
     case Op::kSoftmax:
@@ -61,7 +72,7 @@ void cast_floats(std::vector<Tensor>& operands, std::optional<DType> from, DType
 }
 
 void apply_autocast(Op op, std::vector<Tensor>& operands, DType lower) {
-  switch (autocast_policy(op)) {
+  switch (autocast_policy(op, operands)) {
     case Policy::kLower:
       return cast_floats(operands, DType::kF32, lower);
     case Policy::kF32:

@@ -214,10 +214,12 @@ void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& ou
       return batched(attrs, static_cast<const int64_t*>(a.data), as,
                      static_cast<const int64_t*>(b.data), bs, static_cast<int64_t*>(out.data), cs);
     case DType::kBF16: {
-      const std::vector<float> af = to_float(a.data, numel(as)), bf = to_float(b.data, numel(bs));
-      std::vector<float> cf(numel(cs));
-      batched(attrs, af.data(), as, bf.data(), bs, cf.data(), cs);
-      return from_float(cf, out.data);
+      // The products write every output element (beta = 0).
+      const float* af = to_float(a.data, numel(as), 0);
+      const float* bf = to_float(b.data, numel(bs), 1);
+      float* cf = f32_scratch(2, numel(cs));
+      batched(attrs, af, as, bf, bs, cf, cs);
+      return from_float(cf, numel(cs), out.data);
     }
     case DType::kBool:
       XS_CHECK(false, "matmul on bool is rejected by the shape rule");
@@ -382,10 +384,11 @@ void conv2d_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out)
                           static_cast<const double*>(w.data), ws, static_cast<double*>(out.data),
                           os);
     case DType::kBF16: {
-      const std::vector<float> xf = to_float(x.data, numel(xs)), wf = to_float(w.data, numel(ws));
-      std::vector<float> of(numel(os));
-      conv2d_typed(p, xf.data(), xs, wf.data(), ws, of.data(), os);
-      return from_float(of, out.data);
+      const float* xf = to_float(x.data, numel(xs), 0);
+      const float* wf = to_float(w.data, numel(ws), 1);
+      float* of = f32_scratch(2, numel(os));  // every element written (im2col + GEMM, beta = 0)
+      conv2d_typed(p, xf, xs, wf, ws, of, os);
+      return from_float(of, numel(os), out.data);
     }
     default:
       XS_CHECK(false, "conv2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));

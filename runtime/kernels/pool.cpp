@@ -400,10 +400,10 @@ void pool2d_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, const Ar
       return pool_typed(is_max, p, static_cast<const double*>(x.data), xs,
                         static_cast<double*>(out.data), os);
     case DType::kBF16: {
-      const std::vector<float> xf = to_float(x.data, numel(xs));
-      std::vector<float> of(numel(os));
-      pool_typed(is_max, p, xf.data(), xs, of.data(), os);
-      return from_float(of, out.data);
+      const float* xf = to_float(x.data, numel(xs), 0);
+      float* of = f32_scratch(1, numel(os));  // every window's output written
+      pool_typed(is_max, p, xf, xs, of, os);
+      return from_float(of, numel(os), out.data);
     }
     default:
       XS_CHECK(false, "pool2d on {} is rejected by the shape rule", dtype_name(out.type->dtype));
@@ -416,7 +416,7 @@ void pool2d_grad_kernel(Op op, const Attrs& attrs, std::span<const Arg> ins, con
   with_float(out.type->dtype, ins, out, [&](const auto& in, auto* o) {
     pool_grad_typed(is_max, attrs.ints.data(), is_max ? in[0] : nullptr, in[is_max ? 1 : 0],
                     g.type->shape, o, out.type->shape, is_max && in.size() == 3 ? in[2] : nullptr);
-  });
+  }, /*writes_all=*/true);  // pool_grad_typed fills every cell (2x2 windows) or zeroes first
 }
 
 }  // namespace xs::detail

@@ -158,6 +158,18 @@ TEST(Autocast, Conv2dRunsInBF16WithItsBiasAndGivesF32Gradients) {
   EXPECT_LT(relative_error(weight_grads[1], weight_grads[0]), 3e-2);
 }
 
+// A convolution of fewer than 3 input channels stays f32 (faster there, and fused with its
+// bias, relu and pooling); a bf16 input is widened for it.
+TEST(Autocast, ANarrowConvolutionStaysF32) {
+  ScopedRuntime rt;
+  Generator gen(5);
+  Conv2d conv(1, 4, 3, gen, 1, 1);
+  const Tensor x = Tensor::from_vector<float>(ramp(2 * 9 * 9, 1), {2, 1, 9, 9});
+  AutocastGuard bf16(DType::kBF16);
+  EXPECT_EQ(conv(x).dtype(), DType::kF32);
+  EXPECT_EQ(conv(cast(x, DType::kBF16)).dtype(), DType::kF32);
+}
+
 // The update runs on the f32 master weights: after a few steps under autocast they hold values
 // bf16 cannot represent, which they could not if the update had been rounded to bf16.
 TEST(Autocast, OptimizerMasterWeightsStayF32) {
