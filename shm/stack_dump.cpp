@@ -45,6 +45,10 @@ constexpr int kMaxFrames = 64;
 // later, up to this many times, so that its stack is taken from code the unwinder knows.
 constexpr long kRetryDelayNs = 5'000'000;
 constexpr int kMaxRetries = 40;
+// ... and for at most this long from the request: under load each retry (two clones of a
+// large process, a sleep, a signal) takes far longer than 5 ms, and 40 of them could outlast
+// the launcher's wait for the stack (launcher/detail/attempt.h, kStackWait: 3 s).
+constexpr int64_t kMaxRetryNs = 1'000'000'000;
 // Dump requests this far apart start a new count of retries.
 constexpr int64_t kNewRequestNs = 1'000'000'000;
 // Bytes of the interrupted stack scanned at most (512 KiB), its outermost part when deeper.
@@ -269,6 +273,7 @@ bool in_module(uintptr_t address) {
 // handler alone writes them).
 std::atomic<int> g_attempts{0};
 std::atomic<int64_t> g_last_attempt_ns{0};
+std::atomic<int64_t> g_request_ns{0};  // when the current request's first signal came
 
 int64_t monotonic_ns() {
   timespec now {};
@@ -283,6 +288,7 @@ int64_t monotonic_ns() {
 // Inlined into the handler, whose frame kSkipped counts; allocates nothing before alarm(5) is
 // set (the replica may have been interrupted holding malloc's lock).
 [[noreturn, gnu::always_inline]] inline void dump_or_retry(pid_t replica, pid_t thread, int attempt,
+                                                           int64_t since_request_ns,
                                                            const void* context) {
   InterruptedRegisters registers{};
 #if defined(__x86_64__)
@@ -297,7 +303,7 @@ int64_t monotonic_ns() {
   const uintptr_t pc = 0;
   const uintptr_t sp = 0;
 #endif
-  if (pc != 0 && attempt < kMaxRetries && !in_module(pc)) {
+  if (pc != 0 && attempt < kMaxRetries && since_request_ns < kMaxRetryNs && !in_module(pc)) {
     const timespec delay{0, kRetryDelayNs};
     ::nanosleep(&delay, nullptr);
     ::syscall(SYS_tgkill, replica, thread, stack_dump_signal());
@@ -312,6 +318,7 @@ extern "C" void on_stack_dump(int, siginfo_t*, void* context) {
   const int64_t now = monotonic_ns();
   if (now - g_last_attempt_ns.load(std::memory_order_relaxed) > kNewRequestNs) {
     g_attempts.store(0, std::memory_order_relaxed);
+    g_request_ns.store(now, std::memory_order_relaxed);
   }
   g_last_attempt_ns.store(now, std::memory_order_relaxed);
   const int attempt = g_attempts.fetch_add(1, std::memory_order_relaxed);
@@ -322,7 +329,8 @@ extern "C" void on_stack_dump(int, siginfo_t*, void* context) {
     // The child exits at once, so the replica waits only for it; the grandchild, adopted by
     // xla-spawn (the job's subreaper), does the work and is reaped there.
     if (::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0) == 0) {
-      dump_or_retry(replica, thread, attempt, context);
+      dump_or_retry(replica, thread, attempt, now - g_request_ns.load(std::memory_order_relaxed),
+                    context);
     }
     ::_exit(0);
   }
