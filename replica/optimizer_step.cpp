@@ -58,16 +58,22 @@ std::vector<Tensor> as_given(std::vector<Tensor> reduced, const std::vector<Tens
 
 }  // namespace
 
-std::vector<Tensor> exchanged_gradients(const std::vector<Tensor>& grads, bool all_or_none) {
+std::vector<Tensor> exchanged_gradients(const std::vector<Tensor>& grads) {
   std::vector<Tensor> out = grads;
-  size_t swapped = 0;
+  bool any = false;
   for (Tensor& g : out) {
     if (Tensor source = bf16_source(g); source.defined()) {
       g = std::move(source);
-      ++swapped;
+      any = true;
     }
   }
-  return all_or_none && swapped != grads.size() ? grads : out;
+  if (!any) return grads;
+  // The rest (a layer autocast left in f32, a weight used twice) go in bf16 too, rounded once:
+  // one flat buffer per step, as the sharded update needs, and every byte halved.
+  for (Tensor& g : out) {
+    if (g.defined() && g.dtype() == DType::kF32) g = cast(g, DType::kBF16);
+  }
+  return out;
 }
 
 Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters, const StepOptions& options) {
@@ -80,16 +86,14 @@ Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters
     // a buffer the backward pass could not share with the flat collective operand).
     const std::vector<Tensor> grads = optimizer.gradients();
     const bool bf16 = options.bf16_exchange && bf16_exchange_enabled() && world_size() > 1;
-    const std::vector<Tensor> sharded_grads = bf16 ? exchanged_gradients(grads, true) : grads;
+    const std::vector<Tensor> exchanged = bf16 ? exchanged_gradients(grads) : grads;
     // Once sharded the state stays so (apply() would throw): apply_sharded names the problem.
     if (optimizer.shard_world_size() != 0 ||
-        (world_size() > 1 && sharded_update_enabled() && optimizer.can_shard(sharded_grads))) {
-      norm = optimizer.apply_sharded(sharded_grads, ReduceOp::kMean, world_size(),
+        (world_size() > 1 && sharded_update_enabled() && optimizer.can_shard(exchanged))) {
+      norm = optimizer.apply_sharded(exchanged, ReduceOp::kMean, world_size(),
                                      options.clip_grad_norm);
     } else {
-      std::vector<Tensor> reduced =
-          bf16 ? as_given(all_reduce(exchanged_gradients(grads, false), ReduceOp::kMean), grads)
-               : all_reduce(grads, ReduceOp::kMean);
+      std::vector<Tensor> reduced = as_given(all_reduce(exchanged, ReduceOp::kMean), grads);
       if (options.clip_grad_norm > 0) norm = clip_gradients(reduced, options.clip_grad_norm);
       optimizer.apply(reduced);
     }

@@ -40,10 +40,10 @@ struct StepOptions {
   // PyTorch/XLA guide's clip_grad_norm_ without item()); sharded, the chunks' squares are summed
   // by a 0-d all-reduce in the same graph.
   double clip_grad_norm = 0;
-  // Gradients that autocast made in bf16 (a master weight's f32 gradient is the cast of its
-  // bf16 copy's) cross replicas in bf16, before that cast: half the bytes, summed in f32 and
-  // rounded once by the collective. false (or XLA_SPAWN_GRAD_EXCHANGE=f32) exchanges them in
-  // f32. Gradients of other dtypes are exchanged as they are.
+  // When autocast made gradients in bf16 (a master weight's f32 gradient is the cast of its
+  // bf16 copy's), the gradients cross replicas in bf16: those before that cast (exact), any
+  // other f32 one rounded once; half the bytes, summed in f32 and rounded once by the
+  // collective. false (or XLA_SPAWN_GRAD_EXCHANGE=f32) exchanges them in f32.
   bool bf16_exchange = true;
 };
 
@@ -52,10 +52,10 @@ inline constexpr const char* kGradExchangeEnv = "XLA_SPAWN_GRAD_EXCHANGE";
 // "f32"; anything else is an InvalidArgument.
 bool bf16_exchange_enabled();
 
-// What optimizer_step exchanges for `grads` when bf16_exchange is on: each gradient that is
-// the f32 cast of a bf16 value, that value (all of them or, when the update is sharded and
-// some are not, none); the others as they are.
-std::vector<Tensor> exchanged_gradients(const std::vector<Tensor>& grads, bool all_or_none);
+// What optimizer_step exchanges for `grads` when bf16_exchange is on: if any gradient is the f32
+// cast of a bf16 value (autocast's), that value for each such gradient and every other f32
+// gradient cast to bf16; else `grads` themselves.
+std::vector<Tensor> exchanged_gradients(const std::vector<Tensor>& grads);
 // The same with options; returns the gradient norm before clipping (materialised by the step;
 // undefined without clipping).
 Tensor optimizer_step(Optimizer& optimizer, const NamedTensors& named_parameters, const StepOptions& options);

@@ -12,8 +12,8 @@ namespace {
 thread_local std::optional<DType> t_autocast;
 
 // Where an op runs under autocast. kLower: in the autocast dtype (the GEMM-bound ops, whose
-// bf16 kernels accumulate in f32). kF32: in f32 (sums and normalisations lose too much in
-// bf16). kSame: as its operands are, the widest float dtype when they differ.
+// bf16 kernels accumulate in f32). kF32: in f32 (sums, normalisations, and exp, log, pow,
+// rsqrt and reciprocal, whose results bf16's 8 bits distort most, as PyTorch's f32 list). kSame: as its operands are, the widest float dtype when they differ.
 enum class Policy { kLower, kF32, kSame, kUntouched };
 
 // A convolution with fewer input channels than this stays f32 under autocast: measured on
@@ -36,6 +36,11 @@ Policy autocast_policy(Op op, const std::vector<Tensor>& operands) {
     case Op::kMean:
     case Op::kSoftmax:
     case Op::kLayerNorm:
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kPow:
+    case Op::kRsqrt:
+    case Op::kReciprocal:
       return Policy::kF32;
     default:
       break;

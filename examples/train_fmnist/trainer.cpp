@@ -67,9 +67,12 @@ DType compute_dtype(const TrainOptions& options) {
 std::string precision_summary(const TrainOptions& options) {
   if (use_bf16()) return "bf16 everywhere (XLA_SPAWN_USE_BF16=1; host reads and checkpoints f32)";
   if (options.precision == "f32") return "f32";
-  return fmt::format("bf16 autocast (matmul and conv2d in bf16, f32 master weights), gradients "
-                     "exchanged in {}",
-                     xm::bf16_exchange_enabled() ? "bf16" : "f32 (XLA_SPAWN_GRAD_EXCHANGE=f32)");
+  const std::string exchange =
+      xm::world_size() == 1            ? "no gradient exchange (1 replica)"
+      : xm::bf16_exchange_enabled()    ? "gradients exchanged in bf16"
+                                       : "gradients exchanged in f32 (XLA_SPAWN_GRAD_EXCHANGE=f32)";
+  return fmt::format("bf16 autocast (matmul and conv2d in bf16, f32 master weights), {}",
+                     exchange);
 }
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {

@@ -72,6 +72,7 @@ void random_kernel(Op op, const Attrs&, std::span<const Arg> ins, const Arg& out
     if (op == Op::kRandUniform) {
       v = unit(draw(seed, u));
       if (dt == DType::kF32 && v >= 1.0 - 0x1.0p-25) v = 0;  // keep [0, 1) after rounding to f32
+      if (dt == DType::kBF16 && v >= 1.0 - 0x1.0p-9) v = 0;  // and to bf16
     } else if (op == Op::kRandNormal) {  // Box-Muller on two independent draws
       const double u1 = 1.0 - unit(draw(seed, 2 * u)), u2 = unit(draw(seed, 2 * u + 1));
       v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);

@@ -4,6 +4,8 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/state_dict.h"
 
 namespace xs {
 
@@ -85,17 +87,26 @@ void Optimizer::load_state(const NamedTensors& state) {
   }
   for (size_t j = 0; j < mine.size(); ++j) {
     const auto& [name, t] = state[j];
-    if (name != mine[j].first || t.type() != mine[j].second.type()) {
+    if (name != mine[j].first || t.shape() != mine[j].second.shape() ||
+        !loads_as(t.dtype(), mine[j].second.dtype())) {
       throw InvalidArgument(
           fmt::format("Optimizer::load_state: entry {} is '{}' {}, expected '{}' {}", j, name,
                       type_str(t.type()), mine[j].first, type_str(mine[j].second.type())));
     }
   }
   steps_ = state[0].second.to_vector<int64_t>()[0];
-  if (shard_world_size_ != 0) return load_sharded_state(state);
+  // f32 entries into bf16 state (XLA_SPAWN_USE_BF16) or back: converted (see loads_as).
+  NamedTensors as_held = state;
   for (size_t j = 1; j < state.size(); ++j) {
+    if (state[j].second.dtype() != mine[j].second.dtype()) {
+      NoGradGuard no_grad;
+      as_held[j].second = cast(state[j].second, mine[j].second.dtype());
+    }
+  }
+  if (shard_world_size_ != 0) return load_sharded_state(as_held);
+  for (size_t j = 1; j < as_held.size(); ++j) {
     const size_t i = (j - 1) / state_names().size(), k = (j - 1) % state_names().size();
-    state_[i][k].assign(state[j].second);
+    state_[i][k].assign(as_held[j].second);
   }
 }
 

@@ -70,8 +70,8 @@ void train(Net& net, Optimizer& opt, int from, int to) {
   }
 }
 
-// The same under autocast (bf16 products, f32 master weights); `options` chooses the gradients'
-// exchange dtype.
+// The same under autocast (fc1 in bf16, fc2 left in f32; f32 master weights); `options`
+// chooses the gradients' exchange dtype.
 void train_autocast(Net& net, Optimizer& opt, int steps, const xm::StepOptions& options) {
   for (int s = 0; s < steps; ++s) {
     std::vector<float> x(4 * 40);
@@ -80,7 +80,9 @@ void train_autocast(Net& net, Optimizer& opt, int steps, const xm::StepOptions& 
     Tensor loss;
     {
       AutocastGuard bf16(DType::kBF16);
-      loss = sum(square(net.fc2(relu(net.fc1(Tensor::from_vector<float>(x, {4, 40}))))));
+      const Tensor h = relu(net.fc1(Tensor::from_vector<float>(x, {4, 40})));
+      AutocastGuard f32(DType::kF32);  // fc2 in f32: its gradients are not casts of bf16 ones
+      loss = sum(square(net.fc2(cast(h, DType::kF32))));
     }
     backward(loss);
     xm::optimizer_step(opt, net.named(), options);
@@ -143,8 +145,9 @@ TEST_P(ShardedUpdate, LeavesAnUpdateNotDeclaredElementwiseWholeWithTheSameBits) 
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
 }
 
-// Autocast's gradients cross replicas in bf16 (sharded or not, the same bits), which rounds
-// them: close to the f32 exchange's parameters but not the same; every replica agrees.
+// Autocast's gradients cross replicas in bf16 (sharded or not, the same bits), fc2's f32 ones
+// rounded with them, which rounds them: close to the f32 exchange's parameters but not the
+// same; every replica agrees.
 TEST_P(ShardedUpdate, AutocastGradientsCrossInBF16WhetherShardedOrNot) {
   const int n = GetParam();
   const auto job = run_replicas(n, [n](int) {
@@ -152,7 +155,7 @@ TEST_P(ShardedUpdate, AutocastGradientsCrossInBF16WhetherShardedOrNot) {
     for (const char* mode : {"whole", "sharded", "f32"}) {
       testing::ScopedEnv env(xm::kShardedUpdateEnv, mode[0] == 'w' ? "0" : "1");
       Net net;
-      auto opt = make("adam", net);
+      auto opt = make("sgd", net);  // Adam's normalised step would flip on a rounded tiny gradient
       train_autocast(net, *opt, 4, xm::StepOptions{.bf16_exchange = mode[0] != 'f'});
       expect(opt->shard_world_size() == (mode[0] == 'w' ? 0 : n), std::string(mode) + ": sharding");
       for (const Tensor& p : net.params()) expect(p.dtype() == DType::kF32, "master weights f32");
@@ -160,10 +163,18 @@ TEST_P(ShardedUpdate, AutocastGradientsCrossInBF16WhetherShardedOrNot) {
     }
     expect(same_bits(whole, sharded), "bf16 exchange: sharded parameters == all-reduce parameters");
     expect(!same_bits(sharded, f32_exchange), "the bf16 exchange rounds the gradients");
-    double worst = 0;
-    for (size_t i = 0; i < sharded.size(); ++i)
+    // Each exchanged gradient rounded once (2^-9 relative) against parameters that moved by
+    // `moved` from the same start: the difference is a small fraction of the movement.
+    Net start;
+    const std::vector<float> initial = start.values();
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < sharded.size(); ++i) {
       worst = std::max(worst, static_cast<double>(std::abs(sharded[i] - f32_exchange[i])));
-    expect(worst < 1e-2, "bf16 and f32 exchange stay close: " + std::to_string(worst));
+      moved = std::max(moved, static_cast<double>(std::abs(f32_exchange[i] - initial[i])));
+    }
+    expect(worst > 0 && worst < 0.02 * moved, "bf16 and f32 exchange stay close: " +
+                                                  std::to_string(worst) + " of " +
+                                                  std::to_string(moved));
     const auto all =
         xm::rendezvous("params", std::as_bytes(std::span<const float>(sharded.data(), 64)));
     for (const auto& peer : all) expect(peer == all[0], "every replica holds the same bits");

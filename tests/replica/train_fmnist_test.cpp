@@ -4,6 +4,7 @@
 // Small subsets of the training set and few steps keep each test to seconds.
 
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include <fmt/format.h>
@@ -137,6 +138,27 @@ TEST(TrainFmnistPrecision, ABF16RunSaysWhichPathRanAndTrains) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--precision: expected f32 or bf16, got 'f16'"), std::string::npos)
       << r.output;
+}
+
+// The bytes the sharded update's reduce-scatter moves per step (from a trace of the job): half
+// in bf16, for the CNN too, whose 1-channel conv1 autocast leaves in f32.
+TEST(TrainFmnistPrecision, TheCNNsGradientsCrossInHalfTheBytes) {
+  testing::TempDir dir;
+  int64_t bytes[2] = {0, 0};
+  for (int bf16 : {0, 1}) {
+    const std::string trace = dir.path(bf16 ? "bf16.json" : "f32.json");
+    const CommandResult r = run_command(spawn_train(
+        2, "--trace " + trace,
+        fmt::format("--model cnn --max-steps 3 --no-eval --precision {}", bf16 ? "bf16" : "f32")));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<uint8_t> raw = testing::TempDir::read(trace);
+    const std::string text(raw.begin(), raw.end());
+    const std::regex span(R"re("name":"reduce_scatter"[^}]*"pid":0,[^}]*"bytes":([0-9]+))re");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), span); it != std::sregex_iterator(); ++it)
+      bytes[bf16] += std::stoll((*it)[1]);
+  }
+  EXPECT_GT(bytes[0], 3 * 3'000'000);  // three steps of the CNN's 3.27 M f32 gradients
+  EXPECT_EQ(bytes[1] * 2, bytes[0]);
 }
 
 // An f32 run's checkpoint resumes under XLA_SPAWN_USE_BF16=1, whose checkpoint (f32 on disk)

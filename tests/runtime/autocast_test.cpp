@@ -74,6 +74,9 @@ TEST(Autocast, SumsSoftmaxAndLossesRunInF32) {
   EXPECT_EQ(sum(h).dtype(), DType::kF32);
   EXPECT_EQ(mean(h, {1}).dtype(), DType::kF32);
   EXPECT_EQ(softmax(h, 1).dtype(), DType::kF32);
+  EXPECT_EQ(exp(h).dtype(), DType::kF32);
+  EXPECT_EQ(log(relu(h) + 1.0).dtype(), DType::kF32);
+  EXPECT_EQ(rsqrt(relu(h) + 1.0).dtype(), DType::kF32);
   EXPECT_EQ(log_softmax(h, 1).dtype(), DType::kF32);
   EXPECT_EQ(logsumexp(h, 1).dtype(), DType::kF32);
   EXPECT_EQ(cross_entropy(h, Tensor::from_vector<int64_t>({0, 5, 2, 3}, {4})).dtype(), DType::kF32);
@@ -211,14 +214,17 @@ TEST(Autocast, AutocastGradientsAreExchangedAsTheirBF16Values) {
   backward(loss);
   const std::vector<Tensor> grads = {fc.parameters()[0].grad(), fc.parameters()[1].grad(),
                                      extra.grad()};
-  const std::vector<Tensor> mixed = xm::exchanged_gradients(grads, false);
-  EXPECT_EQ(mixed[0].dtype(), DType::kBF16);
-  EXPECT_EQ(mixed[1].dtype(), DType::kBF16);
-  EXPECT_EQ(mixed[2].dtype(), DType::kF32);  // an f32 parameter used in f32: exchanged so
-  // Exchanging the bf16 value loses nothing: its f32 cast is the gradient.
-  EXPECT_EQ(cast(mixed[0], DType::kF32).to_vector<float>(), grads[0].to_vector<float>());
-  const std::vector<Tensor> all_or_none = xm::exchanged_gradients(grads, true);
-  for (size_t i = 0; i < grads.size(); ++i) EXPECT_EQ(all_or_none[i].dtype(), DType::kF32);
+  const std::vector<Tensor> sent = xm::exchanged_gradients(grads);
+  for (const Tensor& g : sent) EXPECT_EQ(g.dtype(), DType::kBF16);
+  // The bf16 value loses nothing (its f32 cast is the gradient); the f32 parameter's gradient
+  // (used in f32 under autocast: `extra * extra` kept its dtype) is rounded once.
+  EXPECT_EQ(cast(sent[0], DType::kF32).to_vector<float>(), grads[0].to_vector<float>());
+  EXPECT_EQ(sent[2].to_vector<BF16>()[1].bits,
+            BF16::from_float(grads[2].to_vector<float>()[1]).bits);
+  // Without autocast nothing changes.
+  Tensor plain = Tensor::from_vector<float>(ramp(3, 1), {3}).set_requires_grad(true);
+  backward(sum(plain * plain));
+  EXPECT_EQ(xm::exchanged_gradients({plain.grad()})[0].dtype(), DType::kF32);
 }
 
 // The cast op rounds f32 to bf16 to nearest, ties to even, keeps NaN a NaN and overflows to

@@ -2,7 +2,9 @@
 // on the device, host reads give f32 values, state dicts hold f32 and f32 entries load. The
 // variable is read once per process, so CTest runs this binary with it set (tests/runtime/
 // CMakeLists.txt); run by hand without it, every test is skipped with a message.
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include "xla_spawn/runtime/loss.h"
 #include "xla_spawn/runtime/nn/linear.h"
 #include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/optim/adam.h"
 #include "xla_spawn/runtime/optim/sgd.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "xla_spawn/runtime/state_dict.h"
@@ -84,6 +87,34 @@ TEST_F(UseBF16, ALinearLayerTrainsInBF16) {
   }
   for (const Tensor& p : fc.parameters()) EXPECT_EQ(p.dtype(), DType::kBF16);
   EXPECT_LT(last, first * 0.5);
+}
+
+// Adam's state is bf16 here; a state dict of it holds f32 and loads back.
+TEST_F(UseBF16, OptimizerStateRoundTripsThroughAnF32StateDict) {
+  Generator gen(4);
+  Linear fc(6, 2, gen);
+  Adam opt(fc.parameters(), AdamOptions{.lr = 0.01, .beta2 = 0.99});
+  const Tensor x = Tensor::from_vector<float>(std::vector<float>(12, 0.5f), {2, 6});
+  backward(sum(fc(x)));
+  opt.apply(opt.gradients());
+  opt.zero_grad();
+  mark_step();
+  const StateDict saved = to_state_dict(opt.named_state());
+  for (const HostTensorData& e : saved) EXPECT_NE(e.dtype, DType::kBF16) << e.name;
+  Adam fresh(fc.parameters(), AdamOptions{.lr = 0.01, .beta2 = 0.99});
+  fresh.load_state(to_tensors(saved));
+  const NamedTensors a = opt.named_state(), b = fresh.named_state();
+  for (size_t i = 1; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].second.dtype(), DType::kBF16);
+    EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>()) << a[i].first;
+  }
+}
+
+// A uniform draw stays below 1 after rounding to bf16 (draws within 2^-9 of 1 would round up).
+TEST_F(UseBF16, UniformDrawsStayBelowOne) {
+  const std::vector<float> u = rand_uniform({1 << 16}).to_vector<float>();
+  EXPECT_LT(*std::max_element(u.begin(), u.end()), 1.0f);
+  EXPECT_GE(*std::min_element(u.begin(), u.end()), 0.0f);
 }
 
 }  // namespace
