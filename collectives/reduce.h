@@ -8,7 +8,7 @@
 //   xs::reduce_sources(out, nullptr, sources, 3, n, DType::kF32, ReduceOp::kMean, 3);
 //
 // Bool is rejected (xs::InvalidArgument): the reductions are defined for numbers only.
-// f32/f64 with 2..8 sources run one-pass AVX2 kernels where the CPU has AVX2
+// f32/f64/bf16 with 2..8 sources run one-pass AVX2 kernels where the CPU has AVX2
 // (collectives/detail/reduce_avx2.h), with the same arithmetic bit for bit.
 
 #include <cstddef>

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
 namespace xs::detail {
@@ -10,9 +11,13 @@ namespace {
 // Vector and scalar views of one element type. max/min take (next, acc) so that they
 // compute `next > acc ? next : acc` (resp. <), the portable kernels' expression, NaNs and
 // signed zeros included: maxps(x, y) is exactly `x > y ? x : y`.
+// T: the stored element; S: the scalar it is computed in (the tail); widen / narrow between.
 struct F32 {
   using T = float;
+  using S = float;
   using V = __m256;
+  static S widen(T v) { return v; }
+  static T narrow(S v) { return v; }
   static constexpr size_t kLanes = 8;
   [[gnu::target("avx2")]] static V load(const T* p) { return _mm256_loadu_ps(p); }
   [[gnu::target("avx2")]] static void store(T* p, V v) { _mm256_storeu_ps(p, v); }
@@ -24,7 +29,10 @@ struct F32 {
 };
 struct F64 {
   using T = double;
+  using S = double;
   using V = __m256d;
+  static S widen(T v) { return v; }
+  static T narrow(S v) { return v; }
   static constexpr size_t kLanes = 4;
   [[gnu::target("avx2")]] static V load(const T* p) { return _mm256_loadu_pd(p); }
   [[gnu::target("avx2")]] static void store(T* p, V v) { _mm256_storeu_pd(p, v); }
@@ -33,6 +41,41 @@ struct F64 {
   [[gnu::target("avx2")]] static V min(V next, V acc) { return _mm256_min_pd(next, acc); }
   [[gnu::target("avx2")]] static V div(V a, V d) { return _mm256_div_pd(a, d); }
   [[gnu::target("avx2")]] static V splat(T v) { return _mm256_set1_pd(v); }
+};
+
+// bf16 computed in f32 and rounded once on store, exactly as BF16::from_float rounds: to
+// nearest even, a NaN kept as a quiet NaN of the same sign and high payload.
+struct BF16x8 {
+  using T = uint16_t;
+  using S = float;
+  using V = __m256;
+  static constexpr size_t kLanes = 8;
+  static S widen(T v) { return BF16{v}.to_float(); }
+  static T narrow(S v) { return BF16::from_float(v).bits; }
+  [[gnu::target("avx2")]] static V load(const T* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+  }
+  [[gnu::target("avx2")]] static void store(T* p, V v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    // |u| > infinity's bits: a NaN (a signed compare is right, both sides are below 2^31).
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);
+    // Each 32-bit lane holds a value below 2^16: pack without saturating, lanes 0-3 and 4-7
+    // brought together from the two 128-bit halves.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0b1000);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+  [[gnu::target("avx2")]] static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  [[gnu::target("avx2")]] static V max(V next, V acc) { return _mm256_max_ps(next, acc); }
+  [[gnu::target("avx2")]] static V min(V next, V acc) { return _mm256_min_ps(next, acc); }
+  [[gnu::target("avx2")]] static V div(V a, V d) { return _mm256_div_ps(a, d); }
+  [[gnu::target("avx2")]] static V splat(S v) { return _mm256_set1_ps(v); }
 };
 
 enum class Kind { kSum, kMean, kMax, kMin };
@@ -65,9 +108,10 @@ template <class E, Kind kKind, int K>
 [[gnu::target("avx2")]] void reduce_k(typename E::T* dst, typename E::T* dst2,
                                       const void* const* sources, size_t n, int divisor) {
   using T = typename E::T;
+  using S = typename E::S;
   const T* src[K];
   for (int k = 0; k < K; ++k) src[k] = static_cast<const T*>(sources[k]);
-  const typename E::V d = E::splat(static_cast<T>(divisor));
+  const typename E::V d = E::splat(static_cast<S>(divisor));
   size_t i = 0;
   for (; i + E::kLanes <= n; i += E::kLanes) {
     auto acc = E::load(src[0] + i);
@@ -84,11 +128,12 @@ template <class E, Kind kKind, int K>
     return v;
   };
   for (; i < n; ++i) {
-    T acc = load(src[0] + i);
-    for (int k = 1; k < K; ++k) acc = combine_scalar<T, kKind>(acc, load(src[k] + i));
-    if constexpr (kKind == Kind::kMean) acc = acc / static_cast<T>(divisor);
-    std::memcpy(dst + i, &acc, sizeof acc);
-    if (dst2 != nullptr) std::memcpy(dst2 + i, &acc, sizeof acc);
+    S acc = E::widen(load(src[0] + i));
+    for (int k = 1; k < K; ++k) acc = combine_scalar<S, kKind>(acc, E::widen(load(src[k] + i)));
+    if constexpr (kKind == Kind::kMean) acc = acc / static_cast<S>(divisor);
+    const T out = E::narrow(acc);
+    std::memcpy(dst + i, &out, sizeof out);
+    if (dst2 != nullptr) std::memcpy(dst2 + i, &out, sizeof out);
   }
 }
 
@@ -144,6 +189,8 @@ bool reduce_avx2(void* dst, void* dst2, const void* const* sources, int n_source
     return reduce_elem<F32>(dst, dst2, sources, n_sources, n_elems, op, divisor);
   if (dtype == DType::kF64)
     return reduce_elem<F64>(dst, dst2, sources, n_sources, n_elems, op, divisor);
+  if (dtype == DType::kBF16)
+    return reduce_elem<BF16x8>(dst, dst2, sources, n_sources, n_elems, op, divisor);
   return false;
 }
 

@@ -1,6 +1,6 @@
 #pragma once
-// One-pass AVX2 reduction of f32/f64 sum, mean, max and min, the dtypes and ops gradients
-// use: each result element is computed in registers from all sources and stored once (no
+// One-pass AVX2 reduction of f32/f64/bf16 sum, mean, max and min, the dtypes and ops gradients
+// use (bf16 computed in f32 and rounded once): each result element is computed in registers from all sources and stored once (no
 // accumulator block in L1), with exactly the arithmetic of the portable kernels in
 // collectives/reduce.cpp, so results are bit-identical whichever kernel ran.
 //

@@ -124,6 +124,35 @@ TEST(ReduceTest, VectorKernelsMatchPortableKernelsBitForBitF64) {
   expect_kernels_agree<double>(DType::kF64);
 }
 
+// bf16: computed in f32, rounded once to nearest even on store (ties, NaNs of either sign,
+// overflow to infinity, subnormals), by the vector kernel as by the portable one.
+TEST(ReduceTest, VectorKernelsMatchPortableKernelsBitForBitBF16) {
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
+                            -std::numeric_limits<float>::quiet_NaN(), 1.0f, 0x1p-8f,
+                            3e38f, -3e38f, 0x1p-130f, 1.0f + 0x1p-7f};
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin}) {
+    for (int k = 2; k <= 9; ++k) {
+      const size_t n = 1000 + static_cast<size_t>(k);
+      std::vector<std::vector<uint16_t>> in(static_cast<size_t>(k), std::vector<uint16_t>(n));
+      std::vector<const void*> sources;
+      for (int s = 0; s < k; ++s) {
+        for (size_t i = 0; i < n; ++i) {
+          const float v = (i + s) % 4 == 0 ? specials[(i * 7 + s) % 10]
+                                           : 0.37f * static_cast<float>((i * 13 + s) % 23) - 3.0f;
+          in[s][i] = BF16::from_float(v).bits;
+        }
+        sources.push_back(in[s].data());
+      }
+      std::vector<uint16_t> fast(n), fast2(n), portable(n), portable2(n);
+      reduce_sources(fast.data(), fast2.data(), sources.data(), k, n, DType::kBF16, op, k, false);
+      reduce_sources(portable.data(), portable2.data(), sources.data(), k, n, DType::kBF16, op, k,
+                     true);
+      ASSERT_EQ(fast, portable) << reduce_op_name(op) << " k " << k;
+      ASSERT_EQ(fast2, fast);
+    }
+  }
+}
+
 TEST(ReduceTest, VectorKernelReducesInPlaceIntoOneOfItsSources) {
   std::vector<float> a(1003), b(1003);
   for (size_t i = 0; i < a.size(); ++i) {
