@@ -4,6 +4,7 @@
 
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/runtime/kernels/onednn.h"
 #include "xla_spawn/runtime/ops.h"
 
 namespace xs {
@@ -115,6 +116,12 @@ AutocastGuard::AutocastGuard(DType dtype) : previous_(t_autocast) {
 AutocastGuard::~AutocastGuard() { t_autocast = previous_; }
 
 std::optional<DType> autocast_dtype() { return t_autocast; }
+
+std::string bf16_engine() {
+  if (!detail::use_onednn_bf16()) return "widened to f32 (convert + sgemm)";
+  return detail::cpu_has_bf16_dot() ? "oneDNN bf16 (native bf16 dot products)"
+                                    : "oneDNN bf16 (emulated)";
+}
 
 bool use_bf16() {
   static const bool on = env_bool(kUseBF16Env).value_or(false);

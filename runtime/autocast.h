@@ -15,6 +15,7 @@
 //   backward(loss); xs::xm::optimizer_step(opt);      // update in f32
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "xla_spawn/base/dtype.h"
@@ -38,6 +39,11 @@ class AutocastGuard {
 
 // The thread's autocast dtype (kBF16), or nullopt when autocast is off.
 std::optional<DType> autocast_dtype();
+
+// What runs bf16 products and convolutions here, for logs: "oneDNN bf16 (native bf16 dot
+// products)", "oneDNN bf16 (emulated)" or "widened to f32 (convert + sgemm)"
+// (XLA_SPAWN_BF16_ENGINE, runtime/kernels/onednn.h).
+std::string bf16_engine();
 
 inline constexpr const char* kUseBF16Env = "XLA_SPAWN_USE_BF16";
 // XLA_SPAWN_USE_BF16 (read once, default off).
