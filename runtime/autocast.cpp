@@ -118,9 +118,8 @@ AutocastGuard::~AutocastGuard() { t_autocast = previous_; }
 std::optional<DType> autocast_dtype() { return t_autocast; }
 
 std::string bf16_engine() {
-  if (!detail::use_onednn_bf16()) return "widened to f32 (convert + sgemm)";
-  return detail::cpu_has_bf16_dot() ? "oneDNN bf16 (native bf16 dot products)"
-                                    : "oneDNN bf16 (emulated)";
+  if (!detail::use_onednn_bf16()) return "widened to f32: convert + sgemm";
+  return detail::cpu_has_bf16_dot() ? "oneDNN, native bf16 dot products" : "oneDNN, bf16 emulated";
 }
 
 bool use_bf16() {

@@ -40,8 +40,8 @@ class AutocastGuard {
 // The thread's autocast dtype (kBF16), or nullopt when autocast is off.
 std::optional<DType> autocast_dtype();
 
-// What runs bf16 products and convolutions here, for logs: "oneDNN bf16 (native bf16 dot
-// products)", "oneDNN bf16 (emulated)" or "widened to f32 (convert + sgemm)"
+// What runs bf16 products and convolutions here, for logs: "oneDNN, native bf16 dot
+// products", "oneDNN, bf16 emulated" or "widened to f32: convert + sgemm"
 // (XLA_SPAWN_BF16_ENGINE, runtime/kernels/onednn.h).
 std::string bf16_engine();
 

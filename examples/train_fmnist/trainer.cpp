@@ -71,7 +71,7 @@ std::string precision_summary(const TrainOptions& options) {
       xm::world_size() == 1            ? "no gradient exchange (1 replica)"
       : xm::bf16_exchange_enabled()    ? "gradients exchanged in bf16"
                                        : "gradients exchanged in f32 (XLA_SPAWN_GRAD_EXCHANGE=f32)";
-  return fmt::format("bf16 autocast (matmul and conv2d in bf16 on {}, f32 master weights), {}",
+  return fmt::format("bf16 autocast (matmul and conv2d in bf16 on {}; f32 master weights), {}",
                      bf16_engine(), exchange);
 }
 

@@ -147,6 +147,9 @@ COVERAGE = {
         "bench", expect=[r"N = 2: xla_spawn \d+, gloo \d+, ratio"], requires=["torch", "package"]),
     "scripts/bench-trace --priority --rounds 15 --steps 1200": short(
         "bench", expect=[r"medians \(samples/s\): off \d+, on \d+; on / off"], requires=["data"]),
+    "OPENBLAS_CORETYPE=SkylakeX scripts/bench-precision --priority --rounds 3 --steps 300": short(
+        "bench", expect=[r"mlp N = 2: f32 \d+, bf16 \d+ samples/s, bf16 / f32",
+                         r"mlp all-reduce bf16\s*: all_reduce 1,339,412 B"], requires=["data"]),
     'scripts/bench-lm --replicas "1 2" --reps 2': short(
         "bench", expect=[r"N = 2: median tokens/s xla-spawn \d+, torch \d+"],
         requires=["torch"]),
