@@ -87,15 +87,10 @@ CheckpointMetadata load(const std::string& path, const NamedTensors& model_state
     const StateDict model = take(ckpt, kModelPrefix);
     const StateDict optim = take(ckpt, kOptimizerPrefix);
     check_fits(model, model_state, kModelPrefix);
-    StateDict optim_as_held;  // in the optimizer's dtypes (an f32 checkpoint into a bf16 run)
-    if (optimizer != nullptr) {
-      const NamedTensors held = optimizer->named_state();
-      check_fits(optim, held, kOptimizerPrefix);
-      for (size_t i = 0; i < optim.size(); ++i)
-        optim_as_held.push_back(converted(optim[i], held[i].second.dtype()));
-    }
+    if (optimizer != nullptr) check_fits(optim, optimizer->named_state(), kOptimizerPrefix);
     load_state_dict(model_state, model);
-    if (optimizer != nullptr) optimizer->load_state(to_tensors(optim_as_held));
+    // Optimizer::load_state converts f32 entries into bf16 state and back (loads_as).
+    if (optimizer != nullptr) optimizer->load_state(to_tensors(optim));
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("checkpoint {} does not fit the model: {}", path, e.what()));
   }

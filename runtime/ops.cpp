@@ -13,12 +13,13 @@ namespace xs {
 
 Tensor record(Op op, const std::vector<Tensor>& given, Attrs attrs, SourceLoc loc) {
   detail::SiteScope scope(loc);
+  const bool policy = detail::precision_policy_on();
   std::vector<Tensor> adjusted;  // copied only when a precision policy is on
-  if (detail::precision_policy_on()) {
+  if (policy) {
     adjusted = given;
     detail::apply_precision(op, adjusted, attrs);
   }
-  const std::vector<Tensor>& operands = detail::precision_policy_on() ? adjusted : given;
+  const std::vector<Tensor>& operands = policy ? adjusted : given;
   std::vector<NodePtr> nodes;
   nodes.reserve(operands.size());
   for (const Tensor& t : operands) {
