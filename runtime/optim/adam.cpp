@@ -19,7 +19,7 @@ namespace {
 // PyTorch/XLA's XLA_USE_BF16: say so when that changes what Adam does (beta2 = 0.999 is 1 in
 // bf16, so the second moment never decays; a decoupled decay factor 1 - lr * wd under 2^-9 from
 // 1 rounds to 1).
-void warn_if_lost_in_bf16(const AdamOptions& o) {
+void warn_if_lost_in_bf16(const AdamOptions& o, bool decoupled) {
   if (!use_bf16()) return;
   const auto in_bf16 = [](double v) { return static_cast<double>(BF16::from_float(static_cast<float>(v)).to_float()); };
   if (in_bf16(o.beta2) == 1.0 || in_bf16(o.beta1) == 1.0) {
@@ -27,7 +27,7 @@ void warn_if_lost_in_bf16(const AdamOptions& o) {
                  "decays; autocast (f32 master weights and state) keeps them",
                  o.beta1, o.beta2, in_bf16(o.beta1), in_bf16(o.beta2), kUseBF16Env);
   }
-  if (o.weight_decay > 0 && in_bf16(1 - o.lr * o.weight_decay) == 1.0) {
+  if (decoupled && o.weight_decay > 0 && in_bf16(1 - o.lr * o.weight_decay) == 1.0) {
     spdlog::warn("Adam: a weight-decay factor 1 - lr * weight_decay = {} is 1 in bf16 under {}=1: "
                  "decoupled decay does nothing",
                  1 - o.lr * o.weight_decay, kUseBF16Env);
@@ -57,7 +57,7 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weigh
         fmt::format("Adam: betas ({}, {}) must be in [0, 1), eps {} and weight_decay {} >= 0",
                     options.beta1, options.beta2, options.eps, options.weight_decay));
   }
-  warn_if_lost_in_bf16(options);
+  warn_if_lost_in_bf16(options, decoupled_weight_decay);
   beta1_ = Tensor::full_data({}, options.beta1);
   one_minus_beta1_ = Tensor::full_data({}, 1 - options.beta1);
   beta2_ = Tensor::full_data({}, options.beta2);

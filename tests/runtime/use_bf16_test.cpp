@@ -18,6 +18,7 @@
 #include "xla_spawn/runtime/optim/sgd.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "xla_spawn/runtime/state_dict.h"
+#include "tests/support/captured_log.h"
 
 namespace xs {
 namespace {
@@ -108,6 +109,21 @@ TEST_F(UseBF16, OptimizerStateRoundTripsThroughAnF32StateDict) {
     EXPECT_EQ(b[i].second.dtype(), DType::kBF16);
     EXPECT_EQ(a[i].second.to_vector<float>(), b[i].second.to_vector<float>()) << a[i].first;
   }
+}
+
+// bf16 cannot hold beta2 = 0.999 or AdamW's decay factor 1 - 1e-5: Adam says so; 0.99 it can.
+TEST_F(UseBF16, AdamWarnsWhenBf16LosesItsConstants) {
+  Generator gen(4);
+  Linear fc(2, 2, gen);
+  {
+    testing::CapturedLog log;
+    AdamW lost(fc.parameters(), AdamOptions{.lr = 1e-3, .weight_decay = 0.01});
+    EXPECT_NE(log.text().find("round to (0.8984375, 1) in bf16"), std::string::npos) << log.text();
+    EXPECT_NE(log.text().find("decoupled decay does nothing"), std::string::npos) << log.text();
+  }
+  testing::CapturedLog log;
+  Adam kept(fc.parameters(), AdamOptions{.lr = 1e-3, .beta2 = 0.99});
+  EXPECT_EQ(log.text(), "");
 }
 
 // A uniform draw stays below 1 after rounding to bf16 (draws within 2^-9 of 1 would round up).
