@@ -106,7 +106,9 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
     for (const Replica& r : replicas_) pids.push_back(r.pid);
     corruption_ = job_.options->monitor->check(pids).value_or("");
   }
-  if (job_.options->monitor != nullptr) {
+  // After a collective timed out, the hang report already ended with the straggler line
+  // (format_calls) from the same counts: no collective completes in a poisoned segment.
+  if (job_.options->monitor != nullptr && !hang_reported_) {
     const std::string straggler = job_.options->monitor->straggler_report(job_.placement.first_ordinal);
     if (!straggler.empty()) job_.mux->message(straggler);
   }
@@ -332,6 +334,7 @@ void Attempt::report_calls(const char* why, bool failing) {
   if (report.empty()) return;
   job_.mux->message(fmt::format("hang report ({}):\n{}", why, report.substr(0, report.size() - 1)));
   if (!failing) return;
+  hang_reported_ = true;
   job_.mux->expect_stacks();
   const int asked = job_.options->monitor->request_stacks(pids, /*continue_stopped=*/true);
   if (asked > 0) read_output_until([&] { return job_.mux->stacks_complete(asked); });

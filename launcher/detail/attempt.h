@@ -119,6 +119,7 @@ class Attempt {
   std::string corruption_;  // JobMonitor's message (kCorrupt)
   OomWatch oom_;            // the OOM kill counters as this attempt started
   std::optional<PeerStop> peer_stop_;  // what the other nodes said (kPeers)
+  bool hang_reported_ = false;  // a collective timed out and its hang report was printed
 };
 
 }  // namespace xs::detail

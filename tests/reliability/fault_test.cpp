@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -268,6 +269,47 @@ TEST_F(FaultTest, AReplicaSlowedOnPurposeIsNamedAsTheStragglerAtTheEnd) {
   EXPECT_NE(err.find("ms after the first on average", line), std::string::npos) << err;
   EXPECT_EQ(err.find("ordinal 0 arrived last"), std::string::npos) << err;
   EXPECT_EQ(err.find("ordinal 1 arrived last"), std::string::npos) << err;
+  expect_nothing_left(run.pid());
+}
+
+// The same straggler, then stopped past the collective timeout: the hang report printed at the
+// timeout ends with the straggler line, and the launcher does not print it a second time when
+// the replicas have ended.
+TEST_F(FaultTest, AStragglerNamedByTheHangReportIsNotNamedAgainAtTheEnd) {
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "slow@2:20");
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(5000 * deadline_scale()));
+  std::vector<std::string> a = {"-n", "3", "--timeout", "100", "--grace-period", "1"};
+  const std::vector<std::string> train = train_command(checkpoint(), 0);
+  a.insert(a.end(), train.begin(), train.end());
+  Launch run(a);
+  // 36 steps, so that more than kStragglerMinCalls (20) of them waited for ordinal 2. The
+  // checkpoint (every 3 steps) is read only when it changed: each read is a process.
+  std::filesystem::file_time_type seen{};
+  long long step = -1;
+  const auto trained = [&] {
+    std::error_code ec;
+    const auto written = std::filesystem::last_write_time(checkpoint(), ec);
+    if (ec || written == seen) return false;
+    seen = written;
+    std::sscanf(check_checkpoint(checkpoint()).c_str(), "ok global_step=%lld", &step);
+    return step >= 36;
+  };
+  ASSERT_TRUE(wait_until(trained, kJobDeadline)) << "step " << step << "\n" << run.err();
+  const pid_t victim = replica_pid(2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_NE(WEXITSTATUS(status), 0) << run.err();
+  const std::string err = run.err();
+  const size_t report = err.find("hang report (a collective timed out):");
+  ASSERT_NE(report, std::string::npos) << err;
+  ASSERT_NE(err.find("\n  ordinal 2 arrived last at ", report), std::string::npos) << err;
+  int named = 0;
+  for (size_t at = err.find("arrived last at "); at != std::string::npos;
+       at = err.find("arrived last at ", at + 1)) {
+    ++named;
+  }
+  EXPECT_EQ(named, 1) << err;
   expect_nothing_left(run.pid());
 }
 
