@@ -286,7 +286,7 @@ std::byte* Segment::staging(int ordinal) const {
 
 std::byte* Segment::arena(int ordinal) const {
   return static_cast<std::byte*>(base()) + shm::arena_offset(world_size_, staging_bytes_) +
-         arena_bytes_ * static_cast<size_t>(ordinal);
+         shm::arena_stride(arena_bytes_) * static_cast<size_t>(ordinal);
 }
 
 void Segment::poison(const std::string& reason) const {

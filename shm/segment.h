@@ -35,7 +35,8 @@ inline constexpr size_t kDefaultArenaBytes = size_t{256} << 20;
 std::string segment_name(const std::string& job_id);
 
 // Creates and initialises the job's segment; records the calling process as its launcher.
-// staging_bytes and arena_bytes (per ordinal) are rounded up to whole pages. Throws
+// staging_bytes and arena_bytes (per ordinal) are rounded up to whole pages; the arenas lie
+// shm::arena_stride() apart (so that peers' operands do not alias in the cache). Throws
 // xs::InvalidArgument for bad arguments and xs::IoError when the segment exists or shm fails.
 std::string create_segment(const std::string& job_id, int world_size, size_t staging_bytes,
                            size_t arena_bytes = kDefaultArenaBytes);

@@ -189,9 +189,11 @@ int run(const Args& args) {
     memcpy_gbps = xs::bench::measure_memcpy(xs::bench::sweep_sizes(args.sweep), args.sweep);
   }
   const std::string job_id = fmt::format("bench-{}", ::getpid());
-  // Arena: the largest operand (the sweep's, or the stress loop's) and the pages around it.
-  const size_t arena_bytes =
-      (args.stress_iterations > 0 ? args.stress_bytes : args.sweep.max_bytes) + 4 * 4096;
+  // Arena: the largest operand (the sweep's, or the stress loop's) and the pages around it,
+  // and at least a job's default, so that the arenas lie as far apart as xla-spawn's do.
+  const size_t arena_bytes = std::max(
+      xs::kDefaultArenaBytes,
+      (args.stress_iterations > 0 ? args.stress_bytes : args.sweep.max_bytes) + 4 * 4096);
   xs::OwnedSegment segment(job_id, args.nprocs, args.staging_bytes, arena_bytes);
   std::fflush(stdout);
   std::vector<pid_t> pids;

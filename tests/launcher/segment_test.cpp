@@ -132,7 +132,9 @@ TEST(SegmentTest, SegmentLeftWhenTheReaperDiesTooIsRemovedAtTheNextStart) {
 }
 
 // A stale segment whose launcher's pid now belongs to another live process (pid reuse; here
-// the test itself stands in for it) is still stale: the launcher is known by pid and start time.
+// the test's parent stands in for it) is still stale: the launcher is known by pid and start
+// time. Not the test itself: it starts the launcher within the same clock tick (10 ms) often
+// enough on a fast machine, and start times are counted in ticks.
 TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
   Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
   const std::string name = started_segment(run);
@@ -149,7 +151,7 @@ TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
     void* base = ::mmap(nullptr, sizeof(shm::ControlBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     ASSERT_NE(base, MAP_FAILED);
-    static_cast<shm::ControlBlock*>(base)->launcher_pid = static_cast<int32_t>(::getpid());
+    static_cast<shm::ControlBlock*>(base)->launcher_pid = static_cast<int32_t>(::getppid());
     ::munmap(base, sizeof(shm::ControlBlock));
   }
   const RunResult next = run_xla_spawn({"-n", "1", "--", "true"});

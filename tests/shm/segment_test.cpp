@@ -74,7 +74,8 @@ TEST(SegmentTest, AttachChecksInAndExposesTheLayout) {
 }
 
 // The buffer arenas (Communicator::alloc_buffer) follow the staging areas, one per ordinal,
-// page-rounded, and a write at the end of the last one stays inside the mapping.
+// page-rounded, shm::arena_stride() apart, and a write at the end of the last one stays inside
+// the mapping.
 TEST(SegmentTest, ArenasFollowTheStagingOnePerOrdinalAndAreSharedByEveryMapping) {
   const std::string id = job_id();
   OwnedSegment owned(id, 3, kStaging, 10'000);
@@ -82,12 +83,37 @@ TEST(SegmentTest, ArenasFollowTheStagingOnePerOrdinalAndAreSharedByEveryMapping)
   Segment peer = Segment::attach(owned.name(), 2, 3, id);
   EXPECT_EQ(mine.arena_bytes(), 12'288u);
   EXPECT_EQ(mine.arena(0), mine.staging(2) + kStaging);
-  EXPECT_EQ(mine.arena(2) - mine.arena(1), static_cast<ptrdiff_t>(12'288));
+  EXPECT_EQ(mine.arena(2) - mine.arena(1), static_cast<ptrdiff_t>(shm::arena_stride(12'288)));
   mine.arena(2)[12'287] = std::byte{42};
   EXPECT_EQ(peer.arena(2)[12'287], std::byte{42}) << "arenas are shared memory";
   const std::string id_none = job_id();
   OwnedSegment none(id_none, 2, kStaging, 0);
   EXPECT_EQ(Segment::attach(none.name(), 0, 2, id_none).arena_bytes(), 0u);
+}
+
+// Operands at the same offset of two ordinals' arenas must not lie a large power of two
+// apart (shm::arena_stride says why): for every arena size, the default and sizes at and
+// around powers of two among them, any two ordinals less than 256 apart differ in address
+// bits 12-19.
+TEST(SegmentTest, ArenasLieNoPowerOfTwoApart) {
+  for (size_t bytes : {size_t{4096}, size_t{12'288}, size_t{1} << 20, (size_t{128} << 20) - 4096,
+                       size_t{128} << 20, kDefaultArenaBytes - 17 * 4096, kDefaultArenaBytes,
+                       kDefaultArenaBytes + 4096, size_t{1} << 30}) {
+    const size_t stride = shm::arena_stride(bytes);
+    EXPECT_GE(stride, bytes + shm::kPageBytes) << "a gap between arenas";
+    EXPECT_EQ(stride % shm::kPageBytes, 0u);
+    for (size_t apart = 1; apart < 256; ++apart) {
+      ASSERT_NE((stride * apart) & 0xff000, 0u)
+          << "arenas of " << bytes << " B: ordinals " << apart << " apart alias";
+    }
+  }
+  EXPECT_EQ(shm::arena_stride(0), 0u) << "no arenas stays no arenas";
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment mine = Segment::attach(owned.name(), 0, 2, id);
+  EXPECT_EQ(mine.arena_bytes(), kDefaultArenaBytes);
+  EXPECT_EQ(mine.arena(1) - mine.arena(0),
+            static_cast<ptrdiff_t>(kDefaultArenaBytes + 17 * shm::kPageBytes));
 }
 
 TEST(SegmentTest, AttachFailsClearlyWhenMissingOrOfAnotherJobOrWorldSize) {
