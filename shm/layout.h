@@ -157,8 +157,9 @@ inline constexpr size_t staging_offset(int world_size) {
 // are a whole number of arena strides apart, and the direct schedules run one pass over such
 // lines of several operands at once. At a large power of two apart they collide in the CPU's
 // first-level cache: with 256 MiB arenas back to back, a 16 MiB all-reduce at N = 2 took
-// 3.3 ms on an AMD Zen 3 against 0.79 ms with the arenas 68 KiB further apart (128 MiB apart:
-// 1.5 ms; consistent with the L1 way predictor's tags, a hash of address bits 12-27). So an
+// 3.3-3.7 ms on an AMD Zen 3 against 1.1-1.5 ms with the stride (4 MiB: 6x; arenas 128 MiB
+// apart were half as bad, 129 MiB fine: consistent with the L1 way predictor's tags, a hash
+// of address bits 12-27). So an
 // arena of arena_bytes (a page multiple) starts arena_stride() after the previous one: its size
 // rounded up to whole MiB plus 17 pages, whence any two ordinals less than 256 apart lie a
 // distance apart whose bits 12-19 are not all zero. The gap is never touched (sparse tmpfs).

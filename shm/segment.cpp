@@ -95,12 +95,17 @@ void init_control_block(void* base, const std::string& job_id, int world_size, s
 
 void validate(const shm::ControlBlock& control, const std::string& name, int world_size,
               const std::string& job_id, size_t mapped_bytes) {
-  if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic ||
-      control.version != shm::kSegmentVersion) {
+  if (control.magic.load(std::memory_order_acquire) != shm::kSegmentMagic) {
     throw InvalidArgument(
         fmt::format("segment {}: not an initialised xla-spawn segment of "
                     "version {}",
                     name, shm::kSegmentVersion));
+  }
+  if (control.version != shm::kSegmentVersion) {
+    throw InvalidArgument(fmt::format(
+        "segment {} has layout version {}, this replica's xla-spawn library reads version {}: "
+        "the launcher and the program were built from different xla-spawn versions",
+        name, control.version, shm::kSegmentVersion));
   }
   const std::string owner(control.job_id, strnlen(control.job_id, shm::kMaxJobIdBytes));
   if (owner != job_id) {

@@ -9,9 +9,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -131,11 +133,37 @@ TEST(SegmentTest, SegmentLeftWhenTheReaperDiesTooIsRemovedAtTheNextStart) {
   EXPECT_NE(next.err.find("removed stale segment " + name), std::string::npos) << next.err;
 }
 
-// A stale segment whose launcher's pid now belongs to another live process (pid reuse; here
-// the test's parent stands in for it) is still stale: the launcher is known by pid and start
-// time. Not the test itself: it starts the launcher within the same clock tick (10 ms) often
-// enough on a fast machine, and start times are counted in ticks.
+// A process of the test's that started at least 50 ms (5 clock ticks of start time) before
+// whatever the test starts next, and is killed and reaped with the guard.
+class EarlierProcess {
+ public:
+  EarlierProcess() : pid_(::fork()) {
+    if (pid_ == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ~EarlierProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  EarlierProcess(const EarlierProcess&) = delete;
+  EarlierProcess& operator=(const EarlierProcess&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_;
+};
+
+// A stale segment whose launcher's pid now belongs to another live process (pid reuse) is
+// still stale: the launcher is known by pid and start time. The stand-in for the pid's new
+// owner started well before the launcher: start times count 10 ms ticks, and the test itself,
+// which starts the launcher at once, often shares the launcher's tick on a fast machine.
 TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
+  const EarlierProcess stand_in;
+  ASSERT_GT(stand_in.pid(), 0) << "fork failed";
   Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
   const std::string name = started_segment(run);
   ASSERT_FALSE(name.empty()) << run.out() << run.err();
@@ -151,7 +179,7 @@ TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
     void* base = ::mmap(nullptr, sizeof(shm::ControlBlock), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     ::close(fd);
     ASSERT_NE(base, MAP_FAILED);
-    static_cast<shm::ControlBlock*>(base)->launcher_pid = static_cast<int32_t>(::getppid());
+    static_cast<shm::ControlBlock*>(base)->launcher_pid = static_cast<int32_t>(stand_in.pid());
     ::munmap(base, sizeof(shm::ControlBlock));
   }
   const RunResult next = run_xla_spawn({"-n", "1", "--", "true"});

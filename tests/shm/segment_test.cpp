@@ -92,9 +92,8 @@ TEST(SegmentTest, ArenasFollowTheStagingOnePerOrdinalAndAreSharedByEveryMapping)
 }
 
 // Operands at the same offset of two ordinals' arenas must not lie a large power of two
-// apart (shm::arena_stride says why): for every arena size, the default and sizes at and
-// around powers of two among them, any two ordinals less than 256 apart differ in address
-// bits 12-19.
+// apart (shm::arena_stride says why): for arena sizes at and around powers of two, the default
+// among them, any two ordinals less than 256 apart differ in address bits 12-19.
 TEST(SegmentTest, ArenasLieNoPowerOfTwoApart) {
   for (size_t bytes : {size_t{4096}, size_t{12'288}, size_t{1} << 20, (size_t{128} << 20) - 4096,
                        size_t{128} << 20, kDefaultArenaBytes - 17 * 4096, kDefaultArenaBytes,
@@ -138,6 +137,25 @@ TEST(SegmentTest, AttachFailsClearlyWhenMissingOrOfAnotherJobOrWorldSize) {
     EXPECT_NE(std::string(e.what()).find("world size 2"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Segment::attach(owned.name(), 2, 2, id), InvalidArgument);
+}
+
+// A program built against another layout version than its launcher's is told so, with both
+// versions, instead of reading arenas at the wrong places.
+TEST(SegmentTest, AttachNamesBothVersionsWhenTheLayoutDiffers) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment::attach(owned.name(), 1, 2, id).control().version = shm::kSegmentVersion - 1;
+  try {
+    Segment::attach(owned.name(), 0, 2, id);
+    FAIL() << "attached a segment of another layout version";
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fmt::format("layout version {}", shm::kSegmentVersion - 1)),
+              std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("reads version {}", shm::kSegmentVersion)), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("different xla-spawn versions"), std::string::npos) << what;
+  }
 }
 
 TEST(SegmentTest, AnOrdinalHeldByALiveProcessCannotBeTakenAgain) {
