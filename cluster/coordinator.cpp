@@ -191,12 +191,15 @@ std::vector<Outgoing> JobCoordinator::maybe_end_attempt(Clock::time_point now) {
   if (candidates_.empty()) return end(0, "");
   const Candidate& root = root_cause();
   if (!restartable(root)) return end(root.failed.exit_code, describe(root, now));
+  // Every node hears the root cause: a node whose own replica failed as a consequence (its
+  // peer's connection reset) may have seen only that.
+  std::string cause = describe(root, now);
   ++attempt_;
   candidates_.clear();
   for (NodeState& n : nodes_) n.done.reset();
   phase_ = Phase::kRunning;
   attempt_started_ = now;
-  return {{Outgoing::kEveryNode, Next{static_cast<uint32_t>(attempt_)}}};
+  return {{Outgoing::kEveryNode, Next{static_cast<uint32_t>(attempt_), std::move(cause)}}};
 }
 
 std::vector<Outgoing> JobCoordinator::end(int exit_code, std::string summary) {

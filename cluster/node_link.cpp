@@ -75,7 +75,7 @@ std::vector<JobOrder> NodeLink::service() {
       if (const auto* stop = std::get_if<Stop>(&*m)) {
         orders.push_back({JobOrder::Kind::kStop, stop->attempt, 0, stop->reason});
       } else if (const auto* next = std::get_if<Next>(&*m)) {
-        orders.push_back({JobOrder::Kind::kNext, next->attempt, 0, ""});
+        orders.push_back({JobOrder::Kind::kNext, next->attempt, 0, next->cause});
       } else if (const auto* end = std::get_if<End>(&*m)) {
         ended_ = true;
         orders.push_back({JobOrder::Kind::kEnd, 0, end->exit_code, end->summary});

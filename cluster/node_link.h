@@ -35,7 +35,7 @@ struct JobOrder {
   Kind kind = Kind::kStop;
   uint32_t attempt = 0;   // kStop, kNext
   int exit_code = 0;      // kEnd
-  std::string text;       // kStop: the reason; kEnd: the job's summary
+  std::string text;       // kStop: the reason; kEnd: the job's summary; kNext: the root cause
 };
 
 class NodeLink {

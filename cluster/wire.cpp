@@ -192,6 +192,7 @@ void fields(A& a, AttemptDone& m) {
 template <typename A>
 void fields(A& a, Next& m) {
   a.integer(m.attempt, "Next.attempt");
+  text(a, m.cause, 4 * kMaxTextBytes, "Next.cause");
 }
 template <typename A>
 void fields(A& a, End& m) {

@@ -122,6 +122,7 @@ struct AttemptDone {
 };
 struct Next {
   uint32_t attempt = 0;
+  std::string cause;  // the failed attempt's root cause, as End's summary words it
 };
 struct End {
   int32_t exit_code = 0;

@@ -270,7 +270,8 @@ def rendezvous_corpus():
         frame("Welcome", bytes(16)) + frame("ErrorReply", text("wrong job token")),
         "ok-orders": frame("World", text("xs-1-2") + u32(5) + u32(0) + u32(1) + u32(2) + text("a") +
                            text("b")) + frame("Stop", u32(0) + text("why")) +
-        frame("Next", u32(1)) + frame("End", struct.pack("<i", 0) + text("")) +
+        frame("Next", u32(1) + text("xla-spawn: job xs-1-2 attempt 0 failed")) +
+        frame("End", struct.pack("<i", 0) + text("")) +
         frame("StoreValue", text(b"v")),
     }
     bad = {

@@ -47,8 +47,8 @@ struct PeerStop {
   std::string summary;
 };
 
-// After an attempt: restart as attempt `attempt`, or end with `exit_code` (summary empty on
-// success).
+// After an attempt: restart as attempt `attempt` (summary: the failed attempt's root cause as
+// node 0 judged it), or end with `exit_code` (summary empty on success).
 struct PeerVerdict {
   bool restart = false;
   int attempt = 0;

@@ -181,7 +181,7 @@ PeerVerdict NodeSession::end_attempt(int attempt, int exit_code) {
   const cluster::JobOrder order = link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code);
   if (order.kind == cluster::JobOrder::Kind::kNext) {
     attempt_ = static_cast<int>(order.attempt);
-    return {true, attempt_, 0, ""};
+    return {true, attempt_, 0, order.text};
   }
   return {false, attempt, order.exit_code, order.text};
 }

@@ -145,6 +145,7 @@ bool settle_with_peers(const detail::AttemptResult& a, int attempt, JobPeers& pe
   }
   if (verdict.restart) {
     if (!a.summary.empty()) mux.report(a.summary);
+    if (!verdict.summary.empty()) mux.report(verdict.summary);  // the job's root cause
     result.attempts = verdict.attempt;
     return false;
   }

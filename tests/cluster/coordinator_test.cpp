@@ -103,6 +103,10 @@ TEST_F(CoordinatorTest, TheFirstFailureStopsEveryNodeAndTheSignalIsTheRootCause)
   const std::optional<Next> next = only<Next>(out);
   ASSERT_TRUE(next);
   EXPECT_EQ(next->attempt, 1u);
+  // Every node hears the root cause with the restart, node 0 too, which saw only its echo.
+  EXPECT_NE(next->cause.find("attempt 0 failed"), std::string::npos) << next->cause;
+  EXPECT_NE(next->cause.find("(node 1, host "), std::string::npos) << next->cause;
+  EXPECT_NE(next->cause.find("local ordinal 2)"), std::string::npos) << next->cause;
   // Attempt 1 fails the same way with no restarts left: End names ordinal 4 = node 1's third.
   job_.on_failed(0, failure(FailureKind::kExited, 0, 300, 1, 1), now_);
   job_.on_failed(1, failure(FailureKind::kSignalled, 2, 250, 137, 1), now_);

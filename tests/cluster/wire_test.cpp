@@ -69,7 +69,8 @@ TEST(Wire, EveryMessageSurvivesARoundTrip) {
   hello.role = Role::kStore;
   hello.nonce[3] = 9;
   EXPECT_EQ(std::get<Hello>(round_trip(hello)).nonce, hello.nonce);
-  for (const Message& each : {Message(Heartbeat{}), Message(StoreOk{}), Message(Next{3}),
+  EXPECT_EQ(std::get<Next>(round_trip(Next{3, "the cause"})).cause, "the cause");
+  for (const Message& each : {Message(Heartbeat{}), Message(StoreOk{}), Message(Next{3, ""}),
                               Message(End{137, "summary"}), Message(Stop{1, "why"}),
                               Message(AttemptDone{1, 3}), Message(ErrorReply{"no"})}) {
     EXPECT_EQ(round_trip(each).index(), each.index()) << message_name(each);
