@@ -139,8 +139,9 @@ int SegmentMonitor::request_stacks(std::span<const pid_t> pids_by_ordinal,
       if (!catches_signal(c.slot_pid, stack_dump_signal())) continue;
       const bool stopped = (*fields)[0] == 'T';
       if (stopped && !continue_stopped) continue;
-      // To the main thread (tid = pid): a process-directed signal may land on any thread.
-      if (::syscall(SYS_tgkill, c.slot_pid, c.slot_pid, stack_dump_signal()) != 0) continue;
+      // To the main thread (tid = pid): a process-directed signal may land on any thread. A
+      // stopped one dumps at once: retries would let it run on from where it stopped.
+      if (!request_stack_dump(c.slot_pid, /*at_once=*/stopped)) continue;
       if (stopped) ::kill(c.slot_pid, SIGCONT);
       ++asked;
     }

@@ -45,6 +45,8 @@ constexpr int kMaxFrames = 64;
 // later, up to this many times, so that its stack is taken from code the unwinder knows.
 constexpr long kRetryDelayNs = 5'000'000;
 constexpr int kMaxRetries = 40;
+// The signal's value (request_stack_dump's `at_once`) that asks for no retries.
+constexpr int kDumpAtOnce = 1;
 // ... and for at most this long from the request: under load each retry (two clones of a
 // large process, a sleep, a signal) takes far longer than 5 ms, and 40 of them could outlast
 // the launcher's wait for the stack (launcher/detail/attempt.h, kStackWait: 3 s).
@@ -313,7 +315,7 @@ int64_t monotonic_ns() {
 }
 
 // Async-signal-safe in the replica: two raw clones, waitpid, getpid, gettid, clock_gettime.
-extern "C" void on_stack_dump(int, siginfo_t*, void* context) {
+extern "C" void on_stack_dump(int, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   const int64_t now = monotonic_ns();
   if (now - g_last_attempt_ns.load(std::memory_order_relaxed) > kNewRequestNs) {
@@ -321,7 +323,10 @@ extern "C" void on_stack_dump(int, siginfo_t*, void* context) {
     g_request_ns.store(now, std::memory_order_relaxed);
   }
   g_last_attempt_ns.store(now, std::memory_order_relaxed);
-  const int attempt = g_attempts.fetch_add(1, std::memory_order_relaxed);
+  const bool at_once = info != nullptr && info->si_code == SI_QUEUE &&
+                       info->si_value.sival_int == kDumpAtOnce;
+  const int attempt =
+      at_once ? kMaxRetries : g_attempts.fetch_add(1, std::memory_order_relaxed);
   const pid_t replica = ::getpid();
   const auto thread = static_cast<pid_t>(::syscall(SYS_gettid));
   const long child = ::syscall(SYS_clone, SIGCHLD, nullptr, nullptr, nullptr, 0);
@@ -344,6 +349,17 @@ extern "C" void on_stack_dump(int, siginfo_t*, void* context) {
 }  // namespace
 
 int stack_dump_signal() { return SIGRTMIN + 7; }
+
+bool request_stack_dump(pid_t pid, bool at_once) {
+  if (!at_once) return ::syscall(SYS_tgkill, pid, pid, stack_dump_signal()) == 0;
+  siginfo_t info{};
+  info.si_signo = stack_dump_signal();
+  info.si_code = SI_QUEUE;
+  info.si_pid = ::getpid();
+  info.si_uid = ::getuid();
+  info.si_value.sival_int = kDumpAtOnce;
+  return ::syscall(SYS_rt_tgsigqueueinfo, pid, pid, stack_dump_signal(), &info) == 0;
+}
 
 bool install_stack_dump() {
   struct sigaction current {};

@@ -19,6 +19,8 @@
 // A signal interrupts what the replica's thread was doing: sleep(3), poll(2) and the like
 // return early (EINTR), as with any handled signal.
 
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,6 +29,11 @@ namespace xs {
 
 // SIGRTMIN + 7: a real-time signal, so it never collides with SIGUSR1/2 that programs use.
 int stack_dump_signal();
+// Asks `pid`'s main thread for its stack with stack_dump_signal(). `at_once`: dump where the
+// thread is, without the retries that let a thread interrupted in generated code run on to
+// code the unwinder knows. For a stopped process about to be continued for the dump, whose
+// stack is wanted where it stopped. False when the signal could not be sent.
+bool request_stack_dump(pid_t pid, bool at_once);
 
 // Installs the handler unless the program set its own disposition; true if installed (or
 // already).
