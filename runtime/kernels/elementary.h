@@ -9,7 +9,12 @@
 //
 // Every translation unit that includes this needs -ffp-contract=off (xs_runtime passes it on to
 // its users): a fused multiply-add rounds once where the generated code rounds twice, and the
-// linker keeps one copy of an inline function for all of them.
+// linker keeps one copy of an inline function for all of them. The clamps and the final
+// selects are written as std::min/std::max and one select per condition, and xs_runtime
+// builds with -fno-trapping-math (no value changes): GCC then turns them into blends and
+// vectorises a loop of exp_f32 (softmax's); with a nested ?: or trapping math it keeps a branch
+// per element.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -34,7 +39,7 @@ struct ExpF32 {
 
 inline float exp_f32(float x) {
   using E = ExpF32;
-  const float c = x > E::kHi ? E::kHi : (x < E::kLo ? E::kLo : x);  // NaN passes through
+  const float c = std::min(std::max(x, E::kLo), E::kHi);  // NaN passes through
   const float t = c * E::kLog2e + E::kRound;
   const float n = t - E::kRound;
   const float r = (c - n * E::kLn2Hi) - n * E::kLn2Lo;
@@ -45,8 +50,10 @@ inline float exp_f32(float x) {
   const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(E::kRound);
   const int32_t n1 = ni >> 1, n2 = ni - n1;
   const float s1 = std::bit_cast<float>((n1 + 127) << 23), s2 = std::bit_cast<float>((n2 + 127) << 23);
-  const float v = y * s1 * s2;
-  return x > E::kHi ? std::numeric_limits<float>::infinity() : (x < E::kLo ? 0.0f : v);
+  float v = y * s1 * s2;
+  v = x > E::kHi ? std::numeric_limits<float>::infinity() : v;
+  v = x < E::kLo ? 0.0f : v;
+  return v;
 }
 
 // erf(x) = x P(x^2) / Q(x^2) on x clamped to [-4, 4] (erf(4) rounds to 1 in f32): the
@@ -62,14 +69,14 @@ struct ErfF32 {
 
 inline float erf_f32(float x) {
   using E = ErfF32;
-  const float c = x > E::kClamp ? E::kClamp : (x < -E::kClamp ? -E::kClamp : x);  // NaN passes
+  const float c = std::min(std::max(x, -E::kClamp), E::kClamp);  // NaN passes through
   const float c2 = c * c;
   float p = E::kP[0];
   for (int i = 1; i < 7; ++i) p = p * c2 + E::kP[i];
   float q = E::kQ[0];
   for (int i = 1; i < 5; ++i) q = q * c2 + E::kQ[i];
   const float e = c * p / q;
-  return e > 1.0f ? 1.0f : (e < -1.0f ? -1.0f : e);
+  return std::min(std::max(e, -1.0f), 1.0f);
 }
 
 // The kernels' exp and erf for any float compute type: the formulas above for f32, libm for f64.
