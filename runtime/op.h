@@ -40,7 +40,9 @@ inline constexpr int kNumOps = 0
 //   kArgmax: ints = {axis}, flag = keepdim.  kReshape/kBroadcast: ints = target shape.
 //   kPermute: ints = permutation.       kSlice: ints = {start, stop, step} per axis.
 //   kConcat: ints = {axis}.             kPad: ints = {before, after} per axis, scalar = fill.
-//   kMatmul: flag bit 0 = transpose a, bit 1 = transpose b (the last two dims).
+//   kMatmul: flag bit 0 = transpose a, bit 1 = transpose b (the last two dims); bits 2-4,
+//            set only by the compiler (kernels.h, kMatmulCausalOut...), say which blocks of a
+//            causal attention's square product can be skipped.
 //   kConv2d: ints = {stride_h, stride_w, pad_h, pad_w}.
 //   kMaxPool2d/kAvgPool2d: ints = {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w}.
 //   kConv2dGradInput (grad_out, weight): ints = {stride_h, stride_w, pad_h, pad_w, in_h, in_w}.

@@ -34,6 +34,7 @@ struct CompileStats {
   int64_t fused_ops = 0;        // elementwise ops inside those loops
   int64_t matmul_epilogues = 0; // matmuls with elementwise ops fused after the GEMM
   int64_t gemm_accumulates = 0; // x * s + a b done as one GEMM with beta = s
+  int64_t causal_products = 0;  // matmuls that skip a causal attention's masked blocks
   int64_t in_place = 0;         // outputs written over a dying input's storage
   int64_t donated_outputs = 0;  // roots written into a donated input buffer
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse

@@ -30,6 +30,7 @@ std::shared_ptr<Program> compile_graph(const Graph& graph, const CompileOptions&
     detail::fuse_conv_pool_grad(work);
     detail::fuse_conv_pool_forward(work);
     detail::eliminate_dead_code(work, program->stats);
+    detail::mark_causal_products(work, program->stats);
     detail::lower_graph(work, graph.donated, *program);
     if (options.alias_views) alias_views(*program);
   }

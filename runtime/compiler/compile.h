@@ -5,7 +5,8 @@
 //
 // 1. Graph passes (passes.cpp): constant folding, CSE, the accumulating GEMM, the max-pool
 //    gradient's ReLU mask, pool-before-bias-and-ReLU, the conv gradients fed the pool
-//    gradient's operands, the conv-bias-ReLU-pool layer as one kernel, dead-code elimination.
+//    gradient's operands, the conv-bias-ReLU-pool layer as one kernel, dead-code elimination,
+//    causal attention's products marked to skip their masked blocks.
 // 2. Lowering (lower.cpp): elementwise fusion into loops and matmul epilogues, storage plan.
 // 3. View aliasing (alias_views.cpp), when asked: copies the plan made avoidable go.
 // 4. Native code (codegen.cpp), when asked: the loops compiled by LLVM, or loaded from the

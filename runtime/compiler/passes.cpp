@@ -498,3 +498,83 @@ void fuse_conv_pool_forward(Work& w) {
 }
 
 }  // namespace xs::detail
+
+namespace xs::detail {
+namespace {
+
+bool is_causal_softmax(const GNode& n) {
+  return (n.op == Op::kSoftmax || n.op == Op::kSoftmaxGrad) && n.attrs.flag == 1;
+}
+
+// For elementwise `n` that maps each element on its own and keeps zeros and the shape (a
+// product by or division by a 0-d value, a negation, a cast): its operand carrying the
+// element, or -1.
+int element_carrier(const Work& w, const GNode& n) {
+  const auto scalar = [&](int i) { return w.nodes[i].type.shape.empty(); };
+  const auto same_shape = [&](int i) { return w.nodes[i].type.shape == n.type.shape ? i : -1; };
+  switch (n.op) {
+    case Op::kNeg: case Op::kCast: return same_shape(n.operands[0]);
+    case Op::kDiv: return scalar(n.operands[1]) ? same_shape(n.operands[0]) : -1;
+    case Op::kMul:
+      if (scalar(n.operands[1])) return same_shape(n.operands[0]);
+      if (scalar(n.operands[0])) return same_shape(n.operands[1]);
+      return -1;
+    default: return -1;
+  }
+}
+
+bool square_float_product(const GNode& mm, const Work& w) {
+  if (mm.op != Op::kMatmul || mm.operands.size() != 2 || !is_float(mm.type.dtype)) return false;
+  if ((mm.attrs.flag & ~int64_t{3}) != 0) return false;
+  const Shape& s = mm.type.shape;
+  return s.size() >= 2 && !w.nodes[mm.operands[0]].type.shape.empty();
+}
+
+}  // namespace
+
+void mark_causal_products(Work& w, CompileStats& stats) {
+  const Uses u = live_uses(w);
+  std::vector<uint8_t> is_root(w.nodes.size(), 0);
+  for (int r : w.roots) is_root[r] = 1;
+  const size_t count = w.nodes.size();
+  // lower[i]: node i's value is exactly zero above the diagonal of its last two dims.
+  std::vector<uint8_t> lower(count, 0);
+  for (size_t i = 0; i < count; ++i) {
+    const GNode& n = w.nodes[i];
+    if (is_causal_softmax(n)) lower[i] = 1;
+    else if (const int c = element_carrier(w, n); c >= 0) lower[i] = lower[c];
+  }
+  // causal_reads[i]: every live reader of node i reads only its entries with j <= i (reverse
+  // order: readers come after what they read).
+  std::vector<uint8_t> causal_reads(count, 0);
+  for (size_t i = count; i-- > 0;) {
+    if (!u.live[i] || is_root[i] || u.consumers[i].empty()) continue;
+    bool all = true;
+    for (int c : u.consumers[i]) {
+      const GNode& r = w.nodes[c];
+      const bool reads = (r.op == Op::kSoftmax && r.attrs.flag == 1) ||
+                         (r.op == Op::kSoftmaxGrad && r.attrs.flag == 1 && r.operands[1] == static_cast<int>(i) &&
+                          r.operands[0] != static_cast<int>(i)) ||
+                         (element_carrier(w, r) == static_cast<int>(i) && causal_reads[c]);
+      all = all && reads;
+    }
+    causal_reads[i] = all;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    GNode& mm = w.nodes[i];
+    if (!u.live[i] || !square_float_product(mm, w)) continue;
+    const Shape& s = mm.type.shape;
+    const int64_t m = s[s.size() - 2], n = s[s.size() - 1];
+    const Shape& as = w.nodes[mm.operands[0]].type.shape;
+    const bool ta = mm.attrs.flag & 1;
+    const int64_t k = as[as.size() - (ta ? 2 : 1)];
+    int64_t structure = 0;
+    if (causal_reads[i] && m == n) structure = kMatmulCausalOut;
+    else if (lower[mm.operands[0]] && m == k) structure = ta ? kMatmulUpperA : kMatmulLowerA;
+    if (structure == 0 || m <= kCausalBlock) continue;  // one block: nothing to skip
+    mm.attrs.flag |= structure;
+    ++stats.causal_products;
+  }
+}
+
+}  // namespace xs::detail

@@ -65,6 +65,18 @@ void fuse_conv_pool_grad(Work& w);
 // that oneDNN runs (as above). Run after fuse_conv_pool_grad.
 void fuse_conv_pool_forward(Work& w);
 
+// Causal attention's products skip the masked half (kernels.h, kMatmulCausalOut...). A float
+// matmul over square T x T blocks gets
+//   kMatmulCausalOut when every live reader of its value reads only j <= i: a causal softmax,
+//     a causal softmax gradient as its grad_y, or a product by a 0-d value, a division by
+//     one, a negation or a cast whose readers all do so in turn (attention's scores);
+//   kMatmulLowerA / kMatmulUpperA when its a operand is zero above the diagonal, untransposed
+//     / transposed: a causal softmax or its causal gradient, or such a value times or over a
+//     0-d value, negated or cast (the probabilities, the scores' gradient).
+// A non-finite scale would turn the masked zeros into NaNs that the full product would have
+// spread; the skipped product leaves them out. Run after dead-code elimination.
+void mark_causal_products(Work& w, CompileStats& stats);
+
 // Lowering (lower.cpp): elementwise fusion into loop kernels and matmul epilogues, then
 // storage planning by liveness; `donated[i]`: graph input i may be overwritten.
 void lower_graph(Work& work, const std::vector<uint8_t>& donated, Program& program);

@@ -74,6 +74,20 @@ void concat_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out)
 void broadcast_kernel(const Arg& in, const Arg& out);
 void pad_kernel(const Attrs& attrs, const Arg& in, const Arg& out);
 void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& out);
+// What mark_causal_products (passes.h) proved about a float matmul whose last two dims are a
+// causal attention's square T x T, as flag bits above the transposes; at most one is set. Each
+// only lets the kernel skip work, so a kernel that ignores them (oneDNN's bf16 primitive) is
+// still right. The kernel works in row blocks of kCausalBlock:
+//   kMatmulCausalOut: only out[.., i, j] with j <= i is read (by a causal softmax or its
+//     gradient): a row block computes the columns up to its last row and zeroes the rest.
+//   kMatmulLowerA: a, as multiplied, is zero above the diagonal (a causal softmax's
+//     probabilities or their gradient): a row block's inner dimension stops at its last row.
+//   kMatmulUpperA: a, as multiplied, is zero below the diagonal (the same, transposed): a row
+//     block's inner dimension starts at its first row.
+// Skipped terms are exact zeros, so the sums are those of the full product up to the sign of
+// an exact zero result.
+inline constexpr int64_t kMatmulCausalOut = 4, kMatmulLowerA = 8, kMatmulUpperA = 16;
+inline constexpr int64_t kCausalBlock = 32;
 // ins = {a, b, c, beta}: out = op(a) op(b) + beta * c (2-D f32/f64; out may be c's storage).
 void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 // ins = {x, w}, or {x, w, bias} (compiler-made, 2x2 pool attrs after the conv's): out =

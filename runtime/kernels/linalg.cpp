@@ -101,12 +101,56 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, const T
   }
 }
 
+// c[m x n] (leading dimension ldc) = op(a) op(b), f32/f64 on the BLAS, k >= 1.
+template <typename T>
+void gemm_ld(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+             int64_t ldb, T* c, int64_t ldc) {
+  const auto to = [](bool t) { return t ? CblasTrans : CblasNoTrans; };
+  const auto bi = [](int64_t v) { return static_cast<blasint>(v); };
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, to(ta), to(tb), bi(m), bi(n), bi(k), 1.0f, a, bi(lda), b, bi(ldb), 0.0f, c, bi(ldc));
+  } else {
+    cblas_dgemm(CblasRowMajor, to(ta), to(tb), bi(m), bi(n), bi(k), 1.0, a, bi(lda), b, bi(ldb), 0.0, c, bi(ldc));
+  }
+}
+
+// One T x T causal product (kernels.h, kMatmulCausalOut...) by row blocks [r0, r1). a is
+// stored [t, k] ([k, t] when ta), b [k, n] ([n, k] when tb), c [t, n].
+template <typename T>
+void causal_gemm(int64_t structure, bool ta, bool tb, int64_t t, int64_t n, int64_t k, const T* a,
+                 const T* b, T* c) {
+  const int64_t lda = ta ? t : k, ldb = tb ? k : n;
+  // Element (row i, inner p) of a as multiplied, and (inner p, column j) of b.
+  const auto a_at = [&](int64_t i, int64_t p) { return ta ? a + p * t + i : a + i * k + p; };
+  const auto b_at = [&](int64_t p, int64_t j) { return tb ? b + j * k + p : b + p * n + j; };
+  for (int64_t r0 = 0; r0 < t; r0 += kCausalBlock) {
+    const int64_t r1 = std::min(t, r0 + kCausalBlock), rows = r1 - r0;
+    T* c_rows = c + r0 * n;
+    if (structure == kMatmulCausalOut) {  // n == t: columns [0, r1), zeros after
+      gemm_ld(ta, tb, rows, r1, k, a_at(r0, 0), lda, b_at(0, 0), ldb, c_rows, n);
+      for (int64_t i = 0; i < rows; ++i) std::fill(c_rows + i * n + r1, c_rows + (i + 1) * n, T{0});
+    } else if (structure == kMatmulLowerA) {  // k == t: inner [0, r1)
+      gemm_ld(ta, tb, rows, n, r1, a_at(r0, 0), lda, b_at(0, 0), ldb, c_rows, n);
+    } else {  // kMatmulUpperA, k == t: inner [r0, t)
+      gemm_ld(ta, tb, rows, n, t - r0, a_at(r0, r0), lda, b_at(r0, 0), ldb, c_rows, n);
+    }
+  }
+}
+
 template <typename T>
 void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const Shape& bs, T* c,
              const Shape& cs) {
   const bool ta = attrs.flag & 1, tb = attrs.flag & 2;
   const size_t r = cs.size();
   const int64_t m = cs[r - 2], n = cs[r - 1], k = as[as.size() - (ta ? 2 : 1)];
+  int64_t structure = 0;
+  if constexpr (std::is_floating_point_v<T>) {
+    structure = attrs.flag & (kMatmulCausalOut | kMatmulLowerA | kMatmulUpperA);
+    const bool square = structure == kMatmulCausalOut ? m == n : m == k;
+    XS_CHECK((structure & (structure - 1)) == 0, "matmul: more than one causal structure bit in flag {}",
+             attrs.flag);
+    XS_CHECK(structure == 0 || square, "matmul: causal structure {} on a {}x{}x{} product", structure, m, n, k);
+  }
   const Shape batch(cs.begin(), cs.end() - 2);
   const std::vector<int64_t> sa = broadcast_strides(Shape(as.begin(), as.end() - 2), batch);
   const std::vector<int64_t> sb = broadcast_strides(Shape(bs.begin(), bs.end() - 2), batch);
@@ -115,7 +159,15 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
   for (int64_t i = 0; i < nb; ++i) {
     int64_t oa = 0, ob = 0;
     for (size_t d = 0; d < batch.size(); ++d) oa += coord[d] * sa[d], ob += coord[d] * sb[d];
-    gemm<T>(ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
+    if constexpr (std::is_floating_point_v<T>) {
+      if (structure != 0 && m > 0 && n > 0 && k > 0) {
+        causal_gemm<T>(structure, ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
+      } else {
+        gemm<T>(ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
+      }
+    } else {
+      gemm<T>(ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
+    }
     for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
       if (++coord[d] < batch[d]) break;
       coord[d] = 0;

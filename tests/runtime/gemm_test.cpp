@@ -1,15 +1,18 @@
 // The runtime's f32 GEMM on both of its backends: products of at least 4 Mi multiply-adds go
 // to oneDNN, smaller ones to OpenBLAS (runtime/kernels/linalg.cpp). Each is checked against a
 // naive double reference for every transpose, at odd sizes on both sides of the threshold.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <iterator>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "xla_spawn/base/error.h"
 #include "xla_spawn/runtime/kernels/kernels.h"
 
 namespace xs::detail {
@@ -75,5 +78,72 @@ INSTANTIATE_TEST_SUITE_P(BothBackends, GemmTest,
                                            GemmCase{128, 128, 32},     // OpenBLAS (attention)
                                            GemmCase{301, 129, 257},    // oneDNN, odd sizes
                                            GemmCase{513, 130, 64}));   // oneDNN
+}  // namespace
+}  // namespace xs::detail
+
+namespace xs::detail {
+namespace {
+
+// The causal structure bits of a batched matmul (kernels.h, kMatmulCausalOut...) against the
+// plain product of the same operands, bit for bit: up to each row block's last row
+// (kMatmulCausalOut, zero after it) or everywhere (a triangular a), for every transpose, f32
+// and f64, at T of one partial block, of several with a partial last one, and of whole blocks.
+template <typename T>
+void check_causal_structure(int64_t structure, int64_t t, int64_t other, bool ta, bool tb) {
+  const DType dtype = std::is_same_v<T, float> ? DType::kF32 : DType::kF64;
+  const int64_t batch = 3;
+  // As multiplied: a [t x k], b [k x n]; CausalOut: k = other, n = t; triangular a: k = t, n = other.
+  const bool out = structure == kMatmulCausalOut;
+  const int64_t m = t, k = out ? other : t, n = out ? t : other;
+  std::vector<T> a(static_cast<size_t>(batch * m * k)), b(static_cast<size_t>(batch * k * n));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(static_cast<int64_t>(i * 37 % 101) - 50) / 64;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(static_cast<int64_t>(i * 53 % 97) - 48) / 32;
+  if (!out) {  // zero a's other triangle, as a causal softmax leaves it
+    for (int64_t s = 0; s < batch; ++s)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p) {
+          const bool zero = structure == kMatmulLowerA ? p > i : p < i;
+          if (zero) a[s * m * k + (ta ? p * m + i : i * k + p)] = 0;
+        }
+  }
+  const ValueType at{ta ? Shape{batch, k, m} : Shape{batch, m, k}, dtype};
+  const ValueType bt{tb ? Shape{batch, n, k} : Shape{batch, k, n}, dtype};
+  const ValueType ct{{batch, m, n}, dtype};
+  std::vector<T> full(static_cast<size_t>(batch * m * n)), got(full.size(), static_cast<T>(NAN));
+  Attrs plain;
+  plain.flag = (ta ? 1 : 0) | (tb ? 2 : 0);
+  Attrs marked = plain;
+  marked.flag |= structure;
+  matmul_kernel(plain, {a.data(), &at}, {b.data(), &bt}, {full.data(), &ct});
+  matmul_kernel(marked, {a.data(), &at}, {b.data(), &bt}, {got.data(), &ct});
+  for (int64_t s = 0; s < batch; ++s)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t e = static_cast<size_t>((s * m + i) * n + j);
+        // A causal output's row block computes up to its last row and zeroes what lies after.
+        const int64_t block_end = std::min(t, (i / kCausalBlock + 1) * kCausalBlock);
+        const T want = out && j >= block_end ? T{0} : full[e];
+        ASSERT_EQ(got[e], want) << "structure " << structure << " t " << t << " ta " << ta << " tb " << tb
+                                << " at (" << s << ", " << i << ", " << j << ")";
+      }
+}
+
+TEST(CausalGemm, EachStructureGivesThePlainProductWhereItIsRead) {
+  for (int64_t structure : {kMatmulCausalOut, kMatmulLowerA, kMatmulUpperA})
+    for (int64_t t : {int64_t{1}, int64_t{7}, kCausalBlock, int64_t{70}, 2 * kCausalBlock})
+      for (int tr = 0; tr < 4; ++tr) {
+        check_causal_structure<float>(structure, t, 5, tr & 1, tr & 2);
+        check_causal_structure<double>(structure, t, 9, tr & 1, tr & 2);
+      }
+}
+
+TEST(CausalGemm, AStructureOnANonSquareProductIsAnInternalError) {
+  std::vector<float> a(6 * 4), b(4 * 6), c(36);
+  const ValueType at{{6, 4}, DType::kF32}, bt{{4, 6}, DType::kF32}, ct{{6, 6}, DType::kF32};
+  Attrs lower;
+  lower.flag = kMatmulLowerA;  // a is 6 x 4: no diagonal to be zero above
+  EXPECT_THROW(matmul_kernel(lower, {a.data(), &at}, {b.data(), &bt}, {c.data(), &ct}), InternalError);
+}
+
 }  // namespace
 }  // namespace xs::detail

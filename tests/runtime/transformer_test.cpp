@@ -78,6 +78,53 @@ TEST(CausalAttention, APositionNeverSeesALaterOne) {
   EXPECT_NE(a.back(), b.back()) << "the last position must see its own key and value";
 }
 
+// Forward and backward of causal attention at T = 70 (three row blocks, the last partial): the
+// compiler marks all six products to skip the masked blocks (the scores and their gradient read
+// causally, the probabilities and the scores' gradient triangular, plain and transposed), and
+// the gradients are those of the same attention written with a mask tensor and a plain softmax,
+// which nothing marks.
+TEST(CausalAttention, ItsSixProductsSkipTheMaskedBlocksAndKeepTheGradients) {
+  const int64_t b = 2, h = 2, t = 70, d = 5;
+  const Shape shape{b, h, t, d};
+  const size_t n = static_cast<size_t>(b * h * t * d);
+  const std::vector<double> q = random_values(n, 11), k = random_values(n, 12), v = random_values(n, 13);
+  std::vector<double> mask(static_cast<size_t>(t * t), 0.0);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = i + 1; j < t; ++j) mask[i * t + j] = -1e30;  // exp underflows to exactly 0
+  struct Grads {
+    std::vector<double> y, dq, dk, dv;
+    int64_t causal_products;
+  };
+  auto run = [&](bool causal) {
+    ScopedRuntime rt;
+    Tensor tq = Tensor::from_vector<double>(q, shape), tk = Tensor::from_vector<double>(k, shape),
+           tv = Tensor::from_vector<double>(v, shape);
+    for (Tensor* x : {&tq, &tk, &tv}) x->set_requires_grad(true);
+    Tensor y;
+    if (causal) {
+      y = causal_attention(tq, tk, tv);
+    } else {
+      const Tensor scores = matmul(tq, tk, false, true) * (1 / std::sqrt(static_cast<double>(d)));
+      y = matmul(softmax(scores + Tensor::from_vector<double>(mask, {t, t}), -1), tv);
+    }
+    backward(sum(square(y)));
+    const Tensor dq = tq.grad(), dk = tk.grad(), dv = tv.grad();
+    mark_step();  // one program: the forward and the backward
+    return Grads{y.to_vector<double>(), dq.to_vector<double>(), dk.to_vector<double>(), dv.to_vector<double>(),
+                 rt->last_stats().causal_products};
+  };
+  const Grads marked = run(true), plain = run(false);
+  EXPECT_EQ(marked.causal_products, 6);
+  EXPECT_EQ(plain.causal_products, 0);
+  const std::vector<double> want = naive_attention(q, k, v, b * h, t, d);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(marked.y[i], want[i], 1e-12) << "y " << i;
+    ASSERT_NEAR(marked.dq[i], plain.dq[i], 1e-11) << "dq " << i;
+    ASSERT_NEAR(marked.dk[i], plain.dk[i], 1e-11) << "dk " << i;
+    ASSERT_NEAR(marked.dv[i], plain.dv[i], 1e-11) << "dv " << i;
+  }
+}
+
 TEST(CausalAttention, RejectsQueriesKeysAndValuesOfDifferentShapes) {
   EXPECT_THROW(causal_attention(Tensor::zeros({1, 4, 2}), Tensor::zeros({1, 5, 2}), Tensor::zeros({1, 4, 2})),
                InvalidArgument);
