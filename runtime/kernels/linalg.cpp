@@ -39,6 +39,13 @@ namespace {
 // XLA_SPAWN_GEMM=openblas keeps every product on OpenBLAS, for comparison.
 constexpr int64_t kOnednnMinWork = int64_t{1} << 22;  // m n k: 4 Mi multiply-adds
 
+// Causal products (kernels.h) on oneDNN, one primitive per row block over the batch, unless
+// XLA_SPAWN_GEMM=openblas: the BLAS then runs them matrix by matrix, block by block.
+bool use_onednn_causal() {
+  const std::optional<std::string> v = env_string("XLA_SPAWN_GEMM");
+  return !v || *v == "auto";
+}
+
 bool use_onednn(int64_t m, int64_t n, int64_t k) {
   static const bool enabled = [] {
     const std::optional<std::string> v = env_string("XLA_SPAWN_GEMM");
@@ -227,6 +234,8 @@ std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attr
   if (out.dtype == DType::kF32 && conv && ins.size() == 2 &&
       onednn_runs_f32_conv(op == Op::kConv2d ? ins[0].shape[1] : out.shape[1]))
     return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
+  if (op == Op::kMatmul && out.dtype == DType::kF32 && ins.size() == 2 && use_onednn_causal())
+    if (auto causal = make_onednn_causal_matmul(attrs, ins[0], ins[1], out)) return causal;
   if (out.dtype != DType::kBF16 || !use_onednn_bf16()) return nullptr;
   switch (op) {
     case Op::kMatmul:  // the accumulating form (4 operands) is f32/f64 only (fuse_gemm_accumulate)

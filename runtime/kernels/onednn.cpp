@@ -9,6 +9,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -200,7 +201,12 @@ class ZeroProduct final : public PreparedKernel {
 // The matmul operand stored as `stored` (rank >= 2), as oneDNN's logical [batch..., rows,
 // cols] of rank `rank`: missing batch axes become leading 1s (oneDNN broadcasts them), and a
 // transposed operand swaps the last two strides instead of being copied.
-dnnl::memory::desc matmul_operand(const Shape& stored, size_t rank, bool transposed, DataType dt) {
+// A matmul operand stored row-major as `stored`, seen as multiplied (transposed: its last
+// two dims swapped) with `rank` dims (leading 1s): its dims and strides.
+struct Layout {
+  Dims dims, strides;
+};
+Layout matmul_layout(const Shape& stored, size_t rank, bool transposed) {
   Dims dims(rank - stored.size(), 1);
   dims.insert(dims.end(), stored.begin(), stored.end());
   Dims strides(rank, 1);
@@ -209,7 +215,12 @@ dnnl::memory::desc matmul_operand(const Shape& stored, size_t rank, bool transpo
     std::swap(dims[rank - 1], dims[rank - 2]);
     std::swap(strides[rank - 1], strides[rank - 2]);
   }
-  return dnnl::memory::desc(dims, dt, strides);
+  return {dims, strides};
+}
+
+dnnl::memory::desc matmul_operand(const Shape& stored, size_t rank, bool transposed, DataType dt) {
+  const Layout l = matmul_layout(stored, rank, transposed);
+  return dnnl::memory::desc(l.dims, dt, l.strides);
 }
 
 }  // namespace
@@ -252,6 +263,99 @@ std::shared_ptr<const PreparedKernel> make_onednn_matmul(const Attrs& attrs, con
                   type_str(b), type_str(out), e.what());
     return nullptr;
   }
+}
+
+namespace {
+
+// A causal T x T product (kernels.h, kMatmulCausalOut...) as one primitive per row block over
+// the whole batch: each block's operands and result are strided views into the full buffers
+// (the parent's strides, smaller dims, an element offset), so oneDNN runs the batch of small
+// products in one call where the BLAS took one call per matrix and block.
+class OnednnCausalMatmul final : public PreparedKernel {
+ public:
+  struct Block {
+    dnnl::matmul prim;
+    dnnl::memory::desc a, b, c;
+    int64_t a_offset, b_offset, c_offset;  // elements
+    int64_t row0, rows, zero_from;          // kMatmulCausalOut: columns [zero_from, n) zeroed
+  };
+  OnednnCausalMatmul(std::vector<Block> blocks, int64_t batch, int64_t t, int64_t n, bool zero_after,
+                     std::string impl)
+      : blocks_(std::move(blocks)), batch_(batch), t_(t), n_(n), zero_after_(zero_after), impl_(std::move(impl)) {}
+
+  void run(std::span<const Arg> ins, const Arg& out) const override {
+    const auto* a = static_cast<const float*>(ins[0].data);
+    const auto* b = static_cast<const float*>(ins[1].data);
+    auto* c = static_cast<float*>(out.data);
+    for (const Block& k : blocks_) {
+      execute(k.prim, {{DNNL_ARG_SRC, wrap(k.a, a + k.a_offset)},
+                       {DNNL_ARG_WEIGHTS, wrap(k.b, b + k.b_offset)},
+                       {DNNL_ARG_DST, wrap(k.c, c + k.c_offset)}});
+      if (!zero_after_ || k.zero_from == n_) continue;
+      for (int64_t s = 0; s < batch_; ++s)
+        for (int64_t i = k.row0; i < k.row0 + k.rows; ++i)
+          std::fill(c + (s * t_ + i) * n_ + k.zero_from, c + (s * t_ + i + 1) * n_, 0.0f);
+    }
+  }
+  std::string text() const override { return "onednn causal " + impl_; }
+
+ private:
+  std::vector<Block> blocks_;
+  int64_t batch_, t_, n_;
+  bool zero_after_;
+  std::string impl_;
+};
+
+// The operand with its last two dims cut to [rows, cols] from (row0, col0): its element
+// offset and its descriptor (the full operand's strides).
+std::pair<int64_t, dnnl::memory::desc> sub_block(const Layout& full, int64_t row0, int64_t rows, int64_t col0,
+                                                 int64_t cols) {
+  Dims dims = full.dims;
+  const size_t r = dims.size();
+  dims[r - 2] = rows;
+  dims[r - 1] = cols;
+  return {row0 * full.strides[r - 2] + col0 * full.strides[r - 1],
+          dnnl::memory::desc(dims, DataType::f32, full.strides)};
+}
+
+}  // namespace
+
+std::shared_ptr<const PreparedKernel> make_onednn_causal_matmul(const Attrs& attrs, const ValueType& a,
+                                                                const ValueType& b, const ValueType& out) {
+  const int64_t structure = attrs.flag & (kMatmulCausalOut | kMatmulLowerA | kMatmulUpperA);
+  if (out.dtype != DType::kF32 || structure == 0 || out.shape.size() < 3 || numel(out.shape) == 0) return nullptr;
+  const Shape& cs = out.shape;
+  const size_t rank = cs.size();
+  const int64_t t = cs[rank - 2], n = cs[rank - 1];
+  const int64_t k = a.shape[a.shape.size() - ((attrs.flag & 1) ? 2 : 1)];
+  const bool out_causal = structure == kMatmulCausalOut;
+  if (k == 0 || (out_causal ? n != t : k != t)) return nullptr;
+  const Layout amd = matmul_layout(a.shape, rank, attrs.flag & 1);
+  const Layout bmd = matmul_layout(b.shape, rank, attrs.flag & 2);
+  const Layout cmd = matmul_layout(cs, rank, false);
+  std::vector<OnednnCausalMatmul::Block> blocks;
+  std::string impl;
+  try {
+    omp_set_num_threads(1);
+    for (int64_t r0 = 0; r0 < t; r0 += kCausalBlock) {
+      const int64_t r1 = std::min(t, r0 + kCausalBlock), rows = r1 - r0;
+      // The inner range [p0, p1) and the columns [0, cols) this block computes.
+      const int64_t p0 = structure == kMatmulUpperA ? r0 : 0;
+      const int64_t p1 = structure == kMatmulLowerA ? r1 : k;
+      const int64_t cols = out_causal ? r1 : n;
+      const auto [ao, ad] = sub_block(amd, r0, rows, p0, p1 - p0);
+      const auto [bo, bd] = sub_block(bmd, p0, p1 - p0, 0, cols);
+      const auto [co, cd] = sub_block(cmd, r0, rows, 0, cols);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), cpu_engine());
+      if (impl.empty()) impl = impl_of(pd);
+      blocks.push_back({dnnl::matmul(pd), ad, bd, cd, ao, bo, co, r0, rows, cols});
+    }
+  } catch (const dnnl::error& e) {
+    spdlog::debug("onednn causal matmul {} x {} -> {}: {}; the plain kernel runs it", type_str(a), type_str(b),
+                  type_str(out), e.what());
+    return nullptr;
+  }
+  return std::make_shared<OnednnCausalMatmul>(std::move(blocks), numel(cs) / (t * n), t, n, out_causal, impl);
 }
 
 std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs,

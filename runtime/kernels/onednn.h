@@ -28,6 +28,12 @@ bool cpu_has_bf16_dot();
 std::shared_ptr<const PreparedKernel> make_onednn_matmul(const Attrs& attrs, const ValueType& a,
                                                          const ValueType& b, const ValueType& out);
 
+// A f32 matmul with a causal structure bit (kernels.h, kMatmulCausalOut...) and batch dims:
+// one primitive per row block over the whole batch. Null when it does not apply or oneDNN
+// cannot make the primitives.
+std::shared_ptr<const PreparedKernel> make_onednn_causal_matmul(const Attrs& attrs, const ValueType& a,
+                                                                const ValueType& b, const ValueType& out);
+
 // Where a convolution primitive works: on the runtime's NCHW/OIHW buffers as they are
 // (oneDNN then runs im2col + GEMM), or in the layouts oneDNN chooses (blocked channels, for
 // its direct JIT kernels), the operands reordered into and out of per-thread scratch.

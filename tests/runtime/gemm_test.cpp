@@ -137,6 +137,55 @@ TEST(CausalGemm, EachStructureGivesThePlainProductWhereItIsRead) {
       }
 }
 
+// The f32 causal products the compiler prepares on oneDNN (one primitive per row block over the
+// batch, operands as strided views) against the BLAS's plain product: within f32 rounding where
+// they are read, zero after each row block of a causal output; a batch-broadcast b too.
+TEST(CausalGemm, TheOnednnFormGivesThePlainProductWhereItIsRead) {
+  for (int64_t structure : {kMatmulCausalOut, kMatmulLowerA, kMatmulUpperA})
+    for (int64_t t : {int64_t{7}, int64_t{70}, 2 * kCausalBlock})
+      for (int tr = 0; tr < 4; ++tr)
+        for (bool broadcast_b : {false, true}) {
+          const bool ta = tr & 1, tb = tr & 2, out = structure == kMatmulCausalOut;
+          const int64_t batch = 3, m = t, k = out ? 5 : t, n = out ? t : 6;
+          std::vector<float> a(static_cast<size_t>(batch * m * k)), b(static_cast<size_t>((broadcast_b ? 1 : batch) * k * n));
+          for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int64_t>(i * 37 % 101) - 50) / 64;
+          for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int64_t>(i * 53 % 97) - 48) / 32;
+          if (!out)
+            for (int64_t s = 0; s < batch; ++s)
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t p = 0; p < k; ++p)
+                  if (structure == kMatmulLowerA ? p > i : p < i) a[s * m * k + (ta ? p * m + i : i * k + p)] = 0;
+          const ValueType at{ta ? Shape{batch, k, m} : Shape{batch, m, k}, DType::kF32};
+          const Shape b_mat = tb ? Shape{n, k} : Shape{k, n};
+          Shape b_shape = b_mat;
+          if (!broadcast_b) b_shape.insert(b_shape.begin(), batch);
+          const ValueType bt{b_shape, DType::kF32}, ct{{batch, m, n}, DType::kF32};
+          Attrs attrs;
+          attrs.flag = (ta ? 1 : 0) | (tb ? 2 : 0);
+          std::vector<float> full(static_cast<size_t>(batch * m * n)), got(full.size(), NAN);
+          matmul_kernel(attrs, {a.data(), &at}, {b.data(), &bt}, {full.data(), &ct});
+          attrs.flag |= structure;
+          const std::vector<ValueType> ins = {at, bt};
+          const auto prepared = prepare_op_kernel(Op::kMatmul, attrs, ins, ct);
+          ASSERT_NE(prepared, nullptr) << "structure " << structure << " t " << t;
+          const std::vector<Arg> args = {{a.data(), &at}, {b.data(), &bt}};
+          prepared->run(args, {got.data(), &ct});
+          for (int64_t s = 0; s < batch; ++s)
+            for (int64_t i = 0; i < m; ++i)
+              for (int64_t j = 0; j < n; ++j) {
+                const size_t e = static_cast<size_t>((s * m + i) * n + j);
+                const int64_t block_end = std::min(t, (i / kCausalBlock + 1) * kCausalBlock);
+                if (out && j >= block_end) {
+                  ASSERT_EQ(got[e], 0.0f) << "t " << t << " at (" << s << ", " << i << ", " << j << ")";
+                } else if (!out || j <= i) {
+                  ASSERT_NEAR(got[e], full[e], 1e-4 * (1 + std::fabs(full[e])))
+                      << "structure " << structure << " t " << t << " ta " << ta << " tb " << tb << " broadcast "
+                      << broadcast_b << " at (" << s << ", " << i << ", " << j << ")";
+                }
+              }
+        }
+}
+
 TEST(CausalGemm, AStructureOnANonSquareProductIsAnInternalError) {
   std::vector<float> a(6 * 4), b(4 * 6), c(36);
   const ValueType at{{6, 4}, DType::kF32}, bt{{4, 6}, DType::kF32}, ct{{6, 6}, DType::kF32};
