@@ -130,7 +130,7 @@ std::vector<Row> bench_chain(int64_t n_elems, int reps) {
 // train_lm's attention scores, one layer: batch 32, 4 heads, 128 x 128 (2 Mi floats), against
 // a memcpy of the bytes the kernel must move (read them, write the probabilities). Every row
 // is checked against a softmax in double first. The exp of the valid half dominates: with one
-// element at a time (exp not vectorised) this read 0.13 of the memcpy, vectorised 0.5.
+// element at a time (exp not vectorised) this read 0.10-0.15 of the memcpy, vectorised 0.3-0.5.
 Row bench_softmax(int reps) {
   constexpr int64_t kBatch = 32 * 4, kT = 128, n = kBatch * kT * kT;
   std::vector<float> values = pattern(n, 7);

@@ -73,8 +73,10 @@ void fuse_conv_pool_forward(Work& w);
 //   kMatmulLowerA / kMatmulUpperA when its a operand is zero above the diagonal, untransposed
 //     / transposed: a causal softmax or its causal gradient, or such a value times or over a
 //     0-d value, negated or cast (the probabilities, the scores' gradient).
-// A non-finite scale would turn the masked zeros into NaNs that the full product would have
-// spread; the skipped product leaves them out. Run after dead-code elimination.
+// The masked terms are left out as zeros: a non-finite scale (or a division by zero), which
+// would turn them into NaNs, or a NaN or infinity in the other operand, which 0 times would
+// spread, no longer reaches the other rows as the full product would have. Run after
+// dead-code elimination.
 void mark_causal_products(Work& w, CompileStats& stats);
 
 // Lowering (lower.cpp): elementwise fusion into loop kernels and matmul epilogues, then

@@ -84,9 +84,12 @@ void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& ou
 //     probabilities or their gradient): a row block's inner dimension stops at its last row.
 //   kMatmulUpperA: a, as multiplied, is zero below the diagonal (the same, transposed): a row
 //     block's inner dimension starts at its first row.
-// Skipped terms are exact zeros, so the sums are those of the full product up to the sign of
-// an exact zero result. matmul_kernel runs the blocks on the BLAS, matrix by matrix; f32 ones
-// are prepared on oneDNN instead (make_onednn_causal_matmul), one call per block for the batch.
+// Skipped terms are zeros times the other operand: where that operand is finite they add
+// nothing, so the sums are the full product's (up to rounding order and the sign of an exact
+// zero); a NaN or infinity in it no longer spreads through the masked terms, beyond the rows
+// of its own block. matmul_kernel runs the blocks on the BLAS, matrix by matrix; f32 ones with
+// batch dims are prepared on oneDNN instead (make_onednn_causal_matmul), one call per block
+// for the whole batch.
 inline constexpr int64_t kMatmulCausalOut = 4, kMatmulLowerA = 8, kMatmulUpperA = 16;
 inline constexpr int64_t kCausalBlock = 32;
 // ins = {a, b, c, beta}: out = op(a) op(b) + beta * c (2-D f32/f64; out may be c's storage).

@@ -125,6 +125,44 @@ TEST(CausalAttention, ItsSixProductsSkipTheMaskedBlocksAndKeepTheGradients) {
   }
 }
 
+// The default path end to end: f32 [batch, heads, T, d] products, which run on oneDNN one row
+// block at a time, against the double reference; and scores that the program also returns are
+// computed whole (only the other five products are marked).
+TEST(CausalAttention, F32ProductsOnTheDefaultPathAndScoresAlsoReturnedComputedWhole) {
+  const int64_t b = 2, h = 2, t = 70, d = 5;
+  const Shape shape{b, h, t, d};
+  const size_t n = static_cast<size_t>(b * h * t * d);
+  const std::vector<double> q = random_values(n, 21), k = random_values(n, 22), v = random_values(n, 23);
+  ScopedRuntime rt;
+  Tensor tq = Tensor::from_vector<double>(q, shape, DType::kF32), tk = Tensor::from_vector<double>(k, shape, DType::kF32),
+         tv = Tensor::from_vector<double>(v, shape, DType::kF32);
+  for (Tensor* x : {&tq, &tk, &tv}) x->set_requires_grad(true);
+  const Tensor y = causal_attention(tq, tk, tv);
+  backward(sum(square(y)));
+  const Tensor dq = tq.grad();
+  mark_step();
+  EXPECT_EQ(rt->last_stats().causal_products, 6);
+  const std::vector<double> got = y.to_vector<double>(), want = naive_attention(q, k, v, b * h, t, d);
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << "y " << i;
+  for (double g : dq.to_vector<double>()) ASSERT_TRUE(std::isfinite(g));
+
+  // The same scores, now also a result: every entry is read, so that product runs whole.
+  const Tensor scores = matmul(tq, tk, false, true);
+  const Tensor y2 = matmul(causal_softmax(scores * (1 / std::sqrt(static_cast<double>(d)))), tv);
+  backward(sum(square(y2)));
+  const Tensor dq2 = tq.grad();
+  mark_step();
+  EXPECT_EQ(rt->last_stats().causal_products, 5);
+  const std::vector<double> s = scores.to_vector<double>();
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0; j < t; ++j) {
+      double dot = 0;
+      for (int64_t p = 0; p < d; ++p) dot += q[i * d + p] * k[j * d + p];
+      ASSERT_NEAR(s[i * t + j], dot, 1e-5) << "scores (" << i << ", " << j << ")";
+    }
+  (void)dq2;
+}
+
 TEST(CausalAttention, RejectsQueriesKeysAndValuesOfDifferentShapes) {
   EXPECT_THROW(causal_attention(Tensor::zeros({1, 4, 2}), Tensor::zeros({1, 5, 2}), Tensor::zeros({1, 4, 2})),
                InvalidArgument);
