@@ -45,14 +45,14 @@ constexpr int kMaxFrames = 64;
 // later, up to this many times, so that its stack is taken from code the unwinder knows.
 constexpr long kRetryDelayNs = 5'000'000;
 constexpr int kMaxRetries = 40;
-// The signal's value (request_stack_dump's `at_once`) that asks for no retries.
-constexpr int kDumpAtOnce = 1;
 // ... and for at most this long from the request: under load each retry (two clones of a
 // large process, a sleep, a signal) takes far longer than 5 ms, and 40 of them could outlast
 // the launcher's wait for the stack (launcher/detail/attempt.h, kStackWait: 3 s).
 constexpr int64_t kMaxRetryNs = 1'000'000'000;
 // Dump requests this far apart start a new count of retries.
 constexpr int64_t kNewRequestNs = 1'000'000'000;
+// The signal's value (request_stack_dump's `at_once`) that asks for no retries.
+constexpr int kDumpAtOnce = 1;
 // Bytes of the interrupted stack scanned at most (512 KiB), its outermost part when deeper.
 constexpr uintptr_t kMaxScannedBytes = uintptr_t{512} << 10;
 // Words at a stack pointer outside the thread's stack searched for the pointer into it that

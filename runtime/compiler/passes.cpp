@@ -523,7 +523,8 @@ int element_carrier(const Work& w, const GNode& n) {
   }
 }
 
-bool square_float_product(const GNode& mm, const Work& w) {
+// A float two-operand matmul with no structure bits yet (a plain product of rank >= 2).
+bool plain_float_product(const GNode& mm, const Work& w) {
   if (mm.op != Op::kMatmul || mm.operands.size() != 2 || !is_float(mm.type.dtype)) return false;
   if ((mm.attrs.flag & ~int64_t{3}) != 0) return false;
   const Shape& s = mm.type.shape;
@@ -552,9 +553,9 @@ void mark_causal_products(Work& w, CompileStats& stats) {
     bool all = true;
     for (int c : u.consumers[i]) {
       const GNode& r = w.nodes[c];
-      const bool reads = (r.op == Op::kSoftmax && r.attrs.flag == 1) ||
-                         (r.op == Op::kSoftmaxGrad && r.attrs.flag == 1 && r.operands[1] == static_cast<int>(i) &&
-                          r.operands[0] != static_cast<int>(i)) ||
+      // A causal softmax reads its input, its gradient grad_y (never y), only where j <= i.
+      const bool reads = (is_causal_softmax(r) && (r.op == Op::kSoftmax || (r.operands[1] == static_cast<int>(i) &&
+                                                                            r.operands[0] != static_cast<int>(i)))) ||
                          (element_carrier(w, r) == static_cast<int>(i) && causal_reads[c]);
       all = all && reads;
     }
@@ -562,7 +563,7 @@ void mark_causal_products(Work& w, CompileStats& stats) {
   }
   for (size_t i = 0; i < count; ++i) {
     GNode& mm = w.nodes[i];
-    if (!u.live[i] || !square_float_product(mm, w)) continue;
+    if (!u.live[i] || !plain_float_product(mm, w)) continue;
     const Shape& s = mm.type.shape;
     const int64_t m = s[s.size() - 2], n = s[s.size() - 1];
     const Shape& as = w.nodes[mm.operands[0]].type.shape;

@@ -92,6 +92,16 @@ void matmul_kernel(const Attrs& attrs, const Arg& a, const Arg& b, const Arg& ou
 // for the whole batch.
 inline constexpr int64_t kMatmulCausalOut = 4, kMatmulLowerA = 8, kMatmulUpperA = 16;
 inline constexpr int64_t kCausalBlock = 32;
+// What the row block from row r0 of a t x t causal product computes: rows [r0, r0 + rows),
+// inner range [p0, p1) of k, columns [0, cols) of n (a causal output: zeros from cols on).
+struct CausalBlock {
+  int64_t r0, rows, p0, p1, cols;
+};
+inline CausalBlock causal_block(int64_t structure, int64_t r0, int64_t t, int64_t k, int64_t n) {
+  const int64_t r1 = r0 + kCausalBlock < t ? r0 + kCausalBlock : t;
+  return {r0, r1 - r0, structure == kMatmulUpperA ? r0 : 0, structure == kMatmulLowerA ? r1 : k,
+          structure == kMatmulCausalOut ? r1 : n};
+}
 // ins = {a, b, c, beta}: out = op(a) op(b) + beta * c (2-D f32/f64; out may be c's storage).
 void matmul_accumulate_kernel(const Attrs& attrs, std::span<const Arg> ins, const Arg& out);
 // ins = {x, w}, or {x, w, bias} (compiler-made, 2x2 pool attrs after the conv's): out =

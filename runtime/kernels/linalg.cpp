@@ -39,21 +39,20 @@ namespace {
 // XLA_SPAWN_GEMM=openblas keeps every product on OpenBLAS, for comparison.
 constexpr int64_t kOnednnMinWork = int64_t{1} << 22;  // m n k: 4 Mi multiply-adds
 
-// Causal products (kernels.h) on oneDNN, one primitive per row block over the batch, unless
-// XLA_SPAWN_GEMM=openblas: the BLAS then runs them matrix by matrix, block by block.
-bool use_onednn_causal() {
-  const std::optional<std::string> v = env_string("XLA_SPAWN_GEMM");
-  return !v || *v == "auto";
-}
-
-bool use_onednn(int64_t m, int64_t n, int64_t k) {
+// XLA_SPAWN_GEMM: auto (oneDNN for large products and for causal ones, kernels.h) or
+// openblas (every f32 product on the BLAS).
+bool onednn_gemm_enabled() {
   static const bool enabled = [] {
     const std::optional<std::string> v = env_string("XLA_SPAWN_GEMM");
     if (!v || *v == "auto") return true;
     if (*v == "openblas") return false;
     throw InvalidArgument(fmt::format("XLA_SPAWN_GEMM={}: expected auto or openblas", *v));
   }();
-  return enabled && m * n * k >= kOnednnMinWork;
+  return enabled;
+}
+
+bool use_onednn(int64_t m, int64_t n, int64_t k) {
+  return onednn_gemm_enabled() && m * n * k >= kOnednnMinWork;
 }
 
 void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
@@ -131,16 +130,10 @@ void causal_gemm(int64_t structure, bool ta, bool tb, int64_t t, int64_t n, int6
   const auto a_at = [&](int64_t i, int64_t p) { return ta ? a + p * t + i : a + i * k + p; };
   const auto b_at = [&](int64_t p, int64_t j) { return tb ? b + j * k + p : b + p * n + j; };
   for (int64_t r0 = 0; r0 < t; r0 += kCausalBlock) {
-    const int64_t r1 = std::min(t, r0 + kCausalBlock), rows = r1 - r0;
+    const CausalBlock blk = causal_block(structure, r0, t, k, n);
     T* c_rows = c + r0 * n;
-    if (structure == kMatmulCausalOut) {  // n == t: columns [0, r1), zeros after
-      gemm_ld(ta, tb, rows, r1, k, a_at(r0, 0), lda, b_at(0, 0), ldb, c_rows, n);
-      for (int64_t i = 0; i < rows; ++i) std::fill(c_rows + i * n + r1, c_rows + (i + 1) * n, T{0});
-    } else if (structure == kMatmulLowerA) {  // k == t: inner [0, r1)
-      gemm_ld(ta, tb, rows, n, r1, a_at(r0, 0), lda, b_at(0, 0), ldb, c_rows, n);
-    } else {  // kMatmulUpperA, k == t: inner [r0, t)
-      gemm_ld(ta, tb, rows, n, t - r0, a_at(r0, r0), lda, b_at(r0, 0), ldb, c_rows, n);
-    }
+    gemm_ld(ta, tb, blk.rows, blk.cols, blk.p1 - blk.p0, a_at(r0, blk.p0), lda, b_at(blk.p0, 0), ldb, c_rows, n);
+    for (int64_t i = 0; i < blk.rows; ++i) std::fill(c_rows + i * n + blk.cols, c_rows + (i + 1) * n, T{0});
   }
 }
 
@@ -157,6 +150,7 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
     XS_CHECK((structure & (structure - 1)) == 0, "matmul: more than one causal structure bit in flag {}",
              attrs.flag);
     XS_CHECK(structure == 0 || square, "matmul: causal structure {} on a {}x{}x{} product", structure, m, n, k);
+    if (m == 0 || n == 0 || k == 0) structure = 0;  // nothing to skip: gemm's empty cases
   }
   const Shape batch(cs.begin(), cs.end() - 2);
   const std::vector<int64_t> sa = broadcast_strides(Shape(as.begin(), as.end() - 2), batch);
@@ -166,14 +160,13 @@ void batched(const Attrs& attrs, const T* a, const Shape& as, const T* b, const 
   for (int64_t i = 0; i < nb; ++i) {
     int64_t oa = 0, ob = 0;
     for (size_t d = 0; d < batch.size(); ++d) oa += coord[d] * sa[d], ob += coord[d] * sb[d];
+    const T *ai = a + oa * m * k, *bi = b + ob * k * n;
+    T* ci = c + i * m * n;
     if constexpr (std::is_floating_point_v<T>) {
-      if (structure != 0 && m > 0 && n > 0 && k > 0) {
-        causal_gemm<T>(structure, ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
-      } else {
-        gemm<T>(ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
-      }
+      if (structure != 0) causal_gemm<T>(structure, ta, tb, m, n, k, ai, bi, ci);
+      else gemm<T>(ta, tb, m, n, k, ai, bi, ci);
     } else {
-      gemm<T>(ta, tb, m, n, k, a + oa * m * k, b + ob * k * n, c + i * m * n);
+      gemm<T>(ta, tb, m, n, k, ai, bi, ci);  // integer products carry no structure
     }
     for (int64_t d = static_cast<int64_t>(batch.size()) - 1; d >= 0; --d) {
       if (++coord[d] < batch[d]) break;
@@ -234,7 +227,7 @@ std::shared_ptr<const PreparedKernel> prepare_op_kernel(Op op, const Attrs& attr
   if (out.dtype == DType::kF32 && conv && ins.size() == 2 &&
       onednn_runs_f32_conv(op == Op::kConv2d ? ins[0].shape[1] : out.shape[1]))
     return make_onednn_conv(op, attrs, ins, out, ConvLayout::kChosen);
-  if (op == Op::kMatmul && out.dtype == DType::kF32 && ins.size() == 2 && use_onednn_causal())
+  if (op == Op::kMatmul && out.dtype == DType::kF32 && ins.size() == 2 && onednn_gemm_enabled())
     if (auto causal = make_onednn_causal_matmul(attrs, ins[0], ins[1], out)) return causal;
   if (out.dtype != DType::kBF16 || !use_onednn_bf16()) return nullptr;
   switch (op) {

@@ -201,8 +201,6 @@ class ZeroProduct final : public PreparedKernel {
 // The matmul operand stored as `stored` (rank >= 2), as oneDNN's logical [batch..., rows,
 // cols] of rank `rank`: missing batch axes become leading 1s (oneDNN broadcasts them), and a
 // transposed operand swaps the last two strides instead of being copied.
-// A matmul operand stored row-major as `stored`, seen as multiplied (transposed: its last
-// two dims swapped) with `rank` dims (leading 1s): its dims and strides.
 struct Layout {
   Dims dims, strides;
 };
@@ -277,11 +275,10 @@ class OnednnCausalMatmul final : public PreparedKernel {
     dnnl::matmul prim;
     dnnl::memory::desc a, b, c;
     int64_t a_offset, b_offset, c_offset;  // elements
-    int64_t row0, rows, zero_from;          // kMatmulCausalOut: columns [zero_from, n) zeroed
+    CausalBlock geometry;                   // columns from geometry.cols on are zeroed
   };
-  OnednnCausalMatmul(std::vector<Block> blocks, int64_t batch, int64_t t, int64_t n, bool zero_after,
-                     std::string impl)
-      : blocks_(std::move(blocks)), batch_(batch), t_(t), n_(n), zero_after_(zero_after), impl_(std::move(impl)) {}
+  OnednnCausalMatmul(std::vector<Block> blocks, int64_t batch, int64_t t, int64_t n, std::string impl)
+      : blocks_(std::move(blocks)), batch_(batch), t_(t), n_(n), impl_(std::move(impl)) {}
 
   void run(std::span<const Arg> ins, const Arg& out) const override {
     const auto* a = static_cast<const float*>(ins[0].data);
@@ -291,10 +288,11 @@ class OnednnCausalMatmul final : public PreparedKernel {
       execute(k.prim, {{DNNL_ARG_SRC, wrap(k.a, a + k.a_offset)},
                        {DNNL_ARG_WEIGHTS, wrap(k.b, b + k.b_offset)},
                        {DNNL_ARG_DST, wrap(k.c, c + k.c_offset)}});
-      if (!zero_after_ || k.zero_from == n_) continue;
+      const CausalBlock& g = k.geometry;
+      if (g.cols == n_) continue;
       for (int64_t s = 0; s < batch_; ++s)
-        for (int64_t i = k.row0; i < k.row0 + k.rows; ++i)
-          std::fill(c + (s * t_ + i) * n_ + k.zero_from, c + (s * t_ + i + 1) * n_, 0.0f);
+        for (int64_t i = g.r0; i < g.r0 + g.rows; ++i)
+          std::fill(c + (s * t_ + i) * n_ + g.cols, c + (s * t_ + i + 1) * n_, 0.0f);
     }
   }
   std::string text() const override { return "onednn causal " + impl_; }
@@ -302,7 +300,6 @@ class OnednnCausalMatmul final : public PreparedKernel {
  private:
   std::vector<Block> blocks_;
   int64_t batch_, t_, n_;
-  bool zero_after_;
   std::string impl_;
 };
 
@@ -338,24 +335,20 @@ std::shared_ptr<const PreparedKernel> make_onednn_causal_matmul(const Attrs& att
   try {
     omp_set_num_threads(1);
     for (int64_t r0 = 0; r0 < t; r0 += kCausalBlock) {
-      const int64_t r1 = std::min(t, r0 + kCausalBlock), rows = r1 - r0;
-      // The inner range [p0, p1) and the columns [0, cols) this block computes.
-      const int64_t p0 = structure == kMatmulUpperA ? r0 : 0;
-      const int64_t p1 = structure == kMatmulLowerA ? r1 : k;
-      const int64_t cols = out_causal ? r1 : n;
-      const auto [ao, ad] = sub_block(amd, r0, rows, p0, p1 - p0);
-      const auto [bo, bd] = sub_block(bmd, p0, p1 - p0, 0, cols);
-      const auto [co, cd] = sub_block(cmd, r0, rows, 0, cols);
+      const CausalBlock blk = causal_block(structure, r0, t, k, n);
+      const auto [ao, ad] = sub_block(amd, r0, blk.rows, blk.p0, blk.p1 - blk.p0);
+      const auto [bo, bd] = sub_block(bmd, blk.p0, blk.p1 - blk.p0, 0, blk.cols);
+      const auto [co, cd] = sub_block(cmd, r0, blk.rows, 0, blk.cols);
       const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), cpu_engine());
       if (impl.empty()) impl = impl_of(pd);
-      blocks.push_back({dnnl::matmul(pd), ad, bd, cd, ao, bo, co, r0, rows, cols});
+      blocks.push_back({dnnl::matmul(pd), ad, bd, cd, ao, bo, co, blk});
     }
   } catch (const dnnl::error& e) {
     spdlog::debug("onednn causal matmul {} x {} -> {}: {}; the plain kernel runs it", type_str(a), type_str(b),
                   type_str(out), e.what());
     return nullptr;
   }
-  return std::make_shared<OnednnCausalMatmul>(std::move(blocks), numel(cs) / (t * n), t, n, out_causal, impl);
+  return std::make_shared<OnednnCausalMatmul>(std::move(blocks), numel(cs) / (t * n), t, n, impl);
 }
 
 std::shared_ptr<const PreparedKernel> make_onednn_conv(Op op, const Attrs& attrs,
