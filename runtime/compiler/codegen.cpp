@@ -21,6 +21,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <numbers>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -42,6 +43,7 @@
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/runtime/hash.h"
 #include "xla_spawn/runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/kernels/random.h"
 #include "xla_spawn/runtime/shape.h"
 
 namespace xs::detail {
@@ -150,7 +152,7 @@ bool row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t
     plans.push_back(load_plan(l, loop.shape));
     const LoadPlan& p = plans.back();
     switch (p.mode) {
-      case LoadMode::kFixed: case LoadMode::kDirect: case LoadMode::kConvert: break;
+      case LoadMode::kFixed: case LoadMode::kDirect: case LoadMode::kConvert: case LoadMode::kIndex: break;
       case LoadMode::kBroadcast: return false;
       case LoadMode::kTile: case LoadMode::kSpread: case LoadMode::kRun:
         if (patterned && p.period != cols) return false;
@@ -331,6 +333,7 @@ class LoopEmitter {
         case LoadMode::kTile: reg[l.reg] = load(l.storage, l.dtype, col, w); break;
         case LoadMode::kSpread: case LoadMode::kRun: reg[l.reg] = splat(per_row[i], w); break;
         case LoadMode::kBroadcast: return false;
+        case LoadMode::kIndex: reg[l.reg] = index_lanes(flat, w); break;
       }
     }
     for (const LoopStep& s : loop_.steps) {
@@ -338,11 +341,61 @@ class LoopEmitter {
       llvm::Value* a = reg[s.in[0]];
       llvm::Value* b = s.in[1] >= 0 ? reg[s.in[1]] : nullptr;
       llvm::Value* c = s.in[2] >= 0 ? reg[s.in[2]] : nullptr;
-      reg[s.out] = s.op == Op::kCast ? cast(a, in, loop_.reg_dtype[s.out]) : step(s.op, kind_of(in), a, b, c);
+      reg[s.out] = s.op == Op::kCast                            ? cast(a, in, loop_.reg_dtype[s.out])
+                   : op_info(s.op).kind == OpKind::kRandom ? random(s.op, loop_.reg_dtype[s.out], a, b, c)
+                                                            : step(s.op, kind_of(in), a, b, c);
       if (reg[s.out] == nullptr) return false;
     }
     for (const LoopStore& st : loop_.stores) store(st.storage, st.dtype, flat, reg[st.reg]);
     return true;
+  }
+
+  // Flat indices flat, flat + 1, ..., flat + w - 1.
+  llvm::Value* index_lanes(llvm::Value* flat, unsigned w) {
+    if (w == 1) return flat;
+    std::vector<llvm::Constant*> steps;
+    for (unsigned lane = 0; lane < w; ++lane) steps.push_back(b_.getInt64(lane));
+    return b_.CreateAdd(splat(flat, w), llvm::ConstantVector::get(steps));
+  }
+
+  // random.h's draws, operation for operation: mix64 is splitmix64's step, the draw
+  // mix64(mix64(seed) ^ mix64(i ^ salt)) (the seed's mix once, as a scalar), the unit value
+  // the top 53 bits times 2^-53 (exact in a double), then the op's formula in double and one
+  // conversion to the result's compute type.
+  llvm::Value* mix64(llvm::Value* x) {
+    auto k = [&](uint64_t v) { return llvm::ConstantInt::get(x->getType(), v); };
+    x = b_.CreateAdd(x, k(kSplitMix64Increment));
+    x = b_.CreateMul(b_.CreateXor(x, b_.CreateLShr(x, k(30))), k(0xbf58476d1ce4e5b9ull));
+    x = b_.CreateMul(b_.CreateXor(x, b_.CreateLShr(x, k(27))), k(0x94d049bb133111ebull));
+    return b_.CreateXor(x, b_.CreateLShr(x, k(31)));
+  }
+  llvm::Value* unit(llvm::Value* seed_mix, llvm::Value* i) {
+    auto k = [&](uint64_t v) { return llvm::ConstantInt::get(i->getType(), v); };
+    llvm::Value* h = mix64(b_.CreateXor(seed_mix, mix64(b_.CreateXor(i, k(kRandomIndexSalt)))));
+    llvm::Value* top = b_.CreateSIToFP(b_.CreateLShr(h, k(11)), lanes(b_.getDoubleTy(), width(i)));
+    return b_.CreateFMul(top, fconst(top, 0x1.0p-53));
+  }
+  llvm::Value* random(Op op, DType out, llvm::Value* seed, llvm::Value* index, llvm::Value* p) {
+    const unsigned w = width(index);
+    llvm::Value* seed_mix = splat(mix64(w == 1 ? seed : b_.CreateExtractElement(seed, uint64_t{0})), w);
+    llvm::Value* v;
+    if (op == Op::kRandUniform) {
+      v = unit(seed_mix, index);
+      const double top = out == DType::kF32 ? 1.0 - 0x1.0p-25 : out == DType::kBF16 ? 1.0 - 0x1.0p-9 : 2.0;
+      v = b_.CreateSelect(b_.CreateFCmpOGE(v, fconst(v, top)), zero_like(v), v);
+    } else if (op == Op::kRandNormal) {
+      llvm::Value* twice = b_.CreateShl(index, llvm::ConstantInt::get(index->getType(), 1));
+      llvm::Value* u1 = b_.CreateFSub(llvm::ConstantFP::get(lanes(b_.getDoubleTy(), w), 1.0), unit(seed_mix, twice));
+      llvm::Value* u2 = unit(seed_mix, b_.CreateAdd(twice, llvm::ConstantInt::get(index->getType(), 1)));
+      llvm::Value* radius = b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFMul(fconst(u1, -2.0), libm("log", u1)));
+      v = b_.CreateFMul(radius, libm("cos", b_.CreateFMul(fconst(u2, 2.0 * std::numbers::pi), u2)));
+    } else if (op == Op::kBernoulli) {
+      llvm::Value* u = unit(seed_mix, index);
+      v = b_.CreateSelect(b_.CreateFCmpOLT(u, b_.CreateFPExt(p, u->getType())), fconst(u, 1.0), fconst(u, 0.0));
+    } else {
+      return nullptr;
+    }
+    return out == DType::kF64 ? v : b_.CreateFPTrunc(v, lanes(b_.getFloatTy(), w));
   }
 
   llvm::Value* to_byte(llvm::Value* i1) { return b_.CreateZExt(i1, lanes(b_.getInt8Ty(), width(i1))); }
@@ -593,7 +646,7 @@ uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::stri
     for (DType d : loop->reg_dtype) h = hash_bytes(h, dtype_name(d));
     for (const LoopLoad& l : loop->loads) {
       h = hash_bytes(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), dtype_name(l.dtype));
-      h = hash_double(hash_shape(h, l.shape), l.constant);
+      h = hash_combine(hash_double(hash_shape(h, l.shape), l.constant), l.index);
     }
     for (const LoopStep& st : loop->steps) {
       h = hash_combine(hash_bytes(h, op_name(st.op)), static_cast<uint64_t>(st.out));

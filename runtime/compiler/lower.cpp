@@ -7,11 +7,16 @@
 // group only reads from earlier groups and the emission order stays a valid schedule.
 // A matmul whose single consumer is elementwise (bias add, activation) opens a group whose
 // loop runs as its epilogue, in place over the GEMM result.
+// A random op (rand_uniform, rand_normal, bernoulli: a pure function of its seed and the
+// element's index) read only by elementwise ops of its own shape is not stored at all: each
+// loop that reads it computes it again as a step (a dropout mask in the forward and again in
+// the backward). Otherwise it is a loop of its own, like any elementwise value.
 //
 // Planning then walks the groups: an output takes over a dying input's storage when the
 // kernel is in-place safe (loops, reshape, all_reduce), else a free arena slot, else a new
 // one; a root writes into a dying donated input (an updated parameter) or a fresh buffer.
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "xla_spawn/base/check.h"
@@ -50,11 +55,33 @@ class Lowering {
 
  private:
   bool is_leaf(int v) const { return w_.nodes[v].op == Op::kData || w_.nodes[v].op == Op::kConst; }
+  static bool is_random(Op op) { return op_info(op).kind == OpKind::kRandom; }
+  // A random value that loops compute where they read it (no kernel, no storage).
+  bool recomputed(int v) const { return is_random(w_.nodes[v].op) && group_of_[v] < 0; }
 
+  // Whether a constant (or a random value) needs a kernel of its own: some reader is not a
+  // loop, or (random) reads it at another shape, where its elements' indices differ.
   bool needs_fill(int v) const {
     if (is_root_[v]) return true;
-    for (int c : consumers_[v]) if (!is_elementwise(w_.nodes[c].op)) return true;
+    const bool random = is_random(w_.nodes[v].op);
+    for (int c : consumers_[v]) {
+      const GNode& n = w_.nodes[c];
+      if (!is_elementwise(n.op) && !(is_random(n.op) && !random)) return true;
+      if (random && n.type.shape != w_.nodes[v].type.shape) return true;
+    }
     return false;
+  }
+
+  // Whether value q can be read by group g: computed by g or an earlier group, a leaf, or
+  // recomputed from operands that are.
+  bool readable_in(int q, int g) const {
+    if (w_.nodes[q].op == Op::kData || (w_.nodes[q].op == Op::kConst && group_of_[q] < 0)) return true;
+    if (recomputed(q)) {
+      for (int r : w_.nodes[q].operands)
+        if (!readable_in(r, g)) return false;
+      return true;
+    }
+    return group_of_[q] <= g;
   }
 
   bool can_join(int v, int g) const {
@@ -62,10 +89,8 @@ class Lowering {
     if (gr.kind == Kernel::Kind::kOp || gr.shape != w_.nodes[v].type.shape) return false;
     if (gr.kind == Kernel::Kind::kMatmul &&
         (!gr.epilogue_ok || w_.nodes[v].type.dtype != w_.nodes[gr.node].type.dtype)) return false;
-    for (int q : w_.nodes[v].operands) {
-      if (w_.nodes[q].op == Op::kData || (w_.nodes[q].op == Op::kConst && group_of_[q] < 0)) continue;
-      if (group_of_[q] > g) return false;
-    }
+    for (int q : w_.nodes[v].operands)
+      if (!readable_in(q, g)) return false;
     return true;
   }
 
@@ -108,6 +133,10 @@ class Lowering {
         if (needs_fill(v)) group_of_[v] = new_group({Kernel::Kind::kOp, v, {}, {}, false});
         continue;
       }
+      if (is_random(n.op)) {
+        if (needs_fill(v)) group_of_[v] = new_group({Kernel::Kind::kLoop, -1, {v}, n.type.shape, false});
+        continue;
+      }
       if (is_elementwise(n.op)) {
         int joined = -1;
         for (int p : n.operands) {
@@ -131,8 +160,12 @@ class Lowering {
   std::vector<int> uses(int g) const {
     const Group& gr = groups_[g];
     std::vector<int> u;
-    auto add = [&](int q) {
+    std::function<void(int)> add = [&](int q) {
       if (w_.nodes[q].op == Op::kConst && group_of_[q] < 0) return;
+      if (recomputed(q)) {
+        for (int r : w_.nodes[q].operands) add(r);
+        return;
+      }
       if (group_of_[q] == g) return;
       if (std::find(u.begin(), u.end(), q) == u.end()) u.push_back(q);
     };
@@ -281,23 +314,47 @@ detail::LoopKernel Lowering::make_loop(int g) const {
     reg_of.emplace(v, r);
     return r;
   };
-  for (int m : gr.members) {
+  int index_reg = -1;
+  std::function<void(int)> step_for;
+  // Member m's operands in registers: loaded, or (a recomputed random value) computed here.
+  std::function<void(int)> operands_of = [&](int m) {
     for (int q : w_.nodes[m].operands) {
       if (reg_of.count(q) || (group_of_[q] == g && q != gr.node)) continue;
+      if (recomputed(q)) {
+        step_for(q);
+        continue;
+      }
       const GNode& n = w_.nodes[q];
       const bool constant = n.op == Op::kConst && group_of_[q] < 0;
       // The matmul's own value is read from where the GEMM wrote it: the primary output.
       const int storage = constant ? -1 : q == gr.node ? storage_of_[gr.members.back()] : storage_of_[q];
       loop.loads.push_back({reg_for(q), storage, n.type.dtype, n.type.shape, constant ? n.attrs.scalar : 0});
     }
+  };
+  // The step computing value m (a member, or a random value recomputed in this loop).
+  step_for = [&](int m) {
+    operands_of(m);
     const GNode& n = w_.nodes[m];
     detail::LoopStep step{n.op, nullptr, 0, {-1, -1, -1}};
-    for (size_t k = 0; k < n.operands.size(); ++k) step.in[k] = reg_of.at(n.operands[k]);
-    const DType in_dtype = w_.nodes[n.operands[n.op == Op::kWhere ? 1 : 0]].type.dtype;
-    step.fn = detail::elementwise_block_fn(n.op, in_dtype, n.type.dtype);
+    if (is_random(n.op)) {
+      if (index_reg < 0) {
+        index_reg = static_cast<int>(loop.reg_dtype.size());
+        loop.reg_dtype.push_back(DType::kI64);
+        loop.loads.push_back({index_reg, -1, DType::kI64, loop.shape, 0, true});
+      }
+      step.in[0] = reg_of.at(n.operands[0]);
+      step.in[1] = index_reg;
+      if (n.operands.size() > 1) step.in[2] = reg_of.at(n.operands[1]);
+      step.fn = detail::random_block_fn(n.op, n.type.dtype);
+    } else {
+      for (size_t k = 0; k < n.operands.size(); ++k) step.in[k] = reg_of.at(n.operands[k]);
+      const DType in_dtype = w_.nodes[n.operands[n.op == Op::kWhere ? 1 : 0]].type.dtype;
+      step.fn = detail::elementwise_block_fn(n.op, in_dtype, n.type.dtype);
+    }
     step.out = reg_for(m);
     loop.steps.push_back(step);
-  }
+  };
+  for (int m : gr.members) step_for(m);
   for (int d : defs(g)) loop.stores.push_back({reg_of.at(d), storage_of_[d], w_.nodes[d].type.dtype});
   return loop;
 }

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numbers>
 
 #include <fmt/format.h>
 
@@ -10,7 +9,7 @@
 #include "xla_spawn/runtime/kernels/float_args.h"
 #include "xla_spawn/runtime/kernels/kernels.h"
 #include "xla_spawn/runtime/element.h"
-#include "xla_spawn/runtime/hash.h"
+#include "xla_spawn/runtime/kernels/random.h"
 
 namespace xs::detail {
 
@@ -52,35 +51,14 @@ void one_hot_kernel(const Attrs& attrs, const Arg& index, const Arg& out) {
   }
 }
 
-namespace {
-
-// Element i of a draw: a splitmix64 hash of (seed, i), so results do not depend on blocking
-// or order and the same seed always reproduces the same tensor.
-inline uint64_t draw(uint64_t seed, uint64_t i) { return mix64(mix64(seed) ^ mix64(i ^ 0xa5a5a5a5ull)); }
-inline double unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }  // [0, 1)
-
-}  // namespace
-
+// The op kernel of a draw: random.h's formula element by element (loops fuse the same
+// formula; this is their reference).
 void random_kernel(Op op, const Attrs&, std::span<const Arg> ins, const Arg& out) {
   const uint64_t seed = static_cast<uint64_t>(*static_cast<const int64_t*>(ins[0].data));
   const int64_t n = numel(out.type->shape);
   const DType dt = out.type->dtype;
   const double p = op == Op::kBernoulli ? *static_cast<const float*>(ins[1].data) : 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double v;
-    const uint64_t u = static_cast<uint64_t>(i);
-    if (op == Op::kRandUniform) {
-      v = unit(draw(seed, u));
-      if (dt == DType::kF32 && v >= 1.0 - 0x1.0p-25) v = 0;  // keep [0, 1) after rounding to f32
-      if (dt == DType::kBF16 && v >= 1.0 - 0x1.0p-9) v = 0;  // and to bf16
-    } else if (op == Op::kRandNormal) {  // Box-Muller on two independent draws
-      const double u1 = 1.0 - unit(draw(seed, 2 * u)), u2 = unit(draw(seed, 2 * u + 1));
-      v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-    } else {
-      v = unit(draw(seed, u)) < p ? 1.0 : 0.0;
-    }
-    store_element(out.data, dt, i, v);
-  }
+  for (int64_t i = 0; i < n; ++i) store_element(out.data, dt, i, random_value(op, dt, seed, static_cast<uint64_t>(i), p));
 }
 
 }  // namespace xs::detail

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <type_traits>
 
 #include <fmt/format.h>
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/kernels/random.h"
 #include "xla_spawn/runtime/shape.h"
 
 namespace xs::detail {
@@ -212,6 +214,41 @@ BlockFn elementwise_block_fn(Op op, DType in, DType out) {
 
 namespace {
 
+template <Op kOp, DType kOut>
+void random_block(void* o, const void* seed, const void* index, const void* p, int64_t n) {
+  using R = typename Compute<kOut>::T;
+  auto* out = static_cast<R*>(o);
+  const uint64_t s = static_cast<uint64_t>(*static_cast<const int64_t*>(seed));
+  auto* idx = static_cast<const int64_t*>(index);
+  for (int64_t i = 0; i < n; ++i) {
+    const double pi = kOp == Op::kBernoulli ? static_cast<const float*>(p)[i] : 0.0;
+    out[i] = static_cast<R>(random_value(kOp, kOut, s, static_cast<uint64_t>(idx[i]), pi));
+  }
+}
+
+template <Op kOp>
+BlockFn random_fn(DType out) {
+  switch (out) {
+    case DType::kF32: return &random_block<kOp, DType::kF32>;
+    case DType::kBF16: return &random_block<kOp, DType::kBF16>;
+    case DType::kF64: return &random_block<kOp, DType::kF64>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+BlockFn random_block_fn(Op op, DType out) {
+  BlockFn fn = op == Op::kRandUniform  ? random_fn<Op::kRandUniform>(out)
+               : op == Op::kRandNormal ? random_fn<Op::kRandNormal>(out)
+               : op == Op::kBernoulli  ? random_fn<Op::kBernoulli>(out)
+                                       : nullptr;
+  XS_CHECK(fn != nullptr, "no random kernel for {} -> {}", op_name(op), dtype_name(out));
+  return fn;
+}
+
+namespace {
+
 // The kRun form of `f` (operand shape padded to the loop's rank) against `to`, if it has it.
 bool middle_run(const Shape& f, const Shape& to, LoadPlan* plan) {
   const size_t r = to.size();
@@ -229,6 +266,7 @@ bool middle_run(const Shape& f, const Shape& to, LoadPlan* plan) {
 }  // namespace
 
 LoadPlan load_plan(const LoopLoad& l, const Shape& to) {
+  if (l.index) return {LoadMode::kIndex};
   if (l.storage < 0 || numel(l.shape) == 1) return {LoadMode::kFixed};
   if (l.shape == to) return {l.dtype == DType::kBF16 ? LoadMode::kConvert : LoadMode::kDirect};
   Shape f(to.size() - l.shape.size(), 1);
@@ -417,6 +455,9 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
           broadcast_offsets(l.shape, loop.shape, b, len, offsets);
           load_block(storage[l.storage], l.dtype, offsets, 0, len, reg[l.reg]);
           break;
+        case LoadMode::kIndex:
+          std::iota(static_cast<int64_t*>(reg[l.reg]), static_cast<int64_t*>(reg[l.reg]) + len, b);
+          break;
       }
     }
     for (const LoopStep& s : loop.steps) {
@@ -432,8 +473,9 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
 std::string loop_text(const LoopKernel& loop) {
   std::string out = fmt::format("loop {} regs={}:", shape_str(loop.shape), loop.reg_dtype.size());
   for (const LoopLoad& l : loop.loads) {
-    out += l.storage < 0 ? fmt::format(" r{}=const({})", l.reg, l.constant)
-                         : fmt::format(" r{}=load(s{}{})", l.reg, l.storage, shape_str(l.shape));
+    out += l.index ? fmt::format(" r{}=index", l.reg)
+           : l.storage < 0 ? fmt::format(" r{}=const({})", l.reg, l.constant)
+                           : fmt::format(" r{}=load(s{}{})", l.reg, l.storage, shape_str(l.shape));
   }
   for (const LoopStep& s : loop.steps) out += fmt::format(" r{}={}", s.out, op_name(s.op));
   for (const LoopStore& s : loop.stores) out += fmt::format(" store(r{}->s{})", s.reg, s.storage);

@@ -25,6 +25,7 @@ struct LoopLoad {
   DType dtype;            // stored dtype
   Shape shape;            // the operand's own shape (broadcast to the loop's shape)
   double constant = 0;
+  bool index = false;     // no operand: element j's flat index j (an i64), for random steps
 };
 
 struct LoopStep {
@@ -57,7 +58,8 @@ struct LoopKernel {
 // kRun: the operand is one run of the loop's middle dims, 1s around it (a conv bias
 // [1, C, 1, 1]): element j is src[(j / period) % count], constant over runs of `period`.
 // kBroadcast: any other broadcast, element by element through the operand's strides.
-enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kRun, kBroadcast };
+// kIndex: the element's flat index j itself (LoopLoad::index).
+enum class LoadMode { kFixed, kDirect, kConvert, kTile, kSpread, kRun, kBroadcast, kIndex };
 
 struct LoadPlan {
   LoadMode mode;
@@ -70,6 +72,10 @@ LoadPlan load_plan(const LoopLoad& load, const Shape& loop_shape);
 // The block function of elementwise `op` whose operands have dtype `in` (where: the value
 // dtype) producing `out`.
 BlockFn elementwise_block_fn(Op op, DType in, DType out);
+
+// The block function of a random op (kRandom) with result dtype `out`: out = random.h's value
+// for (seed a, flat index b, p c: f32, bernoulli only) in the result's compute type.
+BlockFn random_block_fn(Op op, DType out);
 void run_loop(const LoopKernel& loop, void* const* storage);
 std::string loop_text(const LoopKernel& loop);
 

@@ -3,7 +3,8 @@
 // sizes around the vector width (0, 1, 7, 15, 16, 17, 100) and in each broadcast form the
 // generator handles (a scalar, a bias row, a per-row value, a conv-style middle run), with
 // values at the edges: NaN, infinities, -0, denormals, bf16 rounding ties, zero divisors.
-// A general broadcast stays interpreted in both runs and must say so in the stats.
+// A general broadcast stays interpreted in both runs and must say so in the stats. The random
+// ops, which loops compute from the element's index, are checked against their op kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,8 +16,13 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/runtime/element.h"
+#include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/buffer.h"
+#include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/kernels/kernels.h"
 #include "xla_spawn/runtime/ops.h"
+#include "xla_spawn/runtime/program.h"
 #include "xla_spawn/runtime/runtime.h"
 
 namespace xs {
@@ -198,6 +204,136 @@ TEST(CodegenWalk, IntegerDivisionByMinusOneWrapsOnBothPathsInsteadOfTrapping) {
     EXPECT_EQ(q.to_vector<int32_t>(), (std::vector<int32_t>{INT32_MIN, -7, 0, -4, -5})) << "codegen " << codegen;
     EXPECT_EQ(ql.to_vector<int64_t>(), (std::vector<int64_t>{INT64_MIN, -3})) << "codegen " << codegen;
   }
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// ---- random numbers in loops ----
+
+constexpr Op kRandomOps[] = {Op::kRandUniform, Op::kRandNormal, Op::kBernoulli};
+
+Tensor draw(Op op, const Shape& shape, DType dtype, int64_t seed) {
+  Tensor s = Tensor::from_vector<int64_t>({seed}, {});
+  if (op == Op::kRandUniform) return rand_uniform(shape, dtype, s);
+  if (op == Op::kRandNormal) return rand_normal(shape, dtype, s);
+  return bernoulli(shape, 0.3, dtype, s);
+}
+
+// The op kernel's values (random_kernel, the reference) for the same draw.
+std::vector<uint8_t> reference_bytes(Op op, const Shape& shape, DType dtype, int64_t seed, float p = 0.3f) {
+  const ValueType out_type{shape, dtype}, seed_type{{}, DType::kI64}, p_type{{}, DType::kF32};
+  std::vector<uint8_t> out(static_cast<size_t>(numel(shape)) * dtype_size(dtype) + 1);
+  const detail::Arg ins[] = {{&seed, &seed_type}, {&p, &p_type}};
+  detail::random_kernel(op, Attrs{}, std::span<const detail::Arg>(ins, op == Op::kBernoulli ? 2 : 1),
+                        detail::Arg{out.data(), &out_type});
+  out.pop_back();
+  return out;
+}
+
+// A draw stored on its own (a loop of one random step) and a draw that a loop computes where
+// it reads it (r * 1, which keeps every bit, -0 included) give the op kernel's values bit for
+// bit, generated and interpreted, at sizes around the vector width and in rows.
+TEST(CodegenRandom, DrawsInLoopsMatchTheOpKernelBitForBit) {
+  const std::vector<Shape> shapes = {{0}, {1}, {7}, {15}, {16}, {17}, {100}, {5, 37}, {3, 2, 21}};
+  for (Op op : kRandomOps) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
+      for (bool codegen : {true, false}) {
+        RuntimeOptions options = RuntimeOptions::from_env();
+        options.codegen = codegen;
+        ScopedRuntime rt(options);
+        std::vector<Tensor> stored, inlined;
+        const Tensor one = Tensor::from_vector<float>({1.0f}, {}, dtype);  // data: x * 1 is not folded
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          stored.push_back(draw(op, shapes[i], dtype, 11 + static_cast<int64_t>(i)));
+          inlined.push_back(draw(op, shapes[i], dtype, 11 + static_cast<int64_t>(i)) * one);
+        }
+        mark_step();
+        const std::string what = fmt::format("{} {} codegen {}", op_name(op), dtype_name(dtype), codegen);
+        EXPECT_EQ(rt->last_stats().native_loops > 0, codegen) << what;
+        EXPECT_EQ(rt->last_stats().interpreted_loops, 0) << what;
+        for (size_t i = 0; i < shapes.size(); ++i) {
+          const std::vector<uint8_t> want = reference_bytes(op, shapes[i], dtype, 11 + static_cast<int64_t>(i));
+          EXPECT_EQ(bytes_of(stored[i]), want) << what << " stored, shape " << fmt::format("{}", shapes[i]);
+          EXPECT_EQ(bytes_of(inlined[i]), want) << what << " computed in a loop, shape " << fmt::format("{}", shapes[i]);
+        }
+      }
+    }
+  }
+}
+
+// The kernels of the program computing `roots`, as text.
+std::string program_text(const std::vector<Tensor>& roots) {
+  std::vector<NodePtr> nodes;
+  for (const Tensor& t : roots) nodes.push_back(t.ir());
+  return compile_graph(cut_graph(nodes, /*allow_donation=*/false))->text();
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Dropout's mask is never stored: the forward's loop and the backward's loop each compute it
+// (one bernoulli step in each), and the gradient still equals grad * mask / (1 - p) with the
+// mask the op kernel draws.
+TEST(CodegenRandom, ADropoutMaskIsComputedWhereItIsReadAndNeverStored) {
+  ScopedRuntime rt;
+  const Shape shape{8, 40};
+  std::vector<float> xv(320), wv(320);
+  for (int i = 0; i < 320; ++i) xv[i] = static_cast<float>(i % 17) / 8.0f - 1.0f, wv[i] = static_cast<float>(i % 5) - 2.0f;
+  Tensor x = Tensor::from_vector<float>(xv, shape);
+  x.set_requires_grad(true);
+  Tensor w = Tensor::from_vector<float>(wv, shape);
+  Tensor seed = Tensor::from_vector<int64_t>({5}, {});
+  Tensor keep = bernoulli(shape, 0.75, DType::kF32, seed);
+  Tensor y = x * keep * (1 / 0.75);
+  Tensor loss = sum(y * w);
+  backward(loss);
+  const std::string text = program_text({loss, x.grad()});
+  EXPECT_EQ(count(text, "=bernoulli"), 2u) << text;
+  EXPECT_EQ(count(text, "bernoulli("), 0u) << "no kernel of its own: " << text;
+  mark_step();
+  const std::vector<uint8_t> mask_bytes = reference_bytes(Op::kBernoulli, shape, DType::kF32, 5, 0.75f);
+  const auto* mask = reinterpret_cast<const float*>(mask_bytes.data());
+  const std::vector<float> grad = x.grad().to_vector<float>();
+  int kept = 0;
+  for (int i = 0; i < 320; ++i) {
+    EXPECT_EQ(grad[i], wv[i] * mask[i] * static_cast<float>(1 / 0.75)) << i;
+    kept += mask[i] == 1.0f;
+  }
+  EXPECT_GT(kept, 200);
+  EXPECT_LT(kept, 280);
+}
+
+// A draw read where a loop cannot compute it (by a matmul, or broadcast to another shape) is
+// stored by a loop of its own, and its readers see the op kernel's values.
+TEST(CodegenRandom, ADrawReadOutsideALoopOrAtAnotherShapeIsStoredOnce) {
+  ScopedRuntime rt;
+  Tensor seed = Tensor::from_vector<int64_t>({9}, {});
+  Tensor r = rand_uniform({4, 4}, DType::kF32, seed);
+  Tensor row = rand_uniform({4}, DType::kF32, Tensor::from_vector<int64_t>({10}, {}));
+  Tensor product = matmul(r, r);
+  Tensor spread = Tensor::from_vector<float>(std::vector<float>(12, 0.5f), {3, 4}) + row;
+  const std::string text = program_text({product, spread});
+  EXPECT_EQ(count(text, "=rand_uniform"), 2u) << text;
+  mark_step();
+  const std::vector<uint8_t> rb = reference_bytes(Op::kRandUniform, {4, 4}, DType::kF32, 9);
+  const std::vector<uint8_t> rowb = reference_bytes(Op::kRandUniform, {4}, DType::kF32, 10);
+  const auto* rv = reinterpret_cast<const float*>(rb.data());
+  const auto* rowv = reinterpret_cast<const float*>(rowb.data());
+  const std::vector<float> p = product.to_vector<float>(), sp = spread.to_vector<float>();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) {
+      float want = 0;
+      for (int k = 0; k < 4; ++k) want += rv[i * 4 + k] * rv[k * 4 + j];
+      EXPECT_NEAR(p[i * 4 + j], want, 1e-6) << i << "," << j;
+    }
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(sp[i], 0.5f + rowv[i % 4]) << i;
 }
 
 }  // namespace
