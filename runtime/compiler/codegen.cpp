@@ -372,8 +372,17 @@ class LoopEmitter {
   llvm::Value* unit(llvm::Value* seed_mix, llvm::Value* i) {
     auto k = [&](uint64_t v) { return llvm::ConstantInt::get(i->getType(), v); };
     llvm::Value* h = mix64(b_.CreateXor(seed_mix, mix64(b_.CreateXor(i, k(kRandomIndexSalt)))));
-    llvm::Value* top = b_.CreateSIToFP(b_.CreateLShr(h, k(11)), lanes(b_.getDoubleTy(), width(i)));
-    return b_.CreateFMul(top, fconst(top, 0x1.0p-53));
+    // The 53 bits as two 32-bit halves (27 and 26 bits), each converted exactly and summed
+    // exactly: without AVX-512 a 64-bit integer vector has no conversion to double, and LLVM
+    // would convert it one lane at a time.
+    llvm::Value* top = b_.CreateLShr(h, k(11));
+    const unsigned w = width(i);
+    llvm::Type* i32 = lanes(b_.getInt32Ty(), w);
+    llvm::Type* f64 = lanes(b_.getDoubleTy(), w);
+    llvm::Value* high = b_.CreateSIToFP(b_.CreateTrunc(b_.CreateLShr(top, k(26)), i32), f64);
+    llvm::Value* low = b_.CreateSIToFP(b_.CreateTrunc(b_.CreateAnd(top, k((uint64_t{1} << 26) - 1)), i32), f64);
+    llvm::Value* whole = b_.CreateFAdd(b_.CreateFMul(high, fconst(high, 0x1.0p26)), low);
+    return b_.CreateFMul(whole, fconst(whole, 0x1.0p-53));
   }
   llvm::Value* random(Op op, DType out, llvm::Value* seed, llvm::Value* index, llvm::Value* p) {
     const unsigned w = width(index);
