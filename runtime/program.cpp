@@ -102,11 +102,11 @@ const std::vector<int>& Program::collective_slots() {
 std::string Program::text() const {
   std::string out = fmt::format(
       "program: {} kernels, nodes {} -> {} (folded {}, cse {}, dce {}), fused loops {} ({} ops), "
-      "matmul epilogues {}, gemm accumulates {}, causal products {}, in place {}, donated outputs {}, views {}, arena {} bytes, "
-      "native loops {}, interpreted loops {}\n",
+      "matmul epilogues {}, gemm accumulates {}, causal products {}, in place {}, donated outputs {}, views {}, arena {} bytes "
+      "(peak live {}), native loops {}, interpreted loops {}\n",
       stats.kernels, stats.nodes_in, stats.nodes_out, stats.folded, stats.cse_merged, stats.dce_removed,
       stats.fused_loops, stats.fused_ops, stats.matmul_epilogues, stats.gemm_accumulates, stats.causal_products, stats.in_place, stats.donated_outputs,
-      stats.views, stats.arena_bytes, stats.native_loops, stats.interpreted_loops);
+      stats.views, stats.arena_bytes, stats.peak_live_bytes, stats.native_loops, stats.interpreted_loops);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
     if (st.kind == Storage::Kind::kView) {

@@ -38,6 +38,7 @@ struct CompileStats {
   int64_t in_place = 0;         // outputs written over a dying input's storage
   int64_t donated_outputs = 0;  // roots written into a donated input buffer
   int64_t arena_bytes = 0;      // intermediate storage, after liveness-based reuse
+  int64_t peak_live_bytes = 0;  // the most intermediate bytes live at once (arena's lower bound)
   int64_t views = 0;            // concat operands and slices made views (alias_views)
   int64_t gather_pieces = 0;    // slices of an all_gather's value it now writes (alias_views)
   int64_t native_loops = 0;     // loops (and epilogues) run as generated code
