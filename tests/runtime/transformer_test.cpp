@@ -2,6 +2,7 @@
 // position sees a later one), the attention layer's shapes and gradients, LayerNorm's module
 // defaults, and AdamW decaying only the parameters it is told to.
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/compiler/compile.h"
 #include "xla_spawn/runtime/graph.h"
+#include "xla_spawn/runtime/kernels/elementary.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
 #include "xla_spawn/runtime/nn/attention.h"
 #include "xla_spawn/runtime/nn/embedding.h"
 #include "xla_spawn/runtime/nn/layer_norm.h"
@@ -262,6 +265,56 @@ TEST(ArenaPacking, ATransformerStepKeepsItsArenaNearItsPeakOfLiveBytes) {
   EXPECT_GE(stats.arena_bytes, stats.peak_live_bytes);
   EXPECT_LE(static_cast<double>(stats.arena_bytes), 1.15 * static_cast<double>(stats.peak_live_bytes))
       << "arena " << stats.arena_bytes << " bytes, peak live " << stats.peak_live_bytes;
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// The causal softmax and its gradient are, bit for bit, the row-by-row formulation over the
+// n = r % T + 1 valid columns (row_sum's fixed lane order, which replicas rely on), computed
+// here with the same helpers: rows of every length around the 16-lane width, and non-finite
+// values in the masked columns, which must not reach the result (the masked product blocks
+// are not always zeroed, e.g. scores that are also returned).
+TEST(CausalSoftmaxKernel, EqualsTheValidColumnsFormulationBitForBit) {
+  for (int64_t t : {1, 7, 16, 17, 37, 128}) {
+    const int64_t rows = 2 * t;  // two matrices of T x T
+    std::vector<float> x(static_cast<size_t>(rows * t)), g(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<float>(std::sin(0.61 * static_cast<double>(i)) * 9.0);
+      g[i] = static_cast<float>(std::cos(0.23 * static_cast<double>(i)) * 3.0);
+      const int64_t r = static_cast<int64_t>(i) / t, c = static_cast<int64_t>(i) % t;
+      if (c > r % t) {
+        x[i] = (c % 3 == 0) ? NAN : (c % 3 == 1 ? INFINITY : 1e30f);
+        g[i] = (c % 2 == 0) ? INFINITY : NAN;
+      }
+    }
+    std::vector<float> want_y(x.size(), 0.0f), want_dx(x.size(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t n = r % t + 1;
+      const float* xr = x.data() + r * t;
+      float* yr = want_y.data() + r * t;
+      const float top = detail::row_max(xr, n);
+      for (int64_t j = 0; j < n; ++j) yr[j] = detail::exp_of(xr[j] - top);
+      const double total = detail::row_sum(n, [&](int64_t j) { return static_cast<double>(yr[j]); });
+      const float scale = static_cast<float>(1.0 / total);
+      for (int64_t j = 0; j < n; ++j) yr[j] *= scale;
+      const float* gr = g.data() + r * t;
+      const float s = static_cast<float>(
+          detail::row_sum(n, [&](int64_t j) { return static_cast<double>(yr[j]) * gr[j]; }));
+      for (int64_t j = 0; j < n; ++j) want_dx[r * t + j] = yr[j] * (gr[j] - s);
+    }
+    ScopedRuntime rt;
+    const Tensor tx = Tensor::from_vector<float>(x, {2, t, t});
+    const Tensor y = causal_softmax(tx);
+    const Tensor dx = softmax_grad(Tensor::from_vector<float>(want_y, {2, t, t}), Tensor::from_vector<float>(g, {2, t, t}), true);
+    mark_step();
+    const std::vector<float> got_y = y.to_vector<float>(), got_dx = dx.to_vector<float>();
+    ASSERT_EQ(std::memcmp(got_y.data(), want_y.data(), x.size() * sizeof(float)), 0) << "softmax, T = " << t;
+    ASSERT_EQ(std::memcmp(got_dx.data(), want_dx.data(), x.size() * sizeof(float)), 0) << "gradient, T = " << t;
+  }
 }
 
 }  // namespace
