@@ -36,8 +36,11 @@ bool in_place_reshape(const Kernel& k, int s) {
          k.out_storage == s && no_loop(k);
 }
 
+// An op's epilogue loop loads its own result from out_storage: that read is of the new value,
+// never of the one being replaced.
 void replace_reads(Kernel& k, int from, int to) {
   if (k.kind != Kernel::Kind::kLoop) std::replace(k.in_storage.begin(), k.in_storage.end(), from, to);
+  if (k.kind != Kernel::Kind::kLoop && k.out_storage == from) return;
   for (auto& l : k.loop.loads) if (l.storage == from) l.storage = to;
 }
 
@@ -223,6 +226,11 @@ bool ViewPass::try_slice(size_t at) {
     if (in_place_reshape(k, s)) {
       users.push_back(t);
       continue;
+    }
+    // An op writing s without reading it: its epilogue's loads of s are the op's result.
+    if (k.kind != Kernel::Kind::kLoop && k.out_storage == s &&
+        std::find(k.in_storage.begin(), k.in_storage.end(), s) == k.in_storage.end()) {
+      break;
     }
     if (reads(k, s)) {
       users.push_back(t);

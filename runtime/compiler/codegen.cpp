@@ -404,7 +404,9 @@ class LoopEmitter {
     } else {
       return nullptr;
     }
-    return out == DType::kF64 ? v : b_.CreateFPTrunc(v, lanes(b_.getFloatTy(), w));
+    if (out == DType::kF64) return v;
+    llvm::Value* f = b_.CreateFPTrunc(v, lanes(b_.getFloatTy(), w));
+    return out == DType::kBF16 ? widen_bf16(round_bf16(f)) : f;  // the bf16 value the op kernel stores
   }
 
   llvm::Value* to_byte(llvm::Value* i1) { return b_.CreateZExt(i1, lanes(b_.getInt8Ty(), width(i1))); }

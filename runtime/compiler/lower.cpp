@@ -77,6 +77,20 @@ class Lowering {
     return false;
   }
 
+  // The nodes that read value v where it is stored: its consumers, with a random value that
+  // loops compute again (a draw from seed v) standing for the consumers that compute it.
+  std::vector<int> readers(int v) const {
+    std::vector<int> out;
+    for (int c : consumers_[v]) {
+      if (!recomputed(c)) {
+        out.push_back(c);
+        continue;
+      }
+      for (int r : readers(c)) out.push_back(r);
+    }
+    return out;
+  }
+
   // Whether value q can be read by group g: computed by g or an earlier group, a leaf, or
   // recomputed from operands that are.
   bool readable_in(int q, int g) const {
@@ -109,7 +123,7 @@ class Lowering {
     for (int m : groups_[h].members) {
       if (gr.kind == Kernel::Kind::kMatmul &&
           (!gr.epilogue_ok || w_.nodes[m].type.dtype != w_.nodes[gr.node].type.dtype)) return;
-      for (int c : consumers_[m]) {
+      for (int c : readers(m)) {
         const int k = group_of_[c];
         if (k >= 0 && k != h && k != g && k < g) return;
         if (c == gr.node) return;  // the GEMM itself reads it: it must exist before the GEMM

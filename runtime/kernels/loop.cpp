@@ -222,7 +222,10 @@ void random_block(void* o, const void* seed, const void* index, const void* p, i
   auto* idx = static_cast<const int64_t*>(index);
   for (int64_t i = 0; i < n; ++i) {
     const double pi = kOp == Op::kBernoulli ? static_cast<const float*>(p)[i] : 0.0;
-    out[i] = static_cast<R>(random_value(kOp, kOut, s, static_cast<uint64_t>(idx[i]), pi));
+    const R v = static_cast<R>(random_value(kOp, kOut, s, static_cast<uint64_t>(idx[i]), pi));
+    // A bf16 draw is the bf16 value the op kernel stores, wherever a loop reads it.
+    if constexpr (kOut == DType::kBF16) out[i] = BF16::from_float(v).to_float();
+    else out[i] = v;
   }
 }
 

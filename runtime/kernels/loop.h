@@ -74,7 +74,8 @@ LoadPlan load_plan(const LoopLoad& load, const Shape& loop_shape);
 BlockFn elementwise_block_fn(Op op, DType in, DType out);
 
 // The block function of a random op (kRandom) with result dtype `out`: out = random.h's value
-// for (seed a, flat index b, p c: f32, bernoulli only) in the result's compute type.
+// for (seed a, flat index b, p c: f32, bernoulli only) in the result's compute type, rounded
+// to bf16 for a bf16 result (so readers in the loop see the value the op kernel stores).
 BlockFn random_block_fn(Op op, DType out);
 void run_loop(const LoopKernel& loop, void* const* storage);
 std::string loop_text(const LoopKernel& loop);

@@ -245,11 +245,13 @@ TEST(CodegenRandom, DrawsInLoopsMatchTheOpKernelBitForBit) {
         RuntimeOptions options = RuntimeOptions::from_env();
         options.codegen = codegen;
         ScopedRuntime rt(options);
-        std::vector<Tensor> stored, inlined;
+        std::vector<Tensor> stored, inlined, widened;
         const Tensor one = Tensor::from_vector<float>({1.0f}, {}, dtype);  // data: x * 1 is not folded
         for (size_t i = 0; i < shapes.size(); ++i) {
           stored.push_back(draw(op, shapes[i], dtype, 11 + static_cast<int64_t>(i)));
           inlined.push_back(draw(op, shapes[i], dtype, 11 + static_cast<int64_t>(i)) * one);
+          // Read in a loop at another dtype: a bf16 draw is read as its bf16 value.
+          if (dtype != DType::kF64) widened.push_back(cast(draw(op, shapes[i], dtype, 11 + static_cast<int64_t>(i)), DType::kF64));
         }
         mark_step();
         const std::string what = fmt::format("{} {} codegen {}", op_name(op), dtype_name(dtype), codegen);
@@ -259,6 +261,12 @@ TEST(CodegenRandom, DrawsInLoopsMatchTheOpKernelBitForBit) {
           const std::vector<uint8_t> want = reference_bytes(op, shapes[i], dtype, 11 + static_cast<int64_t>(i));
           EXPECT_EQ(bytes_of(stored[i]), want) << what << " stored, shape " << fmt::format("{}", shapes[i]);
           EXPECT_EQ(bytes_of(inlined[i]), want) << what << " computed in a loop, shape " << fmt::format("{}", shapes[i]);
+          if (dtype == DType::kF64) continue;
+          const std::vector<double> got = widened[i].to_vector<double>();
+          for (int64_t j = 0; j < numel(shapes[i]); ++j) {
+            ASSERT_EQ(got[j], load_element(want.data(), dtype, j)) << what << " read as f64, shape "
+                                                                    << fmt::format("{}", shapes[i]) << ", element " << j;
+          }
         }
       }
     }
@@ -334,6 +342,34 @@ TEST(CodegenRandom, ADrawReadOutsideALoopOrAtAnotherShapeIsStoredOnce) {
       EXPECT_NEAR(p[i * 4 + j], want, 1e-6) << i << "," << j;
     }
   for (int i = 0; i < 12; ++i) EXPECT_EQ(sp[i], 0.5f + rowv[i % 4]) << i;
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// A loop that makes a draw's seed may be merged into a later loop only if no loop between
+// them computes the draw from that seed (a draw has no kernel of its own, so its readers
+// are the seed's readers).
+TEST(CodegenRandom, TheLoopThatMakesASeedStaysBeforeTheLoopsThatDrawFromIt) {
+  for (bool codegen : {true, false}) {
+    RuntimeOptions options = RuntimeOptions::from_env();
+    options.codegen = codegen;
+    ScopedRuntime rt(options);
+    const Tensor seed = Tensor::from_vector<int64_t>({5}, {}) + Tensor::from_vector<int64_t>({1}, {});
+    const Tensor c = cast(seed, DType::kF32);
+    const Tensor x = Tensor::from_vector<float>(std::vector<float>(40, 2.0f), {40});
+    const Tensor y = x * rand_uniform({40}, DType::kF32, seed);
+    const Tensor v = c + sum(y);
+    mark_step();
+    const std::vector<uint8_t> want_bytes = reference_bytes(Op::kRandUniform, {40}, DType::kF32, 6);
+    const auto* want = reinterpret_cast<const float*>(want_bytes.data());
+    const std::vector<float> got = y.to_vector<float>();
+    for (int i = 0; i < 40; ++i) ASSERT_EQ(got[i], 2.0f * want[i]) << "codegen " << codegen << ", element " << i;
+    EXPECT_GT(v.item(), 6.0);
+  }
 }
 
 }  // namespace

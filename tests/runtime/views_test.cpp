@@ -105,6 +105,28 @@ TEST(AliasViews, SliceOfABufferChangedWhileItIsReadStaysACopy) {
   EXPECT_FLOAT_EQ(with.values[1][0], 3 * std::exp(0.3f));  // the slice before the reduction
 }
 
+// The slot of a slice's value is reused by a matmul whose epilogue reads the matmul's result
+// from it: that read is of the new value, not of the slice (once made a view of the slice).
+TEST(AliasViews, AGemmEpilogueInTheSlicesSlotReadsItsOwnResult) {
+  auto seq = [](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7) % 11 - 5) * scale;
+    return v;
+  };
+  auto step = [&] {
+    const Tensor x = Tensor::from_vector<float>(seq(24, 0.5f), {4, 6});
+    const Tensor a = Tensor::from_vector<float>(seq(16, 0.25f), {4, 4});
+    const Tensor b = Tensor::from_vector<float>(seq(24, 0.125f), {4, 6});
+    const Tensor w = Tensor::from_vector<float>(seq(24, 1.0f), {6, 4});
+    const Tensor head = relu(slice(x, 0, 0, 2) - 0.25);
+    const Tensor out = matmul(matmul(a, b) + x, w);
+    return std::vector<Tensor>{head, out};
+  };
+  const StepResult with = run_step(true, step);
+  const StepResult without = run_step(false, step);
+  EXPECT_EQ(with.values, without.values);
+}
+
 TEST(AliasViews, ConcatWhoseOperandIsReadAgainStaysACopy) {
   auto step = [] {
     const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4}, {4});
