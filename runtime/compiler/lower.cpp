@@ -18,8 +18,8 @@
 // (each with the values that took it over in place, and the groups from its first write to
 // its last read) are then packed into slots largest first, each into the smallest slot
 // whose values it outlives or precedes, else a new slot of its size; so a slot is sized by
-// its first value and never grown (slots grown for a larger value as they came free in
-// program order made the GPT step's arena 44% above its peak of live bytes).
+// its first value and never grown (a slot grown for one large value as it comes free in
+// program order then holds small ones while the next large value needs a slot of its own).
 #include <algorithm>
 #include <functional>
 #include <map>
