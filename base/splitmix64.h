@@ -18,11 +18,14 @@ namespace xs {
 // 2^64 / golden ratio: splitmix64's increment.
 inline constexpr uint64_t kSplitMix64Increment = 0x9e3779b97f4a7c15ull;
 
-// splitmix64's output function: a bijective 64-bit mix.
+// splitmix64's output function: a bijective 64-bit mix (the runtime's generated code repeats
+// it from these constants).
+inline constexpr uint64_t kSplitMix64Mul1 = 0xbf58476d1ce4e5b9ull, kSplitMix64Mul2 = 0x94d049bb133111ebull;
+inline constexpr int kSplitMix64Shift1 = 30, kSplitMix64Shift2 = 27, kSplitMix64Shift3 = 31;
 inline uint64_t splitmix64_finalize(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  z = (z ^ (z >> kSplitMix64Shift1)) * kSplitMix64Mul1;
+  z = (z ^ (z >> kSplitMix64Shift2)) * kSplitMix64Mul2;
+  return z ^ (z >> kSplitMix64Shift3);
 }
 
 class SplitMix64 {

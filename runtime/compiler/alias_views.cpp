@@ -30,17 +30,22 @@ bool writes(const Kernel& k, int s) {
   return std::any_of(k.loop.stores.begin(), k.loop.stores.end(), [s](const auto& st) { return st.storage == s; });
 }
 
+// Whether k reads the value s holds before k runs: an op's epilogue loop that loads the op's
+// own output reads the op's result, not the old value.
+bool reads_old_value(const Kernel& k, int s) {
+  if (k.kind == Kernel::Kind::kLoop) return reads(k, s);
+  if (std::find(k.in_storage.begin(), k.in_storage.end(), s) != k.in_storage.end()) return true;
+  return k.out_storage != s && reads(k, s);
+}
+
 // reshape(s) -> s moves no data.
 bool in_place_reshape(const Kernel& k, int s) {
   return k.kind == Kernel::Kind::kOp && k.op == Op::kReshape && k.in_storage.size() == 1 && k.in_storage[0] == s &&
          k.out_storage == s && no_loop(k);
 }
 
-// An op's epilogue loop loads its own result from out_storage: that read is of the new value,
-// never of the one being replaced.
 void replace_reads(Kernel& k, int from, int to) {
   if (k.kind != Kernel::Kind::kLoop) std::replace(k.in_storage.begin(), k.in_storage.end(), from, to);
-  if (k.kind != Kernel::Kind::kLoop && k.out_storage == from) return;
   for (auto& l : k.loop.loads) if (l.storage == from) l.storage = to;
 }
 
@@ -97,11 +102,7 @@ class ViewPass {
         continue;
       }
       if (!writes(k, s)) return -1;
-      // Only a GEMM's epilogue loop may load `s`: that is the GEMM's result, not the old value.
-      const bool reads_old = k.kind == Kernel::Kind::kLoop
-                                 ? reads(k, s)
-                                 : std::find(k.in_storage.begin(), k.in_storage.end(), s) != k.in_storage.end();
-      return reads_old ? -1 : static_cast<int>(t);
+      return reads_old_value(k, s) ? -1 : static_cast<int>(t);
     }
     return -1;
   }
@@ -227,12 +228,7 @@ bool ViewPass::try_slice(size_t at) {
       users.push_back(t);
       continue;
     }
-    // An op writing s without reading it: its epilogue's loads of s are the op's result.
-    if (k.kind != Kernel::Kind::kLoop && k.out_storage == s &&
-        std::find(k.in_storage.begin(), k.in_storage.end(), s) == k.in_storage.end()) {
-      break;
-    }
-    if (reads(k, s)) {
+    if (reads_old_value(k, s)) {
       users.push_back(t);
       last_read = t;
     }

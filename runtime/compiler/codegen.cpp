@@ -365,9 +365,9 @@ class LoopEmitter {
   llvm::Value* mix64(llvm::Value* x) {
     auto k = [&](uint64_t v) { return llvm::ConstantInt::get(x->getType(), v); };
     x = b_.CreateAdd(x, k(kSplitMix64Increment));
-    x = b_.CreateMul(b_.CreateXor(x, b_.CreateLShr(x, k(30))), k(0xbf58476d1ce4e5b9ull));
-    x = b_.CreateMul(b_.CreateXor(x, b_.CreateLShr(x, k(27))), k(0x94d049bb133111ebull));
-    return b_.CreateXor(x, b_.CreateLShr(x, k(31)));
+    x = b_.CreateMul(b_.CreateXor(x, b_.CreateLShr(x, k(kSplitMix64Shift1))), k(kSplitMix64Mul1));
+    x = b_.CreateMul(b_.CreateXor(x, b_.CreateLShr(x, k(kSplitMix64Shift2))), k(kSplitMix64Mul2));
+    return b_.CreateXor(x, b_.CreateLShr(x, k(kSplitMix64Shift3)));
   }
   llvm::Value* unit(llvm::Value* seed_mix, llvm::Value* i) {
     auto k = [&](uint64_t v) { return llvm::ConstantInt::get(i->getType(), v); };
@@ -390,8 +390,7 @@ class LoopEmitter {
     llvm::Value* v;
     if (op == Op::kRandUniform) {
       v = unit(seed_mix, index);
-      const double top = out == DType::kF32 ? 1.0 - 0x1.0p-25 : out == DType::kBF16 ? 1.0 - 0x1.0p-9 : 2.0;
-      v = b_.CreateSelect(b_.CreateFCmpOGE(v, fconst(v, top)), zero_like(v), v);
+      v = b_.CreateSelect(b_.CreateFCmpOGE(v, fconst(v, random_uniform_top(out))), zero_like(v), v);
     } else if (op == Op::kRandNormal) {
       llvm::Value* twice = b_.CreateShl(index, llvm::ConstantInt::get(index->getType(), 1));
       llvm::Value* u1 = b_.CreateFSub(llvm::ConstantFP::get(lanes(b_.getDoubleTy(), w), 1.0), unit(seed_mix, twice));

@@ -71,8 +71,8 @@ class Lowering {
     const bool random = is_random(w_.nodes[v].op);
     for (int c : consumers_[v]) {
       const GNode& n = w_.nodes[c];
-      if (!is_elementwise(n.op) && !(is_random(n.op) && !random)) return true;
-      if (random && n.type.shape != w_.nodes[v].type.shape) return true;
+      const bool in_a_loop = is_elementwise(n.op) || (!random && is_random(n.op));  // a draw's p
+      if (!in_a_loop || (random && n.type.shape != w_.nodes[v].type.shape)) return true;
     }
     return false;
   }
@@ -329,25 +329,28 @@ class Lowering {
     std::vector<int> last_use(w_.nodes.size(), -1);
     for (size_t g = 0; g < groups_.size(); ++g)
       for (int u : uses(static_cast<int>(g))) last_use[u] = static_cast<int>(g);
-    std::vector<int> first, last;  // per storage: the groups it is live over (arena values)
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       const int g = static_cast<int>(gi);
       std::vector<int> dying;
       for (int u : uses(g)) if (last_use[u] == g && !is_root_[u]) dying.push_back(u);
-      for (int d : defs(g)) {
-        const int sid = take_storage(g, d, dying);
-        storage_of_[d] = sid;
-        if (first.size() < p_.storages.size()) first.resize(p_.storages.size(), -1), last.resize(p_.storages.size(), -1);
-        if (first[sid] < 0) first[sid] = g;
-        last[sid] = std::max({last[sid], g, last_use[d]});
-      }
+      for (int d : defs(g)) storage_of_[d] = take_storage(g, d, dying);
       for (int u : dying) {
         if (u < 0) continue;
         const Storage& s = p_.storages[storage_of_[u]];
         if (s.kind == Storage::Kind::kInput && donated_[s.index]) donated_pool_.push_back(storage_of_[u]);
       }
     }
-    first.resize(p_.storages.size(), -1), last.resize(p_.storages.size(), -1);
+    // Per storage, the groups it is live over: from its first value's group to its last
+    // value's last use.
+    std::vector<int> first(p_.storages.size(), -1), last(p_.storages.size(), -1);
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      const int g = static_cast<int>(gi);
+      for (int d : defs(g)) {
+        const int s = storage_of_[d];
+        if (first[s] < 0) first[s] = g;
+        last[s] = std::max({last[s], g, last_use[d]});
+      }
+    }
     pack_arena(first, last);
     for (size_t b : p_.arena_slot_bytes) p_.stats.arena_bytes += static_cast<int64_t>(b);
     for (int r : w_.roots) {

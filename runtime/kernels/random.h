@@ -24,6 +24,12 @@ inline uint64_t random_draw(uint64_t seed, uint64_t i) { return mix64(mix64(seed
 // The top 53 bits as a double in [0, 1).
 inline double random_unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
 
+// The smallest uniform value that would round up to 1 in `dt` (f32: 1 - 2^-25, bf16:
+// 1 - 2^-9); none for f64, which holds every value below 1.
+inline double random_uniform_top(DType dt) {
+  return dt == DType::kF32 ? 1.0 - 0x1.0p-25 : dt == DType::kBF16 ? 1.0 - 0x1.0p-9 : 2.0;
+}
+
 // Element i of a draw of `op` whose result has dtype `dt`, as a double (then converted to the
 // result's dtype as any double is: to f32, and from there rounded to bf16). Uniform values
 // that would round up to 1 in f32 (or bf16) are 0, so the result stays in [0, 1); normal is
@@ -31,9 +37,7 @@ inline double random_unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x
 inline double random_value(Op op, DType dt, uint64_t seed, uint64_t i, double p) {
   if (op == Op::kRandUniform) {
     const double v = random_unit(random_draw(seed, i));
-    if (dt == DType::kF32 && v >= 1.0 - 0x1.0p-25) return 0;
-    if (dt == DType::kBF16 && v >= 1.0 - 0x1.0p-9) return 0;
-    return v;
+    return v >= random_uniform_top(dt) ? 0 : v;
   }
   if (op == Op::kRandNormal) {
     const double u1 = 1.0 - random_unit(random_draw(seed, 2 * i)), u2 = random_unit(random_draw(seed, 2 * i + 1));
