@@ -75,7 +75,7 @@ void check_finite_loss(double loss, int64_t step) {
   throw Error(fmt::format(
       "step {}: the loss is {} on ordinal {}: the run diverged (a learning rate too high?) or a parameter "
       "buffer was overwritten; XLA_SPAWN_DEBUG_REPLICAS=1 compares the replicas' parameters every step",
-      step, loss, ordinal()));
+      step, std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf", ordinal()));  // a NaN's sign means nothing
 }
 
 }  // namespace xs::xm

@@ -65,7 +65,11 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
       else detail::run_op_kernel(k.op, k.attrs, args, out, env);
     }
     if (k.loop.steps.empty()) continue;
-    if (detail::NativeLoopFn fn = native ? native->fn(i) : nullptr) fn(ptr.data());
+    if (detail::NativeLoopFn fn = native ? native->fn(i) : nullptr) {
+      thread_local std::vector<double> reduce_scratch;  // a reduction's acc[i], when inner > 1
+      if (k.loop.reduce) reduce_scratch.resize(static_cast<size_t>(k.loop.reduce->inner));
+      fn(ptr.data(), reduce_scratch.data());
+    }
     else detail::run_loop(k.loop, ptr.data());
   }
   std::vector<BufferPtr> results;
@@ -102,10 +106,10 @@ const std::vector<int>& Program::collective_slots() {
 std::string Program::text() const {
   std::string out = fmt::format(
       "program: {} kernels, nodes {} -> {} (folded {}, cse {}, dce {}), fused loops {} ({} ops), "
-      "matmul epilogues {}, gemm accumulates {}, causal products {}, in place {}, donated outputs {}, views {}, arena {} bytes "
+      "fused reductions {}, matmul epilogues {}, gemm accumulates {}, causal products {}, in place {}, donated outputs {}, views {}, arena {} bytes "
       "(peak live {}), native loops {}, interpreted loops {}\n",
       stats.kernels, stats.nodes_in, stats.nodes_out, stats.folded, stats.cse_merged, stats.dce_removed,
-      stats.fused_loops, stats.fused_ops, stats.matmul_epilogues, stats.gemm_accumulates, stats.causal_products, stats.in_place, stats.donated_outputs,
+      stats.fused_loops, stats.fused_ops, stats.fused_reductions, stats.matmul_epilogues, stats.gemm_accumulates, stats.causal_products, stats.in_place, stats.donated_outputs,
       stats.views, stats.arena_bytes, stats.peak_live_bytes, stats.native_loops, stats.interpreted_loops);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];

@@ -33,6 +33,7 @@ struct CompileStats {
   int64_t fused_loops = 0;      // loop kernels holding more than one elementwise op
   int64_t fused_ops = 0;        // elementwise ops inside those loops
   int64_t matmul_epilogues = 0; // matmuls with elementwise ops fused after the GEMM
+  int64_t fused_reductions = 0; // sums, means, maxima, minima accumulated by their operand's loop
   int64_t gemm_accumulates = 0; // x * s + a b done as one GEMM with beta = s
   int64_t causal_products = 0;  // matmuls that skip a causal attention's masked blocks
   int64_t in_place = 0;         // outputs written over a dying input's storage

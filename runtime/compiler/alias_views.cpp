@@ -13,7 +13,9 @@
 namespace xs {
 namespace {
 
-bool no_loop(const Kernel& k) { return k.loop.steps.empty() && k.loop.loads.empty() && k.loop.stores.empty(); }
+bool no_loop(const Kernel& k) {
+  return k.loop.steps.empty() && k.loop.loads.empty() && k.loop.stores.empty() && !k.loop.reduce;
+}
 
 bool reads(const Kernel& k, int s) {
   if (k.kind != Kernel::Kind::kLoop && std::find(k.in_storage.begin(), k.in_storage.end(), s) != k.in_storage.end()) {
@@ -27,6 +29,7 @@ bool writes(const Kernel& k, int s) {
   if (std::any_of(k.out_pieces.begin(), k.out_pieces.end(), [s](const Kernel::Piece& p) { return p.storage == s; })) {
     return true;
   }
+  if (k.loop.reduce && k.loop.reduce->storage == s) return true;
   return std::any_of(k.loop.stores.begin(), k.loop.stores.end(), [s](const auto& st) { return st.storage == s; });
 }
 
@@ -52,6 +55,7 @@ void replace_reads(Kernel& k, int from, int to) {
 void replace_writes(Kernel& k, int from, int to) {
   if (k.kind != Kernel::Kind::kLoop && k.out_storage == from) k.out_storage = to;
   for (auto& st : k.loop.stores) if (st.storage == from) st.storage = to;
+  if (k.loop.reduce && k.loop.reduce->storage == from) k.loop.reduce->storage = to;
 }
 
 size_t bytes_of(const ValueType& t) { return numel(t.shape) * dtype_size(t.dtype); }
@@ -146,6 +150,7 @@ class ViewPass {
         if (l.storage >= 0) note(l.storage, numel(l.shape) * dtype_size(l.dtype));
       }
       for (const auto& st : k.loop.stores) note(st.storage, numel(k.loop.shape) * dtype_size(st.dtype));
+      if (const auto& r = k.loop.reduce) note(r->storage, r->outer * r->inner * dtype_size(r->dtype));
     }
     p_.stats.arena_bytes = 0;
     for (size_t s = 0; s < p_.storages.size(); ++s) {

@@ -5,6 +5,13 @@
 //     for col in [0, cols) by kLanes:   vector body: load, apply the steps, store
 //     for col in the rest:              the same body on one element
 //
+// A loop with a reduction (LoopReduce, [outer, reduced, inner]) takes its rows from it. Over a
+// whole run (inner == 1) a row is one run: a sum adds the vector body's lanes into sixteen
+// double lanes carried through the row (row_sum's lanes: column j into lane j % 16), a max or
+// min folds the values into one scalar in column order; the row's result is stored at its end.
+// Otherwise a row is one r of one o and its columns the i: each updates acc[i] (doubles in
+// the caller's scratch) in r order, and the last r of each o stores them.
+//
 // The vectors are explicit (kLanes elements of every register's compute type), so no
 // optimiser has to prove the loop free of dependences: an in-place loop (output over its
 // dying input) loads each vector before it stores it, as the interpreter loads each block
@@ -142,8 +149,9 @@ Kind kind_of(DType d) {
 }
 
 // Whether the loads of `loop` share one row structure: every patterned load (kTile, kSpread,
-// kRun) has the same period, and none is a general broadcast. Sets `cols` (the period, or the
-// whole loop).
+// kRun) has the same period, and none is a general broadcast; with a reduction, the period is
+// its row (the reduced run when inner == 1, else inner). Sets `cols` (the period, the
+// reduction's row, or the whole loop).
 bool row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t& cols) {
   const int64_t n = numel(loop.shape);
   cols = n;
@@ -161,6 +169,11 @@ bool row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t
         break;
     }
   }
+  if (const auto& r = loop.reduce) {
+    const int64_t row = r->inner == 1 ? r->reduced : r->inner;
+    if (patterned && cols != row) return false;
+    cols = row;
+  }
   return n == 0 || cols > 0;
 }
 
@@ -169,7 +182,7 @@ class LoopEmitter {
   LoopEmitter(llvm::Module& module, const LoopKernel& loop, const std::string& name)
       : ctx_(module.getContext()), module_(module), b_(ctx_), loop_(loop) {
     llvm::Type* ptr = b_.getInt8PtrTy();
-    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr->getPointerTo()}, false);
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr->getPointerTo(), b_.getDoubleTy()->getPointerTo()}, false);
     fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
     fn_->addFnAttr("prefer-vector-width", "512");
@@ -184,7 +197,10 @@ class LoopEmitter {
     plans_ = std::move(plans);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
     const int64_t n = numel(loop_.shape);
-    if (n > 0 && !emit_body_loops(n, cols)) return false;
+    if (n > 0) {
+      setup();
+      if (!(loop_.reduce ? emit_reduce_loops(n, cols) : emit_body_loops(n, cols))) return false;
+    }
     b_.CreateRetVoid();
     return true;
   }
@@ -280,7 +296,31 @@ class LoopEmitter {
     return nullptr;
   }
 
-  bool emit_body_loops(int64_t n, int64_t cols) {
+  // `for (i = begin; i < end; i += step) carried = body(i, carried)`; returns the final value.
+  llvm::Value* for_loop_carrying(llvm::Value* begin, llvm::Value* end, int64_t step, llvm::Value* init,
+                                 const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
+    auto* inside = llvm::BasicBlock::Create(ctx_, "body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
+    llvm::PHINode* carried = b_.CreatePHI(init->getType(), 2);
+    i->addIncoming(begin, pre);
+    carried->addIncoming(init, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
+    b_.SetInsertPoint(inside);
+    llvm::Value* next = body(i, carried);
+    i->addIncoming(b_.CreateAdd(i, b_.getInt64(step)), b_.GetInsertBlock());
+    carried->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+    return carried;
+  }
+
+  // Storage pointers and loop-invariant loads, once at the entry.
+  void setup() {
     llvm::Argument* storage = fn_->getArg(0);
     base_.assign(0, nullptr);
     auto use_storage = [&](int s) {
@@ -299,17 +339,27 @@ class LoopEmitter {
       if (plans_[i].mode != LoadMode::kFixed) continue;
       fixed_[i] = l.storage < 0 ? constant(l.dtype, l.constant) : load(l.storage, l.dtype, b_.getInt64(0), 1);
     }
+    if (loop_.reduce) use_storage(loop_.reduce->storage);
+  }
+
+  // The per-row values of row `row` (kSpread, kRun loads).
+  Regs row_values(llvm::Value* row) {
+    Regs per_row(loop_.loads.size(), nullptr);
+    for (size_t i = 0; i < loop_.loads.size(); ++i) {
+      const LoopLoad& l = loop_.loads[i];
+      const LoadPlan& p = plans_[i];
+      if (p.mode == LoadMode::kSpread) per_row[i] = load(l.storage, l.dtype, row, 1);
+      if (p.mode == LoadMode::kRun) per_row[i] = load(l.storage, l.dtype, b_.CreateSRem(row, b_.getInt64(p.count)), 1);
+    }
+    return per_row;
+  }
+
+  bool emit_body_loops(int64_t n, int64_t cols) {
     const int64_t rows = n / cols;
     const int64_t vector_end = cols - cols % kLanes;
     bool ok = true;
     for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
-      Regs per_row(loop_.loads.size(), nullptr);
-      for (size_t i = 0; i < loop_.loads.size(); ++i) {
-        const LoopLoad& l = loop_.loads[i];
-        const LoadPlan& p = plans_[i];
-        if (p.mode == LoadMode::kSpread) per_row[i] = load(l.storage, l.dtype, row, 1);
-        if (p.mode == LoadMode::kRun) per_row[i] = load(l.storage, l.dtype, b_.CreateSRem(row, b_.getInt64(p.count)), 1);
-      }
+      const Regs per_row = row_values(row);
       llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
       auto body = [&](unsigned w) {
         return [&, w](llvm::Value* col) {
@@ -322,8 +372,9 @@ class LoopEmitter {
     return ok;
   }
 
-  // Loads, steps and stores for `w` elements from flat index `flat` (column `col` of a row).
-  bool emit_body(unsigned w, llvm::Value* flat, llvm::Value* col, const Regs& per_row) {
+  // Loads, steps and stores for `w` elements from flat index `flat` (column `col` of a row);
+  // with `reduced`, also the reduction's register as doubles (LoopReduce's values).
+  bool emit_body(unsigned w, llvm::Value* flat, llvm::Value* col, const Regs& per_row, llvm::Value** reduced = nullptr) {
     Regs reg(loop_.reg_dtype.size(), nullptr);
     for (size_t i = 0; i < loop_.loads.size(); ++i) {
       const LoopLoad& l = loop_.loads[i];
@@ -347,7 +398,111 @@ class LoopEmitter {
       if (reg[s.out] == nullptr) return false;
     }
     for (const LoopStore& st : loop_.stores) store(st.storage, st.dtype, flat, reg[st.reg]);
+    if (reduced != nullptr) {
+      llvm::Value* v = reg[loop_.reduce->reg];
+      if (loop_.reg_dtype[loop_.reduce->reg] == DType::kBF16) v = widen_bf16(round_bf16(v));
+      *reduced = b_.CreateFPExt(v, lanes(b_.getDoubleTy(), w));  // f64: no-op
+    }
     return true;
+  }
+
+  // The loop with its reduction (see the top of this file).
+  bool emit_reduce_loops(int64_t n, int64_t cols) {
+    const LoopReduce& r = *loop_.reduce;
+    const int64_t rows = n / cols;
+    const bool sum = r.op == Op::kSum || r.op == Op::kMean;
+    llvm::Type* f64 = b_.getDoubleTy();
+    bool ok = true;
+    // The value of w columns from `col` of `row` as doubles.
+    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) -> llvm::Value* {
+      llvm::Value* v = nullptr;
+      if (ok) ok = emit_body(w, b_.CreateAdd(row_start, col), col, per_row, &v);
+      return ok ? v : llvm::UndefValue::get(lanes(f64, w));
+    };
+    // acc replaced by v where reduce_typed's scan takes v: r == 0 (`first`), v > acc (max) or
+    // v < acc (min), or v is NaN.
+    auto pick = [&](llvm::Value* v, llvm::Value* acc, llvm::Value* first) {
+      llvm::Value* better = r.op == Op::kMax ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
+      llvm::Value* take = b_.CreateOr(better, b_.CreateFCmpUNO(v, v));
+      if (first != nullptr) take = b_.CreateOr(take, first);
+      return b_.CreateSelect(take, v, acc);
+    };
+    // Stores result (doubles; a sum, divided by `reduced` for a mean) at out[index...].
+    auto finish = [&](llvm::Value* index, llvm::Value* result) {
+      if (r.op == Op::kMean) result = b_.CreateFDiv(result, fconst(result, static_cast<double>(r.reduced)));
+      if (r.dtype != DType::kF64) result = b_.CreateFPTrunc(result, lanes(b_.getFloatTy(), width(result)));
+      store(r.storage, r.dtype, index, result);
+    };
+    const int64_t vector_end = cols - cols % kLanes;
+    if (r.inner == 1) {
+      for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
+        const Regs per_row = row_values(row);
+        llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
+        llvm::Value* result;
+        if (sum) {
+          llvm::Value* acc = llvm::Constant::getNullValue(lanes(f64, kLanes));
+          acc = for_loop_carrying(b_.getInt64(0), b_.getInt64(vector_end), kLanes, acc, [&](llvm::Value* col, llvm::Value* a) {
+            return b_.CreateFAdd(a, value(per_row, row_start, col, kLanes));
+          });
+          acc = for_loop_carrying(b_.getInt64(vector_end), b_.getInt64(cols), 1, acc, [&](llvm::Value* col, llvm::Value* a) {
+            llvm::Value* lane = b_.CreateSub(col, b_.getInt64(vector_end));
+            return b_.CreateInsertElement(a, b_.CreateFAdd(b_.CreateExtractElement(a, lane), value(per_row, row_start, col, 1)), lane);
+          });
+          result = llvm::ConstantFP::get(f64, 0.0);
+          for (unsigned lane = 0; lane < kLanes; ++lane) result = b_.CreateFAdd(result, b_.CreateExtractElement(acc, lane));
+        } else {
+          const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
+          llvm::Value* acc = value(per_row, row_start, b_.getInt64(0), 1);
+          acc = for_loop_carrying(b_.getInt64(1), b_.getInt64(scan_end), kLanes, acc, [&](llvm::Value* col, llvm::Value* a) {
+            llvm::Value* v = value(per_row, row_start, col, kLanes);
+            for (unsigned lane = 0; lane < kLanes; ++lane) a = pick(b_.CreateExtractElement(v, lane), a, nullptr);
+            return a;
+          });
+          result = for_loop_carrying(b_.getInt64(scan_end), b_.getInt64(cols), 1, acc, [&](llvm::Value* col, llvm::Value* a) {
+            return pick(value(per_row, row_start, col, 1), a, nullptr);
+          });
+        }
+        finish(row, result);
+      });
+      return ok;
+    }
+    llvm::Value* scratch = fn_->getArg(1);
+    auto acc_address = [&](llvm::Value* col, unsigned w) {
+      return b_.CreatePointerCast(b_.CreateInBoundsGEP(f64, scratch, col), lanes(f64, w)->getPointerTo());
+    };
+    for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
+      const Regs per_row = row_values(row);
+      llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
+      llvm::Value* rr = b_.CreateSRem(row, b_.getInt64(r.reduced));
+      llvm::Value* first = b_.CreateICmpEQ(rr, b_.getInt64(0));
+      auto update = [&](unsigned w) {
+        return [&, w](llvm::Value* col) {
+          llvm::Value* v = value(per_row, row_start, col, w);
+          llvm::Value* at = acc_address(col, w);
+          llvm::Value* old = b_.CreateAlignedLoad(lanes(f64, w), at, llvm::Align(8));
+          llvm::Value* is_first = splat(first, w);
+          llvm::Value* next = sum ? b_.CreateFAdd(b_.CreateSelect(is_first, zero_like(old), old), v) : pick(v, old, is_first);
+          b_.CreateAlignedStore(next, at, llvm::Align(8));
+        };
+      };
+      if (vector_end > 0) for_loop(b_.getInt64(0), b_.getInt64(vector_end), kLanes, update(kLanes));
+      if (vector_end < cols) for_loop(b_.getInt64(vector_end), b_.getInt64(cols), 1, update(1));
+      auto* last = llvm::BasicBlock::Create(ctx_, "last", fn_);
+      auto* next_row = llvm::BasicBlock::Create(ctx_, "next_row", fn_);
+      b_.CreateCondBr(b_.CreateICmpEQ(rr, b_.getInt64(r.reduced - 1)), last, next_row);
+      b_.SetInsertPoint(last);
+      llvm::Value* out_start = b_.CreateMul(b_.CreateSDiv(row, b_.getInt64(r.reduced)), b_.getInt64(cols));
+      auto store_out = [&](unsigned w) {
+        return [&, w](llvm::Value* col) {
+          finish(b_.CreateAdd(out_start, col), b_.CreateAlignedLoad(lanes(f64, w), acc_address(col, w), llvm::Align(8)));
+        };
+      };
+      if (vector_end > 0) for_loop(b_.getInt64(0), b_.getInt64(vector_end), kLanes, store_out(kLanes));
+      if (vector_end < cols) for_loop(b_.getInt64(vector_end), b_.getInt64(cols), 1, store_out(1));
+      b_.CreateBr(next_row);
+      b_.SetInsertPoint(next_row);
+    });
+    return ok;
   }
 
   // Flat indices flat, flat + 1, ..., flat + w - 1.
@@ -664,6 +819,10 @@ uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::stri
     }
     for (const LoopStore& st : loop->stores) {
       h = hash_bytes(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), dtype_name(st.dtype));
+    }
+    if (const auto& r = loop->reduce) {
+      h = hash_bytes(hash_bytes(h, op_name(r->op)), dtype_name(r->dtype));
+      for (int64_t v : {int64_t{r->reg}, int64_t{r->storage}, r->outer, r->reduced, r->inner}) h = hash_combine(h, static_cast<uint64_t>(v));
     }
   }
   return h;

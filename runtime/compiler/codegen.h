@@ -7,7 +7,7 @@
 // or broadcasts of different periods) stays with the interpreter.
 //
 //   std::unique_ptr<NativeLoops> native = compile_native_loops(loops, &disk_cache_or_null);
-//   if (NativeLoopFn fn = native->fn(i)) fn(storage); else run_loop(*loops[i], storage);
+//   if (NativeLoopFn fn = native->fn(i)) fn(storage, scratch); else run_loop(*loops[i], storage);
 
 #include <cstdint>
 #include <memory>
@@ -19,8 +19,9 @@
 
 namespace xs::detail {
 
-// Runs the whole loop over `storage` (the program's storage pointers).
-using NativeLoopFn = void (*)(void* const* storage);
+// Runs the whole loop over `storage` (the program's storage pointers); `scratch` holds
+// `reduce->inner` doubles for a loop whose reduction has inner > 1 (else it may be null).
+using NativeLoopFn = void (*)(void* const* storage, double* scratch);
 
 // The compiled loops of one program; the code is freed with it.
 class NativeLoops {

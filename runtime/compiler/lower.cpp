@@ -11,6 +11,10 @@
 // element's index) read only by elementwise ops of its own shape is not stored at all: each
 // loop that reads it computes it again as a step (a dropout mask in the forward and again in
 // the backward). Otherwise it is a loop of its own, like any elementwise value.
+// A float sum, mean, max or min over one contiguous run of axes joins the loop computing its
+// operand (one reduction per loop, LoopReduce): the loop accumulates the operand as it goes,
+// which is then not stored unless something else reads it (the squares of a gradient norm).
+// Nothing that reads the reduction can join that loop, which finishes it only at its end.
 //
 // Planning then walks the groups: an output takes over a dying input's storage when the
 // kernel is in-place safe (loops, reshape, all_reduce), else a new arena value; a root writes
@@ -38,6 +42,7 @@ struct Group {
   Shape shape;               // loop shape
   bool epilogue_ok = false;  // kMatmul: its value has one elementwise consumer
   bool absorbed = false;     // merged into a later group: emits no kernel
+  int reduce = -1;           // kLoop: the reduction node it accumulates, if any
 };
 
 size_t bytes_of(const ValueType& t) { return numel(t.shape) * dtype_size(t.dtype); }
@@ -100,7 +105,20 @@ class Lowering {
         if (!readable_in(r, g)) return false;
       return true;
     }
-    return group_of_[q] <= g;
+    return group_of_[q] < g || (group_of_[q] == g && q != groups_[g].reduce);
+  }
+
+  // The loop group reduction v can join (-1: none): the group computing its float operand,
+  // over one contiguous run of the operand's axes, when the group has no reduction yet.
+  int reduce_target(int v) const {
+    const GNode& n = w_.nodes[v];
+    if (n.op != Op::kSum && n.op != Op::kMean && n.op != Op::kMax && n.op != Op::kMin) return -1;
+    const int p = n.operands[0];
+    const ValueType& t = w_.nodes[p].type;
+    if (is_leaf(p) || !is_float(t.dtype) || numel(t.shape) == 0 || !detail::reduce_form(t.shape, n.attrs.ints)) return -1;
+    const int g = group_of_[p];
+    if (g < 0 || groups_[g].kind != Kernel::Kind::kLoop || groups_[g].reduce >= 0 || groups_[g].shape != t.shape) return -1;
+    return g;
   }
 
   bool can_join(int v, int g) const {
@@ -118,7 +136,8 @@ class Lowering {
   // (`m + g`) instead of costing its own pass over a parameter-sized array.
   void absorb(int p, int g) {
     const int h = is_leaf(p) ? -1 : group_of_[p];
-    if (h < 0 || h >= g || groups_[h].kind != Kernel::Kind::kLoop || groups_[h].shape != groups_[g].shape) return;
+    if (h < 0 || h >= g || groups_[h].kind != Kernel::Kind::kLoop || groups_[h].shape != groups_[g].shape ||
+        groups_[h].reduce >= 0) return;
     const Group& gr = groups_[g];
     for (int m : groups_[h].members) {
       if (gr.kind == Kernel::Kind::kMatmul &&
@@ -166,6 +185,9 @@ class Lowering {
         groups_[joined].members.push_back(v);
         group_of_[v] = joined;
         for (int p : n.operands) absorb(p, joined);
+      } else if (const int g = reduce_target(v); g >= 0) {
+        groups_[g].reduce = v;
+        group_of_[v] = g;
       } else if (n.op == Op::kMatmul) {
         const bool ok = !is_root_[v] && consumers_[v].size() == 1 && is_elementwise(w_.nodes[consumers_[v][0]].op);
         group_of_[v] = new_group({Kernel::Kind::kMatmul, v, {}, n.type.shape, ok});
@@ -203,6 +225,7 @@ class Lowering {
     const Group& gr = groups_[g];
     std::vector<int> d;
     for (int m : gr.members) if (stored(m, g)) d.push_back(m);
+    if (gr.reduce >= 0) d.push_back(gr.reduce);
     if (gr.kind == Kernel::Kind::kMatmul && gr.members.empty()) d.push_back(gr.node);
     if (gr.kind == Kernel::Kind::kOp) d.push_back(gr.node);
     return d;
@@ -222,7 +245,7 @@ class Lowering {
       const std::vector<int>& ops = w_.nodes[gr.node].operands;
       return gr.members.empty() && ops.size() == 4 && ops[2] == u && ops[0] != u && ops[1] != u;
     }
-    if (bytes_of(w_.nodes[u].type) != bytes_of(w_.nodes[d].type)) return false;
+    if (bytes_of(w_.nodes[u].type) != bytes_of(w_.nodes[d].type) || d == gr.reduce) return false;
     if (gr.kind == Kernel::Kind::kLoop) return w_.nodes[u].type.shape == gr.shape;
     return gr.kind == Kernel::Kind::kOp &&
            (w_.nodes[gr.node].op == Op::kReshape || w_.nodes[gr.node].op == Op::kAllReduce);
@@ -430,7 +453,17 @@ detail::LoopKernel Lowering::make_loop(int g) const {
     loop.steps.push_back(step);
   };
   for (int m : gr.members) step_for(m);
-  for (int d : defs(g)) loop.stores.push_back({reg_of.at(d), storage_of_[d], w_.nodes[d].type.dtype});
+  for (int d : defs(g)) {
+    if (d != gr.reduce) loop.stores.push_back({reg_of.at(d), storage_of_[d], w_.nodes[d].type.dtype});
+  }
+  if (gr.reduce >= 0) {
+    const GNode& n = w_.nodes[gr.reduce];
+    loop.reduce = detail::reduce_form(loop.shape, n.attrs.ints);
+    loop.reduce->op = n.op;
+    loop.reduce->reg = reg_of.at(n.operands[0]);
+    loop.reduce->storage = storage_of_[gr.reduce];
+    loop.reduce->dtype = n.type.dtype;
+  }
   return loop;
 }
 
@@ -452,6 +485,7 @@ void Lowering::emit() {
     }
     if (!gr.members.empty()) k.loop = make_loop(g);
     if (gr.kind == Kernel::Kind::kMatmul && !gr.members.empty()) ++p_.stats.matmul_epilogues;
+    if (gr.reduce >= 0) ++p_.stats.fused_reductions;
     if (gr.kind == Kernel::Kind::kLoop && gr.members.size() > 1) {
       ++p_.stats.fused_loops;
       p_.stats.fused_ops += static_cast<int64_t>(gr.members.size());

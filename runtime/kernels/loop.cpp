@@ -11,6 +11,8 @@
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/runtime/kernels/elementary.h"
 #include "xla_spawn/runtime/kernels/random.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
+#include "xla_spawn/runtime/element.h"
 #include "xla_spawn/runtime/shape.h"
 
 namespace xs::detail {
@@ -403,7 +405,73 @@ void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_
   }
 }
 
+// A LoopReduce fed block by block in flat order (reduce.cpp's reduce_typed, element by element).
+class Reducer {
+ public:
+  Reducer(const LoopReduce& r, DType reg_dtype, void* out)
+      : r_(r), reg_dtype_(reg_dtype), out_(out), acc_(r.inner == 1 ? kSumLanes : r.inner) {}
+
+  void add(const void* reg, int64_t begin, int64_t len) {
+    const int64_t inner = r_.inner, reduced = r_.reduced;
+    int64_t i = begin % inner, rest = begin / inner;
+    int64_t r = rest % reduced, o = rest / reduced;
+    const bool sum = r_.op == Op::kSum || r_.op == Op::kMean, is_max = r_.op == Op::kMax;
+    for (int64_t k = 0; k < len; ++k) {
+      const double v = value(reg, k);
+      if (sum && inner == 1) {
+        if (r == 0) std::fill(acc_.begin(), acc_.end(), 0.0);
+        acc_[r % kSumLanes] += v;
+      } else if (sum) {
+        if (r == 0) acc_[i] = 0.0;
+        acc_[i] += v;
+      } else if (r == 0 || (is_max ? v > acc_[i] : v < acc_[i]) || std::isnan(v)) {
+        acc_[i] = v;
+      }
+      if (r == reduced - 1) finish(o, i, sum);
+      if (++i < inner) continue;
+      i = 0;
+      if (++r < reduced) continue;
+      r = 0;
+      ++o;
+    }
+  }
+
+ private:
+  double value(const void* reg, int64_t k) const {
+    switch (reg_dtype_) {
+      case DType::kF32: return static_cast<const float*>(reg)[k];
+      case DType::kBF16: return BF16::from_float(static_cast<const float*>(reg)[k]).to_float();
+      default: return static_cast<const double*>(reg)[k];
+    }
+  }
+
+  void finish(int64_t o, int64_t i, bool sum) {
+    double a = acc_[i];
+    if (sum && r_.inner == 1) {
+      a = 0;
+      for (double lane : acc_) a += lane;
+    }
+    if (r_.op == Op::kMean) a /= static_cast<double>(r_.reduced);
+    store_element(out_, r_.dtype, o * r_.inner + i, a);
+  }
+
+  const LoopReduce& r_;
+  DType reg_dtype_;
+  void* out_;
+  std::vector<double> acc_;  // inner == 1 and a sum: row_sum's lanes; otherwise one per i
+};
+
 }  // namespace
+
+std::optional<LoopReduce> reduce_form(const Shape& shape, const std::vector<int64_t>& axes) {
+  if (axes.empty()) return std::nullopt;
+  for (size_t k = 1; k < axes.size(); ++k)
+    if (axes[k] != axes[k - 1] + 1) return std::nullopt;
+  LoopReduce r{Op::kSum, -1, -1, DType::kF32};
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+    (d < axes.front() ? r.outer : d <= axes.back() ? r.reduced : r.inner) *= shape[d];
+  return r;
+}
 
 void run_loop(const LoopKernel& loop, void* const* storage) {
   const int64_t n = numel(loop.shape);
@@ -437,6 +505,8 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
                   return l.storage == st.storage || l.reg == st.reg;
                 });
   }
+  std::optional<Reducer> reducer;
+  if (loop.reduce) reducer.emplace(*loop.reduce, loop.reg_dtype[loop.reduce->reg], storage[loop.reduce->storage]);
   int64_t offsets[kLoopBlock];
   for (int64_t b = 0; b < n; b += kLoopBlock) {
     const int64_t len = std::min(kLoopBlock, n - b);
@@ -467,6 +537,7 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
       s.fn(reg[s.out], s.in[0] >= 0 ? reg[s.in[0]] : nullptr, s.in[1] >= 0 ? reg[s.in[1]] : nullptr,
            s.in[2] >= 0 ? reg[s.in[2]] : nullptr, len);
     }
+    if (reducer) reducer->add(reg[loop.reduce->reg], b, len);
     for (size_t i = 0; i < loop.stores.size(); ++i) {
       if (!direct[i]) store_block(reg[loop.stores[i].reg], loop.stores[i].dtype, b, len, storage[loop.stores[i].storage]);
     }
@@ -482,6 +553,9 @@ std::string loop_text(const LoopKernel& loop) {
   }
   for (const LoopStep& s : loop.steps) out += fmt::format(" r{}={}", s.out, op_name(s.op));
   for (const LoopStore& s : loop.stores) out += fmt::format(" store(r{}->s{})", s.reg, s.storage);
+  if (const auto& r = loop.reduce) {
+    out += fmt::format(" {}(r{}->s{} over [{}, {}, {}])", op_name(r->op), r->reg, r->storage, r->outer, r->reduced, r->inner);
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 // only read at the positions its output writes.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,29 @@ struct LoopStore {
   DType dtype;
 };
 
+// A reduction of one register over a contiguous run of the loop's axes: the loop's shape read
+// as [outer, reduced, inner], out[o, i] = op over r of reg[o, r, i], outer x inner values of
+// `dtype` (a float dtype) written to `storage` as each is complete. The orders are
+// reduce_kernel's, so a reduction gives the same bits fused or on its own: values widened to
+// double (a bf16 register rounded to bf16 first, as it would be stored); a sum over a whole
+// run (inner == 1) in row_sum.h's lanes, otherwise per i in r order from 0.0; max and min
+// in r order from the first value, taking v when v > acc (v < acc) or v is NaN; a mean is the
+// sum divided by `reduced`; one rounding to `dtype` at the end.
+struct LoopReduce {
+  Op op;  // kSum, kMean, kMax, kMin
+  int reg;
+  int storage;
+  DType dtype;
+  int64_t outer = 1, reduced = 1, inner = 1;
+};
+
 struct LoopKernel {
   Shape shape;
   std::vector<DType> reg_dtype;  // value dtype per register (compute type derives from it)
   std::vector<LoopLoad> loads;
   std::vector<LoopStep> steps;
   std::vector<LoopStore> stores;
+  std::optional<LoopReduce> reduce;
 };
 
 // How a load reads its operand for loop element j (the interpreter and the generated code
@@ -78,6 +96,9 @@ BlockFn elementwise_block_fn(Op op, DType in, DType out);
 // to bf16 for a bf16 result (so readers in the loop see the value the op kernel stores).
 BlockFn random_block_fn(Op op, DType out);
 void run_loop(const LoopKernel& loop, void* const* storage);
+// The [outer, reduced, inner] form of reducing `shape` over `axes` (sorted), when they are one
+// contiguous non-empty run.
+std::optional<LoopReduce> reduce_form(const Shape& shape, const std::vector<int64_t>& axes);
 std::string loop_text(const LoopKernel& loop);
 
 }  // namespace xs::detail

@@ -4,7 +4,8 @@
 // generator handles (a scalar, a bias row, a per-row value, a conv-style middle run), with
 // values at the edges: NaN, infinities, -0, denormals, bf16 rounding ties, zero divisors.
 // A general broadcast stays interpreted in both runs and must say so in the stats. The random
-// ops, which loops compute from the element's index, are checked against their op kernel.
+// ops, which loops compute from the element's index, are checked against their op kernel, and
+// the reductions that join a loop against the reduction kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -369,6 +370,125 @@ TEST(CodegenRandom, TheLoopThatMakesASeedStaysBeforeTheLoopsThatDrawFromIt) {
     const std::vector<float> got = y.to_vector<float>();
     for (int i = 0; i < 40; ++i) ASSERT_EQ(got[i], 2.0f * want[i]) << "codegen " << codegen << ", element " << i;
     EXPECT_GT(v.item(), 6.0);
+  }
+}
+
+}  // namespace
+}  // namespace xs
+
+namespace xs {
+namespace {
+
+// A reduction case: x * y + x over `shape` (x, y: `values` 0 the edge values, 1 finite values
+// with -0), reduced over `axes`; `bias` adds a broadcast operand of that shape to the product.
+struct ReduceCase {
+  Shape shape;
+  std::vector<int64_t> axes;
+  Shape bias;
+  bool native = true;  // false: the bias's period is not the reduction's row
+};
+
+std::vector<ReduceCase> reduce_cases() {
+  std::vector<ReduceCase> out;
+  for (int64_t n : {1, 7, 15, 16, 17, 100}) out.push_back({{n}, {0}, {}});
+  for (std::vector<int64_t> axes : {std::vector<int64_t>{0}, {1}, {0, 1}}) out.push_back({{5, 37}, axes, {}});
+  for (std::vector<int64_t> axes : {std::vector<int64_t>{0}, {1}, {2}, {0, 1}, {1, 2}}) out.push_back({{3, 2, 21}, axes, {}});
+  out.push_back({{6, 20}, {1}, {20}});      // a bias row, the row reduced (period == reduced)
+  out.push_back({{6, 20}, {0}, {20}});      // a bias row, the columns reduced (period == inner)
+  out.push_back({{6, 20}, {1}, {6, 1}});    // a per-row value, the row reduced
+  out.push_back({{6, 20}, {0, 1}, {20}, false});
+  out.push_back({{6, 34}, {0}, {1, 34}});
+  return out;
+}
+
+Tensor reduce_values(const Shape& shape, DType dtype, int salt, int values) {
+  if (values == 0) return edge_tensor(shape, dtype, salt);
+  BufferPtr buf = Buffer::allocate(static_cast<size_t>(numel(shape)) * dtype_size(dtype));
+  for (int64_t i = 0; i < numel(shape); ++i) {
+    const double v = i % 11 == 3 ? -0.0 : static_cast<double>((i * 37 + salt * 13) % 101 - 50) * 0.0137;
+    store_element(buf->data(), dtype, i, v);
+  }
+  return Tensor::from_buffer(buf, {shape, dtype});
+}
+
+// The first element whose bits differ, NaNs of any sign and payload counting as equal (which
+// NaN an add of two NaNs returns depends on the order of its operands, which IEEE 754 leaves
+// open and LLVM may swap); -1 if none.
+int64_t first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, DType dtype) {
+  const size_t size = dtype_size(dtype);
+  for (size_t i = 0; i * size < a.size(); ++i) {
+    if (std::memcmp(a.data() + i * size, b.data() + i * size, size) == 0) continue;
+    const int64_t k = static_cast<int64_t>(i);
+    if (!(std::isnan(load_element(a.data(), dtype, k)) && std::isnan(load_element(b.data(), dtype, k)))) return k;
+  }
+  return -1;
+}
+
+Tensor reduce_by(Op op, const Tensor& x, const std::vector<int64_t>& axes) {
+  switch (op) {
+    case Op::kSum: return sum(x, axes);
+    case Op::kMean: return mean(x, axes);
+    case Op::kMax: return max(x, axes);
+    default: return min(x, axes);
+  }
+}
+
+// A float sum, mean, max or min joins the loop computing its operand, and gives what the
+// reduction kernel gives on the operand's stored values, bit for bit: generated and
+// interpreted, with the operand stored (also a root) and not stored, over a whole run, over
+// leading or middle axes, with broadcast operands in the loop, at sizes around the vector width.
+TEST(CodegenReduce, AReductionInItsOperandsLoopEqualsTheReductionKernelBitForBit) {
+  const std::vector<ReduceCase> cases = reduce_cases();
+  for (Op op : {Op::kSum, Op::kMean, Op::kMax, Op::kMin}) {
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
+      for (int values : {0, 1}) {
+        for (bool codegen : {true, false}) {
+          for (bool operand_is_root : {true, false}) {
+            RuntimeOptions options = RuntimeOptions::from_env();
+            options.codegen = codegen;
+            ScopedRuntime rt(options);
+            auto operand = [&](const ReduceCase& c) {
+              const Tensor x = reduce_values(c.shape, dtype, 0, values), y = reduce_values(c.shape, dtype, 1, values);
+              const Tensor p = x * y + x;
+              return c.bias.empty() ? p : p + reduce_values(c.bias, dtype, 2, values);
+            };
+            std::vector<Tensor> operands, reduced;
+            int64_t interpreted = 0;
+            for (const ReduceCase& c : cases) {
+              const Tensor p = operand(c);
+              reduced.push_back(reduce_by(op, p, c.axes));
+              if (operand_is_root) operands.push_back(p);
+              interpreted += !c.native;
+            }
+            mark_step();  // the operands are roots only when held
+            const CompileStats stats = rt->last_stats();
+            const std::string what = fmt::format("{} {} values {} codegen {} operand stored {}", op_name(op),
+                                                 dtype_name(dtype), values, codegen, operand_is_root);
+            EXPECT_EQ(stats.fused_reductions, static_cast<int64_t>(cases.size())) << what;
+            EXPECT_EQ(stats.interpreted_loops, codegen ? interpreted : 0) << what;
+            EXPECT_EQ(stats.native_loops > 0, codegen) << what;
+            if (!operand_is_root) {
+              for (const ReduceCase& c : cases) operands.push_back(operand(c));
+              mark_step();
+            }
+            for (size_t i = 0; i < cases.size(); ++i) {
+              const ValueType in_type{operands[i].shape(), dtype};
+              const ValueType out_type{reduced[i].shape(), dtype};
+              std::vector<uint8_t> in = bytes_of(operands[i]);
+              std::vector<uint8_t> want(static_cast<size_t>(reduced[i].numel()) * dtype_size(dtype));
+              Attrs attrs;
+              attrs.ints = cases[i].axes;
+              detail::reduce_kernel(op, attrs, detail::Arg{in.data(), &in_type}, detail::Arg{want.data(), &out_type});
+              const std::vector<uint8_t> got = bytes_of(reduced[i]);
+              const int64_t at = first_difference(got, want, dtype);
+              EXPECT_EQ(at, -1) << what << ", shape " << fmt::format("{}", cases[i].shape) << " axes "
+                                << fmt::format("{}", cases[i].axes) << ": " << load_element(got.data(), dtype, at)
+                                << " against " << load_element(want.data(), dtype, at);
+            }
+          }
+        }
+      }
+    }
   }
 }
 
