@@ -2,7 +2,7 @@
 // figures are medians of thread CPU time over repetitions, with the runtime and its baseline
 // interleaved so load from other processes hits both alike.
 //
-//   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick] [--filter matmul|chain|softmax|compile|mlp]
+//   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick] [--filter matmul|chain|softmax|reduce|compile|mlp]
 //
 // 1. matmul through the lazy runtime (trace, cut, hash, cache lookup, OpenBLAS
 //    sgemm) vs cblas_sgemm called directly, GFLOP/s, at MLP shapes and 1024^3.
@@ -125,6 +125,35 @@ std::vector<Row> bench_chain(int64_t n_elems, int reps) {
   const std::string name = fmt::format("8-op chain, {} Mi floats", n_elems >> 20);
   return {{name, t[0] * 1e3, t[1] * 1e3, "ms", t[1] / t[0], ">= 3.00"},
           {name + " vs memcpy", t[0] * 1e3, t[2] * 1e3, "ms", t[2] / t[0], ">= 0.70 (issue 16)"}};
+}
+
+// sum((x - y)^2) over n floats: the reduction in the loop that computes the squares (one
+// step) against the squares stored by one step and summed by the next (the unfused form, the
+// same values bit for bit), and against a memcpy of the bytes the fused loop must read.
+std::vector<Row> bench_reduce(int64_t n_elems, int reps) {
+  const Tensor x = Tensor::from_vector<float>(pattern(n_elems, 3), {n_elems});
+  const Tensor y = Tensor::from_vector<float>(pattern(n_elems, 5), {n_elems});
+  Tensor fused_out, split_out;
+  auto fused = [&] {
+    fused_out = sum(square(x - y));
+    mark_step();
+  };
+  auto split = [&] {
+    Tensor d = square(x - y);
+    mark_step();
+    split_out = sum(d);
+    mark_step();
+  };
+  fused();
+  if (runtime().last_stats().fused_reductions != 1) throw Error("reduce: the sum should join the squares' loop");
+  split();
+  if (fused_out.item() != split_out.item()) throw Error("reduce: fused and split sums differ");
+  std::vector<float> from(static_cast<size_t>(n_elems), 1.0f), to(static_cast<size_t>(n_elems));
+  auto copy = [&] { std::memcpy(to.data(), from.data(), from.size() * sizeof(float)); };
+  const std::vector<double> t = interleaved(reps, {fused, split, copy});
+  const std::string name = fmt::format("sum((x-y)^2), {} Mi floats", n_elems >> 20);
+  return {{name, t[0] * 1e3, t[1] * 1e3, "ms", t[1] / t[0], "-"},
+          {name + " vs memcpy", t[0] * 1e3, t[2] * 1e3, "ms", t[2] / t[0], "-"}};
 }
 
 // train_lm's attention scores, one layer: batch 32, 4 heads, 128 x 128 (2 Mi floats), against
@@ -275,7 +304,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--csv out.csv] [--quick] [--filter matmul|chain|softmax|compile|mlp]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--csv out.csv] [--quick] [--filter matmul|chain|softmax|reduce|compile|mlp]\n", argv[0]);
       return 2;
     }
   }
@@ -288,6 +317,7 @@ int main(int argc, char** argv) {
       {"matmul", [&] { return Rows{bench_matmul(1024, 1024, 1024, 15 / r)}; }},
       {"chain", [&] { return bench_chain(int64_t{16} << 20, 9 / r); }},
       {"softmax", [&] { return Rows{bench_softmax(30 / r)}; }},
+      {"reduce", [&] { return bench_reduce(int64_t{16} << 20, 9 / r); }},
       {"compile", [&] { return Rows{bench_compile(21 / r)}; }},
       {"mlp", [&] { return Rows{bench_mlp_step(30 / r)}; }},
   };
