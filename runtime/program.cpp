@@ -49,6 +49,7 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
   }
   std::vector<detail::Arg> args;
   std::vector<GatherPiece> pieces;
+  std::vector<double> reduce_scratch;  // for this run only: one large reduction keeps nothing
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     if (!k.out_pieces.empty()) {
@@ -66,8 +67,9 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
     }
     if (k.loop.steps.empty()) continue;
     if (detail::NativeLoopFn fn = native ? native->fn(i) : nullptr) {
-      thread_local std::vector<double> reduce_scratch;  // a reduction's acc[i], when inner > 1
-      if (k.loop.reduce) reduce_scratch.resize(static_cast<size_t>(k.loop.reduce->inner));
+      if (k.loop.reduce && reduce_scratch.size() < static_cast<size_t>(k.loop.reduce->inner)) {
+        reduce_scratch.resize(static_cast<size_t>(k.loop.reduce->inner));  // a reduction's acc[i]
+      }
       fn(ptr.data(), reduce_scratch.data());
     }
     else detail::run_loop(k.loop, ptr.data());

@@ -51,12 +51,15 @@
 #include "xla_spawn/runtime/hash.h"
 #include "xla_spawn/runtime/kernels/elementary.h"
 #include "xla_spawn/runtime/kernels/random.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
 #include "xla_spawn/runtime/shape.h"
 
 namespace xs::detail {
 namespace {
 
 constexpr unsigned kLanes = 16;  // one 512-bit register of f32; two of f64
+// A sum over a whole run accumulates one vector's lanes into row_sum's lanes as they are.
+static_assert(kLanes == kSumLanes, "a generated row sum needs one vector lane per row_sum lane");
 
 std::string llvm_message(llvm::Error error) {
   std::string text;

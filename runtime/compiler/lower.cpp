@@ -38,7 +38,7 @@ namespace {
 struct Group {
   Kernel::Kind kind;
   int node = -1;             // kOp/kMatmul: the node
-  std::vector<int> members;  // elementwise nodes, topological order
+  std::vector<int> members;  // elementwise nodes (topological order once fuse() is done)
   Shape shape;               // loop shape
   bool epilogue_ok = false;  // kMatmul: its value has one elementwise consumer
   bool absorbed = false;     // merged into a later group: emits no kernel
@@ -59,6 +59,9 @@ class Lowering {
 
   void run() {
     fuse();
+    // Node ids are topological: members in id order are the loop's steps in a valid order
+    // (absorb appends an earlier group's members).
+    for (Group& g : groups_) std::sort(g.members.begin(), g.members.end());
     plan();
     emit();
   }
@@ -82,18 +85,15 @@ class Lowering {
     return false;
   }
 
-  // The nodes that read value v where it is stored: its consumers, with a random value that
-  // loops compute again (a draw from seed v) standing for the consumers that compute it.
-  std::vector<int> readers(int v) const {
-    std::vector<int> out;
+  // Whether f(c) holds for some node c that reads value v where it is stored: its consumers,
+  // with a random value that loops compute again (a draw from seed v) standing for the
+  // consumers that compute it.
+  template <typename F>
+  bool any_reader(int v, const F& f) const {
     for (int c : consumers_[v]) {
-      if (!recomputed(c)) {
-        out.push_back(c);
-        continue;
-      }
-      for (int r : readers(c)) out.push_back(r);
+      if (recomputed(c) ? any_reader(c, f) : f(c)) return true;
     }
-    return out;
+    return false;
   }
 
   // Whether value q can be read by group g: computed by g or an earlier group, a leaf, or
@@ -139,19 +139,19 @@ class Lowering {
     if (h < 0 || h >= g || groups_[h].kind != Kernel::Kind::kLoop || groups_[h].shape != groups_[g].shape ||
         groups_[h].reduce >= 0) return;
     const Group& gr = groups_[g];
+    // A reader in a group between them, or the GEMM itself (it must exist before the GEMM).
+    auto blocks = [&](int c) {
+      const int k = group_of_[c];
+      return (k >= 0 && k != h && k != g && k < g) || c == gr.node;
+    };
     for (int m : groups_[h].members) {
       if (gr.kind == Kernel::Kind::kMatmul &&
           (!gr.epilogue_ok || w_.nodes[m].type.dtype != w_.nodes[gr.node].type.dtype)) return;
-      for (int c : readers(m)) {
-        const int k = group_of_[c];
-        if (k >= 0 && k != h && k != g && k < g) return;
-        if (c == gr.node) return;  // the GEMM itself reads it: it must exist before the GEMM
-      }
+      if (any_reader(m, blocks)) return;
     }
     for (int m : groups_[h].members) group_of_[m] = g;
     std::vector<int>& into = groups_[g].members;
-    into.insert(into.end(), groups_[h].members.begin(), groups_[h].members.end());
-    std::sort(into.begin(), into.end());  // node ids are topological
+    into.insert(into.end(), groups_[h].members.begin(), groups_[h].members.end());  // sorted after fuse()
     groups_[h].members.clear();
     groups_[h].kind = Kernel::Kind::kLoop;
     groups_[h].absorbed = true;

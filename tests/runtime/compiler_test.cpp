@@ -132,6 +132,35 @@ TEST(Compiler, ReductionSplitsLoopsAndInPlaceReusesDyingInputs) {
   }
 }
 
+// A reduction joins the loop computing its operand, and whatever reads the reduction runs in
+// a later kernel: centring by the mean (which reads the loop's value too), and a reduction
+// over an axis of size 1, whose result has the loop's own shape.
+TEST(Compiler, WhatReadsAFusedReductionRunsAfterTheLoopThatComputesIt) {
+  for (bool codegen : {true, false}) {
+    RuntimeOptions options = RuntimeOptions::from_env();
+    options.codegen = codegen;
+    ScopedRuntime rt(options);
+    const Tensor a = iota({6, 37});
+    const Tensor x = exp(a) * 2.0 + a;
+    const Tensor centred = x - mean(x, {1}, true);
+    const Tensor y = tanh(iota({6, 37, 1}));
+    const Tensor z = y * 3.0 + sum(y, {2}, true);  // y * 3 + y, all of shape [6, 37, 1]
+    auto p = compile_roots({centred, z});
+    EXPECT_EQ(p->stats.fused_reductions, 2) << p->text();
+    mark_step();
+    const std::vector<float> av = a.to_vector<float>(), cv = centred.to_vector<float>(), zv = z.to_vector<float>();
+    for (int r = 0; r < 6; ++r) {
+      double total = 0;
+      for (int c = 0; c < 37; ++c) total += std::exp(av[r * 37 + c]) * 2.0 + av[r * 37 + c];
+      for (int c = 0; c < 37; ++c) {
+        const int i = r * 37 + c;
+        EXPECT_NEAR(cv[i], std::exp(av[i]) * 2.0 + av[i] - total / 37, 1e-5) << "codegen " << codegen << " " << i;
+        EXPECT_NEAR(zv[i], 4 * std::tanh(av[i]), 1e-6) << "codegen " << codegen << " " << i;
+      }
+    }
+  }
+}
+
 TEST(Compiler, UpdatedParameterOverwritesItsOldBuffer) {
   ScopedRuntime rt;
   Tensor w = iota({64, 16});
