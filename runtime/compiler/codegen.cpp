@@ -151,33 +151,26 @@ Kind kind_of(DType d) {
   return Kind::kBool;
 }
 
-// Whether the loads of `loop` share one row structure: every patterned load (kTile, kSpread,
-// kRun) has the same period, and none is a general broadcast; with a reduction, the period is
-// its row (the reduced run when inner == 1, else inner). Sets `cols` (the period, the
-// reduction's row, or the whole loop).
-bool row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t& cols) {
+// The loop's row structure: rows of `cols` columns, the reduction's row (the reduced run when
+// inner == 1, else inner) if it has one, else the period of its first patterned load (kTile,
+// kSpread, kRun), else the whole loop. A patterned load of another period is read as a general
+// broadcast (kBroadcast), gathered through the operand's strides.
+void row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t& cols) {
   const int64_t n = numel(loop.shape);
   cols = n;
-  bool patterned = false;
+  bool fixed = false;
+  if (const auto& r = loop.reduce) {
+    cols = r->inner == 1 ? r->reduced : r->inner;
+    fixed = true;
+  }
   for (const LoopLoad& l : loop.loads) {
     plans.push_back(load_plan(l, loop.shape));
-    const LoadPlan& p = plans.back();
-    switch (p.mode) {
-      case LoadMode::kFixed: case LoadMode::kDirect: case LoadMode::kConvert: case LoadMode::kIndex: break;
-      case LoadMode::kBroadcast: return false;
-      case LoadMode::kTile: case LoadMode::kSpread: case LoadMode::kRun:
-        if (patterned && p.period != cols) return false;
-        patterned = true;
-        cols = p.period;
-        break;
-    }
+    LoadPlan& p = plans.back();
+    if (p.mode != LoadMode::kTile && p.mode != LoadMode::kSpread && p.mode != LoadMode::kRun) continue;
+    if (!fixed) cols = p.period, fixed = true;
+    if (p.period != cols) p = {LoadMode::kBroadcast};
   }
-  if (const auto& r = loop.reduce) {
-    const int64_t row = r->inner == 1 ? r->reduced : r->inner;
-    if (patterned && cols != row) return false;
-    cols = row;
-  }
-  return n == 0 || cols > 0;
+  if (cols == 0) cols = 1;  // an empty loop (n == 0) or an empty row: no iterations either way
 }
 
 class LoopEmitter {
@@ -196,7 +189,7 @@ class LoopEmitter {
   bool emit() {
     int64_t cols = 0;
     std::vector<LoadPlan> plans;
-    XS_CHECK(row_structure(loop_, plans, cols), "codegen: loop without a row structure: {}", loop_text(loop_));
+    row_structure(loop_, plans, cols);
     plans_ = std::move(plans);
     b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "entry", fn_));
     const int64_t n = numel(loop_.shape);
@@ -386,7 +379,7 @@ class LoopEmitter {
         case LoadMode::kDirect: case LoadMode::kConvert: reg[l.reg] = load(l.storage, l.dtype, flat, w); break;
         case LoadMode::kTile: reg[l.reg] = load(l.storage, l.dtype, col, w); break;
         case LoadMode::kSpread: case LoadMode::kRun: reg[l.reg] = splat(per_row[i], w); break;
-        case LoadMode::kBroadcast: return false;
+        case LoadMode::kBroadcast: reg[l.reg] = gather(l, flat, w); break;
         case LoadMode::kIndex: reg[l.reg] = index_lanes(flat, w); break;
       }
     }
@@ -506,6 +499,35 @@ class LoopEmitter {
       b_.SetInsertPoint(next_row);
     });
     return ok;
+  }
+
+  // A general broadcast: the operand's elements for loop elements flat .. flat + w - 1, each
+  // index the sum over axes of its coordinate times the operand's stride (0 where broadcast),
+  // computed in 32 bits when the loop is under 2^31 elements; lanes gathered.
+  llvm::Value* gather(const LoopLoad& l, llvm::Value* flat, unsigned w) {
+    const std::vector<int64_t> strides = broadcast_strides(l.shape, loop_.shape);
+    const bool narrow = numel(loop_.shape) < (int64_t{1} << 31);
+    llvm::Type* it = lanes(narrow ? b_.getInt32Ty() : b_.getInt64Ty(), w);
+    auto k = [&](int64_t v) { return llvm::ConstantInt::get(it, static_cast<uint64_t>(v)); };
+    llvm::Value* j = index_lanes(flat, w);
+    if (narrow) j = b_.CreateTrunc(j, it);
+    llvm::Value* index = k(0);
+    int64_t inner = 1;
+    for (int64_t d = static_cast<int64_t>(loop_.shape.size()) - 1; d >= 0; --d) {
+      const int64_t extent = loop_.shape[d];
+      if (strides[d] != 0 && extent > 1) {
+        llvm::Value* coord = inner == 1 ? j : b_.CreateUDiv(j, k(inner));
+        if (d > 0) coord = b_.CreateURem(coord, k(extent));
+        index = b_.CreateAdd(index, b_.CreateMul(coord, k(strides[d])));
+      }
+      inner *= extent;
+    }
+    if (narrow) index = b_.CreateZExt(index, lanes(b_.getInt64Ty(), w));
+    if (w == 1) return load(l.storage, l.dtype, index, 1);
+    llvm::Type* t = stored_type(l.dtype);
+    llvm::Value* pointers = b_.CreateInBoundsGEP(t, b_.CreatePointerCast(base_[l.storage], t->getPointerTo()), index);
+    llvm::Value* v = b_.CreateMaskedGather(lanes(t, w), pointers, llvm::Align(dtype_size(l.dtype)));
+    return l.dtype == DType::kBF16 ? widen_bf16(v) : v;
   }
 
   // Flat indices flat, flat + 1, ..., flat + w - 1.
@@ -869,12 +891,6 @@ std::unique_ptr<JitLoops> link(Jit& jit, const std::vector<char>& object, const 
 
 }  // namespace
 
-bool loop_has_native_form(const LoopKernel& loop) {
-  std::vector<LoadPlan> plans;
-  int64_t cols = 0;
-  return row_structure(loop, plans, cols);
-}
-
 void start_native_jit() { Jit::get(); }
 
 std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKernel*>& loops,
@@ -884,7 +900,7 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
   std::vector<std::string> names(loops.size());
   bool any = false;
   for (size_t i = 0; i < loops.size(); ++i) {
-    if (loops[i] == nullptr || !loop_has_native_form(*loops[i])) continue;
+    if (loops[i] == nullptr) continue;
     names[i] = fmt::format("loop_{}", i);
     any = true;
   }

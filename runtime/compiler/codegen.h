@@ -3,8 +3,8 @@
 // compiled for the host CPU by ORC's LLJIT (no toolchain at run time). It computes exactly
 // what the interpreter (loop.h) computes, element for element: the same IEEE operations in
 // the same order with no fast-math flags and no FMA contraction, and the transcendental ops
-// through the same libm functions. A loop whose loads it cannot express (a general broadcast,
-// or broadcasts of different periods) stays with the interpreter.
+// through the same libm functions. Every loop has a generated form; loads that fit no row
+// structure (a general broadcast, broadcasts of different periods) are gathered.
 //
 //   std::unique_ptr<NativeLoops> native = compile_native_loops(loops, &disk_cache_or_null);
 //   if (NativeLoopFn fn = native->fn(i)) fn(storage, scratch); else run_loop(*loops[i], storage);
@@ -47,8 +47,5 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
 // Starts LLVM's JIT for this process (once; later calls return at once). The first
 // compile_native_loops does it anyway; the runtime calls it first to time it on its own.
 void start_native_jit();
-
-// Whether compile_native_loops would compile `loop` (its loads have a form it generates).
-bool loop_has_native_form(const LoopKernel& loop);
 
 }  // namespace xs::detail
