@@ -7,10 +7,11 @@
 //
 // A loop with a reduction (LoopReduce, [outer, reduced, inner]) takes its rows from it. Over a
 // whole run (inner == 1) a row is one run: a sum adds the vector body's lanes into sixteen
-// double lanes carried through the row (row_sum's lanes: column j into lane j % 16), a max or
-// min folds the values into one scalar in column order; the row's result is stored at its end.
-// Otherwise a row is one r of one o and its columns the i: each updates acc[i] (doubles in
-// the caller's scratch) in r order, and the last r of each o stores them.
+// double lanes carried through the row (row_sum's lanes: column j into lane j % 16), a max,
+// min or argmax folds the values into one scalar (and its column) in column order; the row's
+// result is stored at its end. Otherwise a row is one r of one o and its columns the i: each
+// updates acc[i] (doubles in the caller's scratch; argmax's index in the output itself) in
+// r order, and the last r of each o stores them.
 //
 // The vectors are explicit (kLanes elements of every register's compute type), so no
 // optimiser has to prove the loop free of dependences: an in-place loop (output over its
@@ -430,6 +431,38 @@ class LoopEmitter {
       store(r.storage, r.dtype, index, result);
     };
     const int64_t vector_end = cols - cols % kLanes;
+    const bool argmax = r.op == Op::kArgmax;
+    llvm::Type* i64 = b_.getInt64Ty();
+    if (r.inner == 1 && argmax) {
+      // The scan's state {best value, its column}, carried through the row in column order.
+      llvm::Type* state = llvm::StructType::get(ctx_, {f64, i64});
+      auto make = [&](llvm::Value* v, llvm::Value* at) {
+        return b_.CreateInsertValue(b_.CreateInsertValue(llvm::UndefValue::get(state), v, 0), at, 1);
+      };
+      auto take = [&](llvm::Value* s, llvm::Value* v, llvm::Value* at) {
+        llvm::Value* best = b_.CreateExtractValue(s, 0);
+        llvm::Value* better = b_.CreateFCmpOGT(v, best);
+        return make(b_.CreateSelect(better, v, best), b_.CreateSelect(better, at, b_.CreateExtractValue(s, 1)));
+      };
+      const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
+      for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
+        const Regs per_row = row_values(row);
+        llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
+        llvm::Value* s = make(value(per_row, row_start, b_.getInt64(0), 1), b_.getInt64(0));
+        s = for_loop_carrying(b_.getInt64(1), b_.getInt64(scan_end), kLanes, s, [&](llvm::Value* col, llvm::Value* a) {
+          llvm::Value* v = value(per_row, row_start, col, kLanes);
+          for (unsigned lane = 0; lane < kLanes; ++lane) {
+            a = take(a, b_.CreateExtractElement(v, lane), b_.CreateAdd(col, b_.getInt64(lane)));
+          }
+          return a;
+        });
+        s = for_loop_carrying(b_.getInt64(scan_end), b_.getInt64(cols), 1, s, [&](llvm::Value* col, llvm::Value* a) {
+          return take(a, value(per_row, row_start, col, 1), col);
+        });
+        b_.CreateAlignedStore(b_.CreateExtractValue(s, 1), address(r.storage, DType::kI64, row, 1), llvm::Align(8));
+      });
+      return ok;
+    }
     if (r.inner == 1) {
       for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
         const Regs per_row = row_values(row);
@@ -471,23 +504,33 @@ class LoopEmitter {
       llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
       llvm::Value* rr = b_.CreateSRem(row, b_.getInt64(r.reduced));
       llvm::Value* first = b_.CreateICmpEQ(rr, b_.getInt64(0));
+      llvm::Value* out_start = b_.CreateMul(b_.CreateSDiv(row, b_.getInt64(r.reduced)), b_.getInt64(cols));
       auto update = [&](unsigned w) {
         return [&, w](llvm::Value* col) {
           llvm::Value* v = value(per_row, row_start, col, w);
           llvm::Value* at = acc_address(col, w);
           llvm::Value* old = b_.CreateAlignedLoad(lanes(f64, w), at, llvm::Align(8));
           llvm::Value* is_first = splat(first, w);
-          llvm::Value* next = sum ? b_.CreateFAdd(b_.CreateSelect(is_first, zero_like(old), old), v) : pick(v, old, is_first);
+          llvm::Value* next;
+          if (argmax) {  // the index goes straight to the output, which only this loop writes
+            llvm::Value* better = b_.CreateOr(is_first, b_.CreateFCmpOGT(v, old));
+            llvm::Value* index_at = address(r.storage, DType::kI64, b_.CreateAdd(out_start, col), w);
+            llvm::Value* old_index = b_.CreateAlignedLoad(lanes(i64, w), index_at, llvm::Align(8));
+            b_.CreateAlignedStore(b_.CreateSelect(better, splat(rr, w), old_index), index_at, llvm::Align(8));
+            next = b_.CreateSelect(better, v, old);
+          } else {
+            next = sum ? b_.CreateFAdd(b_.CreateSelect(is_first, zero_like(old), old), v) : pick(v, old, is_first);
+          }
           b_.CreateAlignedStore(next, at, llvm::Align(8));
         };
       };
       if (vector_end > 0) for_loop(b_.getInt64(0), b_.getInt64(vector_end), kLanes, update(kLanes));
       if (vector_end < cols) for_loop(b_.getInt64(vector_end), b_.getInt64(cols), 1, update(1));
+      if (argmax) return;
       auto* last = llvm::BasicBlock::Create(ctx_, "last", fn_);
       auto* next_row = llvm::BasicBlock::Create(ctx_, "next_row", fn_);
       b_.CreateCondBr(b_.CreateICmpEQ(rr, b_.getInt64(r.reduced - 1)), last, next_row);
       b_.SetInsertPoint(last);
-      llvm::Value* out_start = b_.CreateMul(b_.CreateSDiv(row, b_.getInt64(r.reduced)), b_.getInt64(cols));
       auto store_out = [&](unsigned w) {
         return [&, w](llvm::Value* col) {
           finish(b_.CreateAdd(out_start, col), b_.CreateAlignedLoad(lanes(f64, w), acc_address(col, w), llvm::Align(8)));

@@ -11,8 +11,8 @@
 // element's index) read only by elementwise ops of its own shape is not stored at all: each
 // loop that reads it computes it again as a step (a dropout mask in the forward and again in
 // the backward). Otherwise it is a loop of its own, like any elementwise value.
-// A float sum, mean, max or min over one contiguous run of axes joins the loop computing its
-// operand (one reduction per loop, LoopReduce): the loop accumulates the operand as it goes,
+// A float sum, mean, max, min or argmax over one contiguous run of axes joins the loop (or
+// GEMM epilogue) computing its operand (one reduction per loop, LoopReduce): the loop accumulates the operand as it goes,
 // which is then not stored unless something else reads it (the squares of a gradient norm).
 // Nothing that reads the reduction can join that loop, which finishes it only at its end.
 //
@@ -112,13 +112,19 @@ class Lowering {
   // over one contiguous run of the operand's axes, when the group has no reduction yet.
   int reduce_target(int v) const {
     const GNode& n = w_.nodes[v];
-    if (n.op != Op::kSum && n.op != Op::kMean && n.op != Op::kMax && n.op != Op::kMin) return -1;
+    if (n.op != Op::kSum && n.op != Op::kMean && n.op != Op::kMax && n.op != Op::kMin && n.op != Op::kArgmax) {
+      return -1;
+    }
     const int p = n.operands[0];
     const ValueType& t = w_.nodes[p].type;
     if (is_leaf(p) || !is_float(t.dtype) || numel(t.shape) == 0 || !detail::reduce_form(t.shape, n.attrs.ints)) return -1;
     const int g = group_of_[p];
-    if (g < 0 || groups_[g].kind != Kernel::Kind::kLoop || groups_[g].reduce >= 0 || groups_[g].shape != t.shape) return -1;
-    return g;
+    if (g < 0 || groups_[g].reduce >= 0 || groups_[g].shape != t.shape) return -1;
+    // A loop, or a GEMM's epilogue computing p (not the GEMM's own value, which its loop
+    // only loads when a step reads it).
+    const bool loop = groups_[g].kind == Kernel::Kind::kLoop;
+    const bool epilogue = groups_[g].kind == Kernel::Kind::kMatmul && p != groups_[g].node;
+    return loop || epilogue ? g : -1;
   }
 
   bool can_join(int v, int g) const {

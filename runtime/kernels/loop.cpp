@@ -409,7 +409,8 @@ void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_
 class Reducer {
  public:
   Reducer(const LoopReduce& r, DType reg_dtype, void* out)
-      : r_(r), reg_dtype_(reg_dtype), out_(out), acc_(r.inner == 1 ? kSumLanes : r.inner) {}
+      : r_(r), reg_dtype_(reg_dtype), out_(out), acc_(r.inner == 1 ? kSumLanes : r.inner),
+        at_(r.op == Op::kArgmax ? r.inner : 0) {}
 
   void add(const void* reg, int64_t begin, int64_t len) {
     const int64_t inner = r_.inner, reduced = r_.reduced;
@@ -418,7 +419,9 @@ class Reducer {
     const bool sum = r_.op == Op::kSum || r_.op == Op::kMean, is_max = r_.op == Op::kMax;
     for (int64_t k = 0; k < len; ++k) {
       const double v = value(reg, k);
-      if (sum && inner == 1) {
+      if (r_.op == Op::kArgmax) {
+        if (r == 0 || v > acc_[i]) acc_[i] = v, at_[i] = r;
+      } else if (sum && inner == 1) {
         if (r == 0) std::fill(acc_.begin(), acc_.end(), 0.0);
         acc_[r % kSumLanes] += v;
       } else if (sum) {
@@ -446,6 +449,10 @@ class Reducer {
   }
 
   void finish(int64_t o, int64_t i, bool sum) {
+    if (r_.op == Op::kArgmax) {
+      static_cast<int64_t*>(out_)[o * r_.inner + i] = at_[i];
+      return;
+    }
     double a = acc_[i];
     if (sum && r_.inner == 1) {
       a = 0;
@@ -459,6 +466,7 @@ class Reducer {
   DType reg_dtype_;
   void* out_;
   std::vector<double> acc_;  // inner == 1 and a sum: row_sum's lanes; otherwise one per i
+  std::vector<int64_t> at_;  // argmax: the r of acc_[i]
 };
 
 }  // namespace

@@ -44,14 +44,16 @@ struct LoopStore {
 
 // A reduction of one register over a contiguous run of the loop's axes: the loop's shape read
 // as [outer, reduced, inner], out[o, i] = op over r of reg[o, r, i], outer x inner values of
-// `dtype` (a float dtype) written to `storage` as each is complete. The orders are
-// reduce_kernel's, so a reduction gives the same bits fused or on its own: values widened to
-// double (a bf16 register rounded to bf16 first, as it would be stored); a sum over a whole
-// run (inner == 1) in row_sum.h's lanes, otherwise per i in r order from 0.0; max and min
-// in r order from the first value, taking v when v > acc (v < acc) or v is NaN; a mean is the
-// sum divided by `reduced`; one rounding to `dtype` at the end.
+// `dtype` (the register's float dtype; kI64 for argmax) written to `storage` as each is
+// complete. The orders are reduce_kernel's and argmax_kernel's, so a reduction gives the same
+// bits fused or on its own: values widened to double (a bf16 register rounded to bf16 first,
+// as it would be stored); a sum over a whole run (inner == 1) in row_sum.h's lanes, otherwise
+// per i in r order from 0.0; max and min in r order from the first value, taking v when
+// v > acc (v < acc) or v is NaN; a mean is the sum divided by `reduced`; one rounding to
+// `dtype` at the end. argmax scans as max does but takes only v > acc (a NaN never wins after
+// the first value) and gives that value's r.
 struct LoopReduce {
-  Op op;  // kSum, kMean, kMax, kMin
+  Op op;  // kSum, kMean, kMax, kMin, kArgmax
   int reg;
   int storage;
   DType dtype;

@@ -424,8 +424,30 @@ Tensor reduce_by(Op op, const Tensor& x, const std::vector<int64_t>& axes) {
     case Op::kSum: return sum(x, axes);
     case Op::kMean: return mean(x, axes);
     case Op::kMax: return max(x, axes);
+    case Op::kArgmax: return argmax(x, axes.at(0));
     default: return min(x, axes);
   }
+}
+
+// The reduction kernel's (or argmax kernel's) result for `op` over `axes` of `operand`.
+std::vector<uint8_t> kernel_result(Op op, const Tensor& operand, const std::vector<int64_t>& axes, const Tensor& result) {
+  const ValueType in_type{operand.shape(), operand.dtype()};
+  const ValueType out_type{result.shape(), result.dtype()};
+  std::vector<uint8_t> in = bytes_of(operand);
+  std::vector<uint8_t> want(static_cast<size_t>(result.numel()) * dtype_size(result.dtype()));
+  Attrs attrs;
+  attrs.ints = axes;
+  const detail::Arg x{in.data(), &in_type}, out{want.data(), &out_type};
+  if (op == Op::kArgmax) detail::argmax_kernel(attrs, x, out);
+  else detail::reduce_kernel(op, attrs, x, out);
+  return want;
+}
+
+void expect_same_result(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, DType dtype,
+                        const std::string& what) {
+  const int64_t at = first_difference(got, want, dtype);
+  EXPECT_EQ(at, -1) << what << ": " << load_element(got.data(), dtype, at) << " against "
+                    << load_element(want.data(), dtype, at);
 }
 
 // A float sum, mean, max or min joins the loop computing its operand, and gives what the
@@ -433,8 +455,9 @@ Tensor reduce_by(Op op, const Tensor& x, const std::vector<int64_t>& axes) {
 // interpreted, with the operand stored (also a root) and not stored, over a whole run, over
 // leading or middle axes, with broadcast operands in the loop, at sizes around the vector width.
 TEST(CodegenReduce, AReductionInItsOperandsLoopEqualsTheReductionKernelBitForBit) {
-  const std::vector<ReduceCase> cases = reduce_cases();
-  for (Op op : {Op::kSum, Op::kMean, Op::kMax, Op::kMin}) {
+  for (Op op : {Op::kSum, Op::kMean, Op::kMax, Op::kMin, Op::kArgmax}) {
+    std::vector<ReduceCase> cases = reduce_cases();
+    if (op == Op::kArgmax) std::erase_if(cases, [](const ReduceCase& c) { return c.axes.size() != 1; });
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
       for (int values : {0, 1}) {
         for (bool codegen : {true, false}) {
@@ -465,20 +488,45 @@ TEST(CodegenReduce, AReductionInItsOperandsLoopEqualsTheReductionKernelBitForBit
               mark_step();
             }
             for (size_t i = 0; i < cases.size(); ++i) {
-              const ValueType in_type{operands[i].shape(), dtype};
-              const ValueType out_type{reduced[i].shape(), dtype};
-              std::vector<uint8_t> in = bytes_of(operands[i]);
-              std::vector<uint8_t> want(static_cast<size_t>(reduced[i].numel()) * dtype_size(dtype));
-              Attrs attrs;
-              attrs.ints = cases[i].axes;
-              detail::reduce_kernel(op, attrs, detail::Arg{in.data(), &in_type}, detail::Arg{want.data(), &out_type});
-              const std::vector<uint8_t> got = bytes_of(reduced[i]);
-              const int64_t at = first_difference(got, want, dtype);
-              EXPECT_EQ(at, -1) << what << ", shape " << fmt::format("{}", cases[i].shape) << " axes "
-                                << fmt::format("{}", cases[i].axes) << ": " << load_element(got.data(), dtype, at)
-                                << " against " << load_element(want.data(), dtype, at);
+              expect_same_result(bytes_of(reduced[i]), kernel_result(op, operands[i], cases[i].axes, reduced[i]),
+                                 reduced[i].dtype(),
+                                 fmt::format("{}, shape {} axes {}", what, cases[i].shape, cases[i].axes));
             }
           }
+        }
+      }
+    }
+  }
+}
+
+// A reduction of a GEMM's epilogue value (relu(a b + x)) joins the epilogue, as it joins a
+// loop, with the same results.
+TEST(CodegenReduce, AReductionOfAGemmEpilogueJoinsTheEpilogue) {
+  const std::vector<std::pair<Shape, std::vector<int64_t>>> cases = {
+      {{5, 37}, {0}}, {{5, 37}, {1}}, {{16, 20}, {0}}, {{17, 33}, {1}}, {{17, 33}, {0, 1}}};
+  for (Op op : {Op::kSum, Op::kMean, Op::kMax, Op::kMin, Op::kArgmax}) {
+    for (DType dtype : {DType::kF32, DType::kF64}) {
+      for (bool codegen : {true, false}) {
+        RuntimeOptions options = RuntimeOptions::from_env();
+        options.codegen = codegen;
+        ScopedRuntime rt(options);
+        std::vector<Tensor> operands, reduced;
+        std::vector<std::vector<int64_t>> axes;
+        for (const auto& [shape, ax] : cases) {
+          if (op == Op::kArgmax && ax.size() != 1) continue;
+          const Tensor a = reduce_values({shape[0], 7}, dtype, 0, 1), b = reduce_values({7, shape[1]}, dtype, 1, 1);
+          const Tensor p = relu(matmul(a, b) + reduce_values(shape, dtype, 2, 1));
+          operands.push_back(p);
+          reduced.push_back(reduce_by(op, p, ax));
+          axes.push_back(ax);
+        }
+        mark_step();
+        const std::string what = fmt::format("{} {} codegen {}", op_name(op), dtype_name(dtype), codegen);
+        EXPECT_EQ(rt->last_stats().fused_reductions, static_cast<int64_t>(reduced.size())) << what;
+        EXPECT_EQ(rt->last_stats().matmul_epilogues, static_cast<int64_t>(reduced.size())) << what;
+        for (size_t i = 0; i < reduced.size(); ++i) {
+          expect_same_result(bytes_of(reduced[i]), kernel_result(op, operands[i], axes[i], reduced[i]), reduced[i].dtype(),
+                             fmt::format("{}, shape {} axes {}", what, operands[i].shape(), axes[i]));
         }
       }
     }
