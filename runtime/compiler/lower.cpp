@@ -222,7 +222,9 @@ class Lowering {
   }
 
   bool stored(int v, int g) const {
-    if (is_root_[v]) return true;
+    // An epilogue's last value is where its GEMM writes, even if only the group's reduction
+    // reads it.
+    if (is_root_[v] || (groups_[g].kind == Kernel::Kind::kMatmul && v == groups_[g].members.back())) return true;
     for (int c : consumers_[v]) if (group_of_[c] != g) return true;
     return false;
   }

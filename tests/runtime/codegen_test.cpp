@@ -507,27 +507,39 @@ TEST(CodegenReduce, AReductionOfAGemmEpilogueJoinsTheEpilogue) {
   for (Op op : {Op::kSum, Op::kMean, Op::kMax, Op::kMin, Op::kArgmax}) {
     for (DType dtype : {DType::kF32, DType::kF64}) {
       for (bool codegen : {true, false}) {
+       for (bool operand_is_root : {true, false}) {
         RuntimeOptions options = RuntimeOptions::from_env();
         options.codegen = codegen;
         ScopedRuntime rt(options);
+        auto operand = [&](const Shape& shape) {
+          const Tensor a = reduce_values({shape[0], 7}, dtype, 0, 1), b = reduce_values({7, shape[1]}, dtype, 1, 1);
+          return relu(matmul(a, b) + reduce_values(shape, dtype, 2, 1));
+        };
         std::vector<Tensor> operands, reduced;
         std::vector<std::vector<int64_t>> axes;
+        std::vector<Shape> shapes;
         for (const auto& [shape, ax] : cases) {
           if (op == Op::kArgmax && ax.size() != 1) continue;
-          const Tensor a = reduce_values({shape[0], 7}, dtype, 0, 1), b = reduce_values({7, shape[1]}, dtype, 1, 1);
-          const Tensor p = relu(matmul(a, b) + reduce_values(shape, dtype, 2, 1));
-          operands.push_back(p);
+          const Tensor p = operand(shape);
+          if (operand_is_root) operands.push_back(p);
           reduced.push_back(reduce_by(op, p, ax));
           axes.push_back(ax);
+          shapes.push_back(shape);
         }
-        mark_step();
-        const std::string what = fmt::format("{} {} codegen {}", op_name(op), dtype_name(dtype), codegen);
+        mark_step();  // the operands are roots only when held
+        const std::string what = fmt::format("{} {} codegen {} operand stored {}", op_name(op), dtype_name(dtype),
+                                             codegen, operand_is_root);
         EXPECT_EQ(rt->last_stats().fused_reductions, static_cast<int64_t>(reduced.size())) << what;
         EXPECT_EQ(rt->last_stats().matmul_epilogues, static_cast<int64_t>(reduced.size())) << what;
+        if (!operand_is_root) {
+          for (const Shape& shape : shapes) operands.push_back(operand(shape));
+          mark_step();
+        }
         for (size_t i = 0; i < reduced.size(); ++i) {
           expect_same_result(bytes_of(reduced[i]), kernel_result(op, operands[i], axes[i], reduced[i]), reduced[i].dtype(),
                              fmt::format("{}, shape {} axes {}", what, operands[i].shape(), axes[i]));
         }
+       }
       }
     }
   }
