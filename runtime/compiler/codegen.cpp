@@ -225,6 +225,16 @@ class LoopEmitter {
 
   // `for (i = begin; i < end; i += step) body(i)`, i an i64.
   void for_loop(llvm::Value* begin, llvm::Value* end, int64_t step, const std::function<void(llvm::Value*)>& body) {
+    for_loop_carrying(begin, end, step, nullptr, [&](llvm::Value* i, llvm::Value*) -> llvm::Value* {
+      body(i);
+      return nullptr;
+    });
+  }
+
+  // The same with a value carried from one iteration to the next (none when `init` is null):
+  // `carried = init; for (...) carried = body(i, carried)`; returns the final value.
+  llvm::Value* for_loop_carrying(llvm::Value* begin, llvm::Value* end, int64_t step, llvm::Value* init,
+                                 const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& body) {
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
     auto* inside = llvm::BasicBlock::Create(ctx_, "body", fn_);
@@ -233,12 +243,16 @@ class LoopEmitter {
     b_.SetInsertPoint(head);
     llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
     i->addIncoming(begin, pre);
+    llvm::PHINode* carried = init != nullptr ? b_.CreatePHI(init->getType(), 2) : nullptr;
+    if (carried != nullptr) carried->addIncoming(init, pre);
     b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
     b_.SetInsertPoint(inside);
-    body(i);
+    llvm::Value* next = body(i, carried);
     i->addIncoming(b_.CreateAdd(i, b_.getInt64(step)), b_.GetInsertBlock());
+    if (carried != nullptr) carried->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
+    return carried;
   }
 
   // The address of element `index` of storage `s`, typed as a pointer to `w` elements.
@@ -291,29 +305,6 @@ class LoopEmitter {
       case DType::kBool: return b_.getInt8(value != 0);
     }
     return nullptr;
-  }
-
-  // `for (i = begin; i < end; i += step) carried = body(i, carried)`; returns the final value.
-  llvm::Value* for_loop_carrying(llvm::Value* begin, llvm::Value* end, int64_t step, llvm::Value* init,
-                                 const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& body) {
-    llvm::BasicBlock* pre = b_.GetInsertBlock();
-    auto* head = llvm::BasicBlock::Create(ctx_, "head", fn_);
-    auto* inside = llvm::BasicBlock::Create(ctx_, "body", fn_);
-    auto* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
-    b_.CreateBr(head);
-    b_.SetInsertPoint(head);
-    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
-    llvm::PHINode* carried = b_.CreatePHI(init->getType(), 2);
-    i->addIncoming(begin, pre);
-    carried->addIncoming(init, pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, end), inside, exit);
-    b_.SetInsertPoint(inside);
-    llvm::Value* next = body(i, carried);
-    i->addIncoming(b_.CreateAdd(i, b_.getInt64(step)), b_.GetInsertBlock());
-    carried->addIncoming(next, b_.GetInsertBlock());
-    b_.CreateBr(head);
-    b_.SetInsertPoint(exit);
-    return carried;
   }
 
   // Storage pointers and loop-invariant loads, once at the entry.
