@@ -424,41 +424,25 @@ class LoopEmitter {
     const int64_t vector_end = cols - cols % kLanes;
     const bool argmax = r.op == Op::kArgmax;
     llvm::Type* i64 = b_.getInt64Ty();
-    if (r.inner == 1 && argmax) {
-      // The scan's state {best value, its column}, carried through the row in column order.
-      llvm::Type* state = llvm::StructType::get(ctx_, {f64, i64});
-      auto make = [&](llvm::Value* v, llvm::Value* at) {
-        return b_.CreateInsertValue(b_.CreateInsertValue(llvm::UndefValue::get(state), v, 0), at, 1);
+    if (r.inner == 1) {
+      // max, min and argmax scan the row in column order from its first value: the state is
+      // the value kept (argmax: {value, its column}).
+      llvm::Type* pair = llvm::StructType::get(ctx_, {f64, i64});
+      auto start = [&](llvm::Value* v) {
+        if (!argmax) return v;
+        return b_.CreateInsertValue(b_.CreateInsertValue(llvm::UndefValue::get(pair), v, 0), b_.getInt64(0), 1);
       };
-      auto take = [&](llvm::Value* s, llvm::Value* v, llvm::Value* at) {
+      auto fold = [&](llvm::Value* s, llvm::Value* v, llvm::Value* col) -> llvm::Value* {
+        if (!argmax) return pick(v, s, nullptr);
         llvm::Value* best = b_.CreateExtractValue(s, 0);
         llvm::Value* better = b_.CreateFCmpOGT(v, best);
-        return make(b_.CreateSelect(better, v, best), b_.CreateSelect(better, at, b_.CreateExtractValue(s, 1)));
+        s = b_.CreateInsertValue(s, b_.CreateSelect(better, v, best), 0);
+        return b_.CreateInsertValue(s, b_.CreateSelect(better, col, b_.CreateExtractValue(s, 1)), 1);
       };
       const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
       for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
         const Regs per_row = row_values(row);
         llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
-        llvm::Value* s = make(value(per_row, row_start, b_.getInt64(0), 1), b_.getInt64(0));
-        s = for_loop_carrying(b_.getInt64(1), b_.getInt64(scan_end), kLanes, s, [&](llvm::Value* col, llvm::Value* a) {
-          llvm::Value* v = value(per_row, row_start, col, kLanes);
-          for (unsigned lane = 0; lane < kLanes; ++lane) {
-            a = take(a, b_.CreateExtractElement(v, lane), b_.CreateAdd(col, b_.getInt64(lane)));
-          }
-          return a;
-        });
-        s = for_loop_carrying(b_.getInt64(scan_end), b_.getInt64(cols), 1, s, [&](llvm::Value* col, llvm::Value* a) {
-          return take(a, value(per_row, row_start, col, 1), col);
-        });
-        b_.CreateAlignedStore(b_.CreateExtractValue(s, 1), address(r.storage, DType::kI64, row, 1), llvm::Align(8));
-      });
-      return ok;
-    }
-    if (r.inner == 1) {
-      for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
-        const Regs per_row = row_values(row);
-        llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
-        llvm::Value* result;
         if (sum) {
           llvm::Value* acc = llvm::Constant::getNullValue(lanes(f64, kLanes));
           acc = for_loop_carrying(b_.getInt64(0), b_.getInt64(vector_end), kLanes, acc, [&](llvm::Value* col, llvm::Value* a) {
@@ -468,21 +452,24 @@ class LoopEmitter {
             llvm::Value* lane = b_.CreateSub(col, b_.getInt64(vector_end));
             return b_.CreateInsertElement(a, b_.CreateFAdd(b_.CreateExtractElement(a, lane), value(per_row, row_start, col, 1)), lane);
           });
-          result = llvm::ConstantFP::get(f64, 0.0);
-          for (unsigned lane = 0; lane < kLanes; ++lane) result = b_.CreateFAdd(result, b_.CreateExtractElement(acc, lane));
-        } else {
-          const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
-          llvm::Value* acc = value(per_row, row_start, b_.getInt64(0), 1);
-          acc = for_loop_carrying(b_.getInt64(1), b_.getInt64(scan_end), kLanes, acc, [&](llvm::Value* col, llvm::Value* a) {
-            llvm::Value* v = value(per_row, row_start, col, kLanes);
-            for (unsigned lane = 0; lane < kLanes; ++lane) a = pick(b_.CreateExtractElement(v, lane), a, nullptr);
-            return a;
-          });
-          result = for_loop_carrying(b_.getInt64(scan_end), b_.getInt64(cols), 1, acc, [&](llvm::Value* col, llvm::Value* a) {
-            return pick(value(per_row, row_start, col, 1), a, nullptr);
-          });
+          llvm::Value* total = llvm::ConstantFP::get(f64, 0.0);
+          for (unsigned lane = 0; lane < kLanes; ++lane) total = b_.CreateFAdd(total, b_.CreateExtractElement(acc, lane));
+          finish(row, total);
+          return;
         }
-        finish(row, result);
+        llvm::Value* s = start(value(per_row, row_start, b_.getInt64(0), 1));
+        s = for_loop_carrying(b_.getInt64(1), b_.getInt64(scan_end), kLanes, s, [&](llvm::Value* col, llvm::Value* a) {
+          llvm::Value* v = value(per_row, row_start, col, kLanes);
+          for (unsigned lane = 0; lane < kLanes; ++lane) {
+            a = fold(a, b_.CreateExtractElement(v, lane), b_.CreateAdd(col, b_.getInt64(lane)));
+          }
+          return a;
+        });
+        s = for_loop_carrying(b_.getInt64(scan_end), b_.getInt64(cols), 1, s, [&](llvm::Value* col, llvm::Value* a) {
+          return fold(a, value(per_row, row_start, col, 1), col);
+        });
+        if (argmax) b_.CreateAlignedStore(b_.CreateExtractValue(s, 1), address(r.storage, DType::kI64, row, 1), llvm::Align(8));
+        else finish(row, s);
       });
       return ok;
     }

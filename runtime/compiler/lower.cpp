@@ -119,7 +119,7 @@ class Lowering {
     const ValueType& t = w_.nodes[p].type;
     if (is_leaf(p) || !is_float(t.dtype) || numel(t.shape) == 0 || !detail::reduce_form(t.shape, n.attrs.ints)) return -1;
     const int g = group_of_[p];
-    if (g < 0 || groups_[g].reduce >= 0 || groups_[g].shape != t.shape) return -1;
+    if (g < 0 || groups_[g].reduce >= 0) return -1;
     // A loop, or a GEMM's epilogue computing p (not the GEMM's own value, which its loop
     // only loads when a step reads it).
     const bool loop = groups_[g].kind == Kernel::Kind::kLoop;

@@ -10,6 +10,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/runtime/kernels/kernels.h"
+#include "xla_spawn/runtime/kernels/loop.h"
 #include "xla_spawn/runtime/kernels/row_sum.h"
 #include "xla_spawn/runtime/element.h"
 
@@ -74,11 +75,12 @@ void reduce_typed(Op op, const Form& f, const S* x, S* out) {
 const void* to_form(const std::vector<int64_t>& axes, const Arg& in, std::vector<char>& scratch, Form& f) {
   const Shape& s = in.type->shape;
   const int64_t rank = static_cast<int64_t>(s.size());
-  bool contiguous = true;
-  for (size_t i = 1; i < axes.size(); ++i) contiguous &= axes[i] == axes[i - 1] + 1;
-  if (contiguous) {
-    const int64_t first = axes.empty() ? rank : axes.front(), last = axes.empty() ? rank : axes.back() + 1;
-    for (int64_t d = 0; d < rank; ++d) (d < first ? f.outer : d < last ? f.reduced : f.inner) *= s[d];
+  if (axes.empty()) {  // nothing reduced
+    f.outer = numel(s);
+    return in.data;
+  }
+  if (const std::optional<LoopReduce> r = reduce_form(s, axes)) {  // the form a fused loop reads too
+    f = {r->outer, r->reduced, r->inner};
     return in.data;
   }
   std::vector<int64_t> perm;
