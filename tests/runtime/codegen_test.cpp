@@ -29,6 +29,13 @@
 namespace xs {
 namespace {
 
+// The environment's runtime options, with native code on or off.
+RuntimeOptions codegen_options(bool codegen) {
+  RuntimeOptions options = RuntimeOptions::from_env();
+  options.codegen = codegen;
+  return options;
+}
+
 constexpr DType kDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64, DType::kBool};
 
 // Element i of operand `salt`: cycles through edge values, offset per operand so binary ops
@@ -102,9 +109,7 @@ struct Results {
 // Runs every case of `op` on `dtype` operands (where: a bool condition first) in one step of
 // a fresh runtime, with or without generated code.
 Results run_cases(Op op, DType dtype, DType cast_to, const std::vector<Case>& cases, bool codegen) {
-  RuntimeOptions options = RuntimeOptions::from_env();
-  options.codegen = codegen;
-  ScopedRuntime rt(options);
+  ScopedRuntime rt(codegen_options(codegen));
   std::vector<Tensor> outs;
   for (const Case& c : cases) {
     std::vector<Tensor> operands;
@@ -178,19 +183,12 @@ TEST(CodegenWalk, EveryElementwiseOpOnEveryDtypeMatchesTheInterpreterBitForBit) 
   EXPECT_GT(walked, 100) << "the walk reached too few (op, dtype) pairs: is ops.def read?";
 }
 
-}  // namespace
-}  // namespace xs
-
-namespace xs {
-namespace {
 
 // INT_MIN / -1 traps in hardware (SIGFPE); both paths define it as the wrapped -x, as x / 0
 // is defined as 0.
 TEST(CodegenWalk, IntegerDivisionByMinusOneWrapsOnBothPathsInsteadOfTrapping) {
   for (bool codegen : {true, false}) {
-    RuntimeOptions options = RuntimeOptions::from_env();
-    options.codegen = codegen;
-    ScopedRuntime rt(options);
+    ScopedRuntime rt(codegen_options(codegen));
     const std::vector<int32_t> xs = {INT32_MIN, 7, INT32_MIN, -9, 5};
     const std::vector<int32_t> ys = {-1, -1, 0, 2, -1};
     Tensor q = div(Tensor::from_vector<int32_t>(xs, {5}), Tensor::from_vector<int32_t>(ys, {5}));
@@ -203,11 +201,6 @@ TEST(CodegenWalk, IntegerDivisionByMinusOneWrapsOnBothPathsInsteadOfTrapping) {
   }
 }
 
-}  // namespace
-}  // namespace xs
-
-namespace xs {
-namespace {
 
 // ---- random numbers in loops ----
 
@@ -239,9 +232,7 @@ TEST(CodegenRandom, DrawsInLoopsMatchTheOpKernelBitForBit) {
   for (Op op : kRandomOps) {
     for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
       for (bool codegen : {true, false}) {
-        RuntimeOptions options = RuntimeOptions::from_env();
-        options.codegen = codegen;
-        ScopedRuntime rt(options);
+        ScopedRuntime rt(codegen_options(codegen));
         std::vector<Tensor> stored, inlined, widened;
         const Tensor one = Tensor::from_vector<float>({1.0f}, {}, dtype);  // data: x * 1 is not folded
         for (size_t i = 0; i < shapes.size(); ++i) {
@@ -341,20 +332,13 @@ TEST(CodegenRandom, ADrawReadOutsideALoopOrAtAnotherShapeIsStoredOnce) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(sp[i], 0.5f + rowv[i % 4]) << i;
 }
 
-}  // namespace
-}  // namespace xs
-
-namespace xs {
-namespace {
 
 // A loop that makes a draw's seed may be merged into a later loop only if no loop between
 // them computes the draw from that seed (a draw has no kernel of its own, so its readers
 // are the seed's readers).
 TEST(CodegenRandom, TheLoopThatMakesASeedStaysBeforeTheLoopsThatDrawFromIt) {
   for (bool codegen : {true, false}) {
-    RuntimeOptions options = RuntimeOptions::from_env();
-    options.codegen = codegen;
-    ScopedRuntime rt(options);
+    ScopedRuntime rt(codegen_options(codegen));
     const Tensor seed = Tensor::from_vector<int64_t>({5}, {}) + Tensor::from_vector<int64_t>({1}, {});
     const Tensor c = cast(seed, DType::kF32);
     const Tensor x = Tensor::from_vector<float>(std::vector<float>(40, 2.0f), {40});
@@ -369,11 +353,6 @@ TEST(CodegenRandom, TheLoopThatMakesASeedStaysBeforeTheLoopsThatDrawFromIt) {
   }
 }
 
-}  // namespace
-}  // namespace xs
-
-namespace xs {
-namespace {
 
 // A reduction case: x * y + x over `shape` (x, y: `values` 0 the edge values, 1 finite values
 // with -0), reduced over `axes`; `bias` adds a broadcast operand of that shape to the product.
@@ -462,9 +441,7 @@ TEST(CodegenReduce, AReductionInItsOperandsLoopEqualsTheReductionKernelBitForBit
       for (int values : {0, 1}) {
         for (bool codegen : {true, false}) {
           for (bool operand_is_root : {true, false}) {
-            RuntimeOptions options = RuntimeOptions::from_env();
-            options.codegen = codegen;
-            ScopedRuntime rt(options);
+            ScopedRuntime rt(codegen_options(codegen));
             auto operand = [&](const ReduceCase& c) {
               const Tensor x = reduce_values(c.shape, dtype, 0, values), y = reduce_values(c.shape, dtype, 1, values);
               const Tensor p = x * y + x;
@@ -508,9 +485,7 @@ TEST(CodegenReduce, AReductionOfAGemmEpilogueJoinsTheEpilogue) {
     for (DType dtype : {DType::kF32, DType::kF64}) {
       for (bool codegen : {true, false}) {
        for (bool operand_is_root : {true, false}) {
-        RuntimeOptions options = RuntimeOptions::from_env();
-        options.codegen = codegen;
-        ScopedRuntime rt(options);
+        ScopedRuntime rt(codegen_options(codegen));
         auto operand = [&](const Shape& shape) {
           const Tensor a = reduce_values({shape[0], 7}, dtype, 0, 1), b = reduce_values({7, shape[1]}, dtype, 1, 1);
           return relu(matmul(a, b) + reduce_values(shape, dtype, 2, 1));
