@@ -50,6 +50,7 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
   std::vector<detail::Arg> args;
   std::vector<GatherPiece> pieces;
   std::vector<double> reduce_scratch;  // for this run only: one large reduction keeps nothing
+  std::vector<void*> local;            // a native loop's storages, in its own numbering
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     if (!k.out_pieces.empty()) {
@@ -70,7 +71,9 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
       if (k.loop.reduce && reduce_scratch.size() < static_cast<size_t>(k.loop.reduce->inner)) {
         reduce_scratch.resize(static_cast<size_t>(k.loop.reduce->inner));  // a reduction's acc[i]
       }
-      fn(ptr.data(), reduce_scratch.data());
+      local.clear();
+      for (int s : native->storages(i)) local.push_back(ptr[s]);
+      fn(local.data(), reduce_scratch.data());
     }
     else detail::run_loop(k.loop, ptr.data());
   }
@@ -109,10 +112,10 @@ std::string Program::text() const {
   std::string out = fmt::format(
       "program: {} kernels, nodes {} -> {} (folded {}, cse {}, dce {}), fused loops {} ({} ops), "
       "fused reductions {}, matmul epilogues {}, gemm accumulates {}, causal products {}, in place {}, donated outputs {}, views {}, arena {} bytes "
-      "(peak live {}), native loops {}, interpreted loops {}\n",
+      "(peak live {}), native loops {} ({} functions), interpreted loops {}\n",
       stats.kernels, stats.nodes_in, stats.nodes_out, stats.folded, stats.cse_merged, stats.dce_removed,
       stats.fused_loops, stats.fused_ops, stats.fused_reductions, stats.matmul_epilogues, stats.gemm_accumulates, stats.causal_products, stats.in_place, stats.donated_outputs,
-      stats.views, stats.arena_bytes, stats.peak_live_bytes, stats.native_loops, stats.interpreted_loops);
+      stats.views, stats.arena_bytes, stats.peak_live_bytes, stats.native_loops, stats.native_functions, stats.interpreted_loops);
   for (size_t s = 0; s < storages.size(); ++s) {
     const Storage& st = storages[s];
     if (st.kind == Storage::Kind::kView) {

@@ -43,6 +43,7 @@ struct CompileStats {
   int64_t views = 0;            // concat operands and slices made views (alias_views)
   int64_t gather_pieces = 0;    // slices of an all_gather's value it now writes (alias_views)
   int64_t native_loops = 0;     // loops (and epilogues) run as generated code
+  int64_t native_functions = 0; // distinct functions among them (equal loops share one)
   int64_t interpreted_loops = 0; // loops left to the interpreter
 };
 

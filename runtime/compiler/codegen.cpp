@@ -30,6 +30,9 @@
 #include <limits>
 #include <mutex>
 #include <numbers>
+#include <optional>
+#include <span>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -814,8 +817,14 @@ class LoopEmitter {
 
 class JitLoops final : public NativeLoops {
  public:
-  JitLoops(llvm::orc::JITDylib* library, std::vector<NativeLoopFn> fns, Source source)
-      : library_(library), fns_(std::move(fns)), source_(source) {}
+  JitLoops(llvm::orc::JITDylib* library, std::vector<NativeLoopFn> fns, std::vector<std::vector<int>> storages,
+           Source source)
+      : library_(library), fns_(std::move(fns)), storages_(std::move(storages)), source_(source) {
+    std::vector<NativeLoopFn> distinct;
+    for (NativeLoopFn f : fns_)
+      if (f != nullptr && std::find(distinct.begin(), distinct.end(), f) == distinct.end()) distinct.push_back(f);
+    functions_ = static_cast<int64_t>(distinct.size());
+  }
   ~JitLoops() override {
     if (library_ == nullptr) return;
     Jit& jit = Jit::get();
@@ -824,52 +833,110 @@ class JitLoops final : public NativeLoops {
   }
   Source source() const override { return source_; }
   NativeLoopFn fn(size_t i) const override { return i < fns_.size() ? fns_[i] : nullptr; }
+  std::span<const int> storages(size_t i) const override {
+    return i < storages_.size() ? std::span<const int>(storages_[i]) : std::span<const int>();
+  }
   int64_t compiled() const override {
     int64_t n = 0;
     for (NativeLoopFn f : fns_) n += f != nullptr;
     return n;
   }
+  int64_t functions() const override { return functions_; }
 
  private:
   llvm::orc::JITDylib* library_;
   std::vector<NativeLoopFn> fns_;
+  std::vector<std::vector<int>> storages_;
+  int64_t functions_ = 0;
   Source source_;
 };
+
+// `loop` with its storages numbered 0, 1, ... in order of first use (loads, stores, the
+// reduction), and the program storage each number stands for. Loops that differ only in which
+// buffers they touch (an optimizer's update of same-shaped parameters, a layer's loops in
+// every layer) are then equal and share one function; a loop reading and writing one buffer
+// stays distinct from one writing another, as the numbering keeps that equality.
+struct LocalLoop {
+  LoopKernel loop;
+  std::vector<int> storages;
+};
+
+LocalLoop localize(const LoopKernel& loop) {
+  LocalLoop local{loop, {}};
+  auto number = [&](int& s) {
+    if (s < 0) return;
+    const auto at = std::find(local.storages.begin(), local.storages.end(), s);
+    const int k = static_cast<int>(at - local.storages.begin());
+    if (at == local.storages.end()) local.storages.push_back(s);
+    s = k;
+  };
+  for (LoopLoad& l : local.loop.loads) number(l.storage);
+  for (LoopStore& st : local.loop.stores) number(st.storage);
+  if (local.loop.reduce) number(local.loop.reduce->storage);
+  return local;
+}
+
+bool same_loop(const LoopKernel& a, const LoopKernel& b) {
+  auto same_load = [](const LoopLoad& x, const LoopLoad& y) {
+    return x.reg == y.reg && x.storage == y.storage && x.dtype == y.dtype && x.shape == y.shape &&
+           std::bit_cast<uint64_t>(x.constant) == std::bit_cast<uint64_t>(y.constant) && x.index == y.index;
+  };
+  auto same_step = [](const LoopStep& x, const LoopStep& y) {
+    return x.op == y.op && x.fn == y.fn && x.out == y.out && std::equal(x.in, x.in + 3, y.in);
+  };
+  auto same_store = [](const LoopStore& x, const LoopStore& y) {
+    return x.reg == y.reg && x.storage == y.storage && x.dtype == y.dtype;
+  };
+  auto same_reduce = [](const LoopReduce& x, const LoopReduce& y) {
+    return x.op == y.op && x.reg == y.reg && x.storage == y.storage && x.dtype == y.dtype && x.outer == y.outer &&
+           x.reduced == y.reduced && x.inner == y.inner;
+  };
+  return a.shape == b.shape && a.reg_dtype == b.reg_dtype &&
+         std::equal(a.loads.begin(), a.loads.end(), b.loads.begin(), b.loads.end(), same_load) &&
+         std::equal(a.steps.begin(), a.steps.end(), b.steps.begin(), b.steps.end(), same_step) &&
+         std::equal(a.stores.begin(), a.stores.end(), b.stores.begin(), b.stores.end(), same_store) &&
+         a.reduce.has_value() == b.reduce.has_value() && (!a.reduce || same_reduce(*a.reduce, *b.reduce));
+}
 
 uint64_t hash_shape(uint64_t h, const Shape& shape) {
   for (int64_t d : shape) h = hash_combine(h, static_cast<uint64_t>(d));
   return hash_combine(h, shape.size());
 }
 
-// The persistent cache's key: everything the object depends on. The loops themselves (the
-// graph as the compiler lowered it, storage indices included; ops and dtypes by name, not by
-// enum position), this generator's source (XS_CODEGEN_SOURCE_HASH, made by CMake from the
-// files that decide the generated code and the op and dtype lists), the CPU and the LLVM
-// version. Computed from the loops, so a hit builds no IR at all.
-uint64_t object_key(const std::vector<const LoopKernel*>& loops, const std::string& cpu) {
+// Everything the generated function of `loop` depends on (ops and dtypes by name, not by
+// enum position).
+uint64_t hash_loop(uint64_t h, const LoopKernel& loop) {
+  h = hash_shape(h, loop.shape);
+  for (DType d : loop.reg_dtype) h = hash_bytes(h, dtype_name(d));
+  for (const LoopLoad& l : loop.loads) {
+    h = hash_bytes(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), dtype_name(l.dtype));
+    h = hash_combine(hash_double(hash_shape(h, l.shape), l.constant), l.index);
+  }
+  for (const LoopStep& st : loop.steps) {
+    h = hash_combine(hash_bytes(h, op_name(st.op)), static_cast<uint64_t>(st.out));
+    for (int in : st.in) h = hash_combine(h, static_cast<uint64_t>(in));
+  }
+  for (const LoopStore& st : loop.stores) {
+    h = hash_bytes(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), dtype_name(st.dtype));
+  }
+  if (const auto& r = loop.reduce) {
+    h = hash_bytes(hash_bytes(h, op_name(r->op)), dtype_name(r->dtype));
+    for (int64_t v : {int64_t{r->reg}, int64_t{r->storage}, r->outer, r->reduced, r->inner}) h = hash_combine(h, static_cast<uint64_t>(v));
+  }
+  return h;
+}
+
+// The persistent cache's key: everything the object depends on. The loops in their own
+// storage numbering (localize), which also decides which loops share a function; this
+// generator's source (XS_CODEGEN_SOURCE_HASH, made by CMake from the files that decide the
+// generated code and the op and dtype lists), the CPU and the LLVM version. Computed from the
+// loops, so a hit builds no IR at all.
+uint64_t object_key(const std::vector<std::optional<LocalLoop>>& loops, const std::string& cpu) {
   uint64_t h = hash_bytes(kHashSeed, XS_CODEGEN_SOURCE_HASH);
   h = hash_bytes(h, cpu + " LLVM " LLVM_VERSION_STRING);
   for (size_t i = 0; i < loops.size(); ++i) {
-    const LoopKernel* loop = loops[i];
-    h = hash_combine(h, loop == nullptr ? ~uint64_t{0} : i);
-    if (loop == nullptr) continue;
-    h = hash_shape(h, loop->shape);
-    for (DType d : loop->reg_dtype) h = hash_bytes(h, dtype_name(d));
-    for (const LoopLoad& l : loop->loads) {
-      h = hash_bytes(hash_combine(hash_combine(h, l.reg), static_cast<uint64_t>(l.storage)), dtype_name(l.dtype));
-      h = hash_combine(hash_double(hash_shape(h, l.shape), l.constant), l.index);
-    }
-    for (const LoopStep& st : loop->steps) {
-      h = hash_combine(hash_bytes(h, op_name(st.op)), static_cast<uint64_t>(st.out));
-      for (int in : st.in) h = hash_combine(h, static_cast<uint64_t>(in));
-    }
-    for (const LoopStore& st : loop->stores) {
-      h = hash_bytes(hash_combine(hash_combine(h, st.reg), static_cast<uint64_t>(st.storage)), dtype_name(st.dtype));
-    }
-    if (const auto& r = loop->reduce) {
-      h = hash_bytes(hash_bytes(h, op_name(r->op)), dtype_name(r->dtype));
-      for (int64_t v : {int64_t{r->reg}, int64_t{r->storage}, r->outer, r->reduced, r->inner}) h = hash_combine(h, static_cast<uint64_t>(v));
-    }
+    h = hash_combine(h, loops[i] ? i : ~uint64_t{0});
+    if (loops[i]) h = hash_loop(h, loops[i]->loop);
   }
   return h;
 }
@@ -887,7 +954,7 @@ std::vector<char> emit_object(llvm::TargetMachine& target, llvm::Module& module)
 // Links `object` into a new library and finds every named loop; null when the object does
 // not link or lacks a symbol (the library is then removed again).
 std::unique_ptr<JitLoops> link(Jit& jit, const std::vector<char>& object, const std::vector<std::string>& names,
-                               NativeLoops::Source source, std::string* problem) {
+                               std::vector<std::vector<int>> storages, NativeLoops::Source source, std::string* problem) {
   llvm::orc::ExecutionSession& session = jit.lljit->getExecutionSession();
   llvm::Expected<llvm::orc::JITDylib&> created = session.createJITDylib(fmt::format("program_{}", jit.next_library++));
   if (!created) throw InternalError("codegen: creating a library: " + llvm_message(created.takeError()));
@@ -896,18 +963,23 @@ std::unique_ptr<JitLoops> link(Jit& jit, const std::vector<char>& object, const 
   std::vector<NativeLoopFn> fns(names.size(), nullptr);
   llvm::Error error = jit.lljit->addObjectFile(
       library, llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size())));
+  std::unordered_map<std::string, NativeLoopFn> found;
   for (size_t i = 0; !error && i < names.size(); ++i) {
     if (names[i].empty()) continue;
+    if (const auto at = found.find(names[i]); at != found.end()) {
+      fns[i] = at->second;
+      continue;
+    }
     llvm::Expected<llvm::JITEvaluatedSymbol> symbol = jit.lljit->lookup(library, names[i]);
     if (!symbol) error = symbol.takeError();
-    else fns[i] = reinterpret_cast<NativeLoopFn>(symbol->getAddress());
+    else fns[i] = found[names[i]] = reinterpret_cast<NativeLoopFn>(symbol->getAddress());
   }
   if (error) {
     *problem = llvm_message(std::move(error));
     llvm::consumeError(session.removeJITDylib(library));
     return nullptr;
   }
-  return std::make_unique<JitLoops>(&library, std::move(fns), source);
+  return std::make_unique<JitLoops>(&library, std::move(fns), std::move(storages), source);
 }
 
 }  // namespace
@@ -918,23 +990,38 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
                                                   const ObjectCache* cache) {
   Jit& jit = Jit::get();
   std::lock_guard<std::mutex> lock(jit.mu);
+  // Each loop in its own storage numbering; equal ones share the function named after the
+  // first of them.
+  std::vector<std::optional<LocalLoop>> local(loops.size());
   std::vector<std::string> names(loops.size());
-  bool any = false;
+  std::vector<std::vector<int>> storages(loops.size());
+  std::vector<size_t> owners;  // the loops whose functions are emitted
+  std::unordered_multimap<uint64_t, size_t> by_hash;
   for (size_t i = 0; i < loops.size(); ++i) {
     if (loops[i] == nullptr) continue;
-    names[i] = fmt::format("loop_{}", i);
-    any = true;
+    local[i] = localize(*loops[i]);
+    storages[i] = local[i]->storages;
+    const uint64_t h = hash_loop(0, local[i]->loop);
+    size_t owner = i;
+    for (auto [at, end] = by_hash.equal_range(h); at != end; ++at) {
+      if (same_loop(local[at->second]->loop, local[i]->loop)) {
+        owner = at->second;
+        break;
+      }
+    }
+    if (owner == i) by_hash.emplace(h, i), owners.push_back(i);
+    names[i] = fmt::format("loop_{}", owner);
   }
-  if (!any) {
+  if (owners.empty()) {
     return std::make_unique<JitLoops>(nullptr, std::vector<NativeLoopFn>(loops.size(), nullptr),
-                                      NativeLoops::Source::kNone);
+                                      std::vector<std::vector<int>>(), NativeLoops::Source::kNone);
   }
   std::string problem;
   const bool use_cache = cache != nullptr && cache->usable();
-  const uint64_t key = use_cache ? object_key(loops, jit.description) : 0;
+  const uint64_t key = use_cache ? object_key(local, jit.description) : 0;
   if (use_cache) {
     if (std::optional<std::vector<char>> object = cache->load(key)) {
-      if (auto from_disk = link(jit, *object, names, NativeLoops::Source::kDiskCache, &problem)) return from_disk;
+      if (auto from_disk = link(jit, *object, names, storages, NativeLoops::Source::kDiskCache, &problem)) return from_disk;
       spdlog::warn("compile cache: {} does not link ({}); compiling again and replacing it", cache->path(key), problem);
     }
   }
@@ -942,17 +1029,15 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
   auto module = std::make_unique<llvm::Module>("xs_loops", *context);
   module->setDataLayout(jit.target->createDataLayout());
   module->setTargetTriple(jit.target->getTargetTriple().str());
-  for (size_t i = 0; i < loops.size(); ++i) {
-    if (!names[i].empty()) {
-      XS_CHECK(LoopEmitter(*module, *loops[i], names[i]).emit(), "codegen: a step of {} has no generated form",
-               loop_text(*loops[i]));
-    }
+  for (size_t i : owners) {
+    XS_CHECK(LoopEmitter(*module, local[i]->loop, names[i]).emit(), "codegen: a step of {} has no generated form",
+             loop_text(*loops[i]));
   }
   std::string errors;
   llvm::raw_string_ostream os(errors);
   XS_CHECK(!llvm::verifyModule(*module, &os), "codegen: invalid IR: {}", os.str());
   const std::vector<char> object = emit_object(*jit.target, *module);
-  std::unique_ptr<JitLoops> compiled = link(jit, object, names, NativeLoops::Source::kCompiled, &problem);
+  std::unique_ptr<JitLoops> compiled = link(jit, object, names, std::move(storages), NativeLoops::Source::kCompiled, &problem);
   XS_CHECK(compiled != nullptr, "codegen: a freshly compiled object does not link: {}", problem);
   if (use_cache) cache->store(key, object);
   return compiled;

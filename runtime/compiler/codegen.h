@@ -1,5 +1,5 @@
 #pragma once
-// Native code for loop kernels: each LoopKernel becomes one function built as LLVM IR and
+// Native code for loop kernels: each LoopKernel runs as a function built as LLVM IR and
 // compiled for the host CPU by ORC's LLJIT (no toolchain at run time). It computes exactly
 // what the interpreter (loop.h) computes, element for element: the same IEEE operations in
 // the same order with no fast-math flags and no FMA contraction, and the transcendental ops
@@ -7,10 +7,20 @@
 // structure (a general broadcast, broadcasts of different periods) are gathered.
 //
 //   std::unique_ptr<NativeLoops> native = compile_native_loops(loops, &disk_cache_or_null);
-//   if (NativeLoopFn fn = native->fn(i)) fn(storage, scratch); else run_loop(*loops[i], storage);
+//   if (NativeLoopFn fn = native->fn(i)) {
+//     for (int s : native->storages(i)) local.push_back(storage[s]);   // the loop's own numbering
+//     fn(local.data(), scratch);
+//   } else {
+//     run_loop(*loops[i], storage);
+//   }
+//
+// Loops equal but for the buffers they touch share one function: a function numbers its
+// storages 0, 1, ... in order of first use (loads, stores, reduction), and storages(i) says
+// which of the program's storages those are for loop i.
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,7 +29,7 @@
 
 namespace xs::detail {
 
-// Runs the whole loop over `storage` (the program's storage pointers); `scratch` holds
+// Runs the whole loop over `storage` (the loop's storages in its own numbering); `scratch` holds
 // `reduce->inner` doubles for a loop whose reduction has inner > 1 (else it may be null).
 using NativeLoopFn = void (*)(void* const* storage, double* scratch);
 
@@ -33,7 +43,10 @@ class NativeLoops {
   virtual Source source() const = 0;
   // The function for loop `i` of the list it was built from, or null (interpreted).
   virtual NativeLoopFn fn(size_t i) const = 0;
-  virtual int64_t compiled() const = 0;
+  // The program storages of loop i's own numbering: fn(i)'s storage[k] is storages(i)[k].
+  virtual std::span<const int> storages(size_t i) const = 0;
+  virtual int64_t compiled() const = 0;   // loops with a function
+  virtual int64_t functions() const = 0;  // distinct functions among them
 };
 
 // Compiles every loop of `loops` it can (null entries are skipped) into one object. With a

@@ -58,6 +58,7 @@ void generate_native_code(Program& program, const detail::ObjectCache* cache) {
     program.native.reset();
   }
   program.stats.native_loops = program.native ? program.native->compiled() : 0;
+  program.stats.native_functions = program.native ? program.native->functions() : 0;
   program.stats.interpreted_loops = 0;
   for (size_t i = 0; i < loops.size(); ++i)
     program.stats.interpreted_loops += loops[i] != nullptr && !(program.native && program.native->fn(i));

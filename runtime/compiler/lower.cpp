@@ -47,6 +47,11 @@ struct Group {
 
 size_t bytes_of(const ValueType& t) { return numel(t.shape) * dtype_size(t.dtype); }
 
+// The most elementwise nodes one loop takes. LLVM's code generation grows faster than
+// linearly with a loop body's length (a 4,000-operand scalar sum, a clipping norm's, took
+// seconds in one body); chains longer than this continue in the next loop.
+constexpr size_t kMaxLoopMembers = 256;
+
 class Lowering {
  public:
   Lowering(Work& w, Program& p) : w_(w), p_(p), group_of_(w.nodes.size(), -1), is_root_(w.nodes.size(), 0),
@@ -129,7 +134,9 @@ class Lowering {
 
   bool can_join(int v, int g) const {
     const Group& gr = groups_[g];
-    if (gr.kind == Kernel::Kind::kOp || gr.shape != w_.nodes[v].type.shape) return false;
+    if (gr.kind == Kernel::Kind::kOp || gr.shape != w_.nodes[v].type.shape || gr.members.size() >= kMaxLoopMembers) {
+      return false;
+    }
     if (gr.kind == Kernel::Kind::kMatmul &&
         (!gr.epilogue_ok || w_.nodes[v].type.dtype != w_.nodes[gr.node].type.dtype)) return false;
     for (int q : w_.nodes[v].operands)
@@ -143,7 +150,7 @@ class Lowering {
   void absorb(int p, int g) {
     const int h = is_leaf(p) ? -1 : group_of_[p];
     if (h < 0 || h >= g || groups_[h].kind != Kernel::Kind::kLoop || groups_[h].shape != groups_[g].shape ||
-        groups_[h].reduce >= 0) return;
+        groups_[h].reduce >= 0 || groups_[h].members.size() + groups_[g].members.size() > kMaxLoopMembers) return;
     const Group& gr = groups_[g];
     // A reader in a group between them, or the GEMM itself (it must exist before the GEMM).
     auto blocks = [&](int c) {

@@ -520,5 +520,34 @@ TEST(CodegenReduce, AReductionOfAGemmEpilogueJoinsTheEpilogue) {
   }
 }
 
+// Loops equal but for the buffers they touch (each tensor's sum of squares, as a clipping
+// norm builds them) share one generated function, and each still reads and writes its own
+// buffers: every result equals the interpreter's bit for bit.
+TEST(CodegenShare, LoopsThatDifferOnlyInTheirBuffersShareOneFunction) {
+  const std::vector<Shape> shapes = {{37}, {37}, {37}, {5, 16}, {5, 16}, {5, 16}};
+  std::vector<std::vector<uint8_t>> results[2];
+  for (bool codegen : {true, false}) {
+    ScopedRuntime rt(codegen_options(codegen));
+    std::vector<Tensor> sums;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor p = reduce_values(shapes[i], DType::kF32, static_cast<int>(i), 1);
+      const Tensor q = reduce_values(shapes[i], DType::kF32, static_cast<int>(i) + 7, 1);
+      sums.push_back(sum(p * q + p));
+    }
+    mark_step();
+    const CompileStats& stats = rt->last_stats();
+    EXPECT_EQ(stats.fused_reductions, 6);
+    EXPECT_EQ(stats.native_loops, codegen ? 6 : 0);
+    EXPECT_EQ(stats.native_functions, codegen ? 2 : 0);
+    for (const Tensor& t : sums) results[codegen].push_back(bytes_of(t));
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    EXPECT_EQ(results[1][i], results[0][i]) << "sum " << i;
+    if (i > 0) {
+      EXPECT_NE(results[1][i], results[1][i - 1]) << "sums " << i - 1 << " and " << i << " are alike";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace xs

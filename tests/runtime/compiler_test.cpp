@@ -192,7 +192,10 @@ TEST(Compiler, ThousandNodeChainCompilesAndRuns) {
   Tensor y = x;
   for (int i = 0; i < 500; ++i) y = tanh(y * 0.5);  // 1000 nodes (plus leaves)
   mark_step();
-  EXPECT_EQ(rt->last_stats().kernels, 1);
+  // A loop takes at most 256 nodes (LLVM's time grows faster than a body's length): 256, 256,
+  // 256 and 232.
+  EXPECT_EQ(rt->last_stats().kernels, 4);
+  EXPECT_EQ(rt->last_stats().fused_ops, 1000);
   EXPECT_GE(rt->last_stats().nodes_in, 1000);
   for (float v : y.to_vector<float>()) EXPECT_TRUE(std::isfinite(v));
 }
