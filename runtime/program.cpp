@@ -68,8 +68,9 @@ std::vector<BufferPtr> Program::run(std::span<const BufferPtr> inputs, const det
     }
     if (k.loop.steps.empty()) continue;
     if (detail::NativeLoopFn fn = native ? native->fn(i) : nullptr) {
-      if (k.loop.reduce && reduce_scratch.size() < static_cast<size_t>(k.loop.reduce->inner)) {
-        reduce_scratch.resize(static_cast<size_t>(k.loop.reduce->inner));  // a reduction's acc[i]
+      if (k.loop.reduce) {  // a reduction's accumulators
+        const auto doubles = static_cast<size_t>(detail::reduce_scratch_doubles(*k.loop.reduce));
+        if (reduce_scratch.size() < doubles) reduce_scratch.resize(doubles);
       }
       local.clear();
       for (int s : native->storages(i)) local.push_back(ptr[s]);

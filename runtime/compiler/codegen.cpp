@@ -11,7 +11,11 @@
 // min or argmax folds the values into one scalar (and its column) in column order; the row's
 // result is stored at its end. Otherwise a row is one r of one o and its columns the i: each
 // updates acc[i] (doubles in the caller's scratch; argmax's index in the output itself) in
-// r order, and the last r of each o stores them.
+// r order, and the last r of each o stores them. Over axes that are not one run (LoopReduce::
+// axes) a row is the loop's last run of reduced or of kept axes: a reduced run carries its
+// o's sixteen sum lanes (lane-major in the scratch, loaded rotated by the row's first r % 16,
+// stored back at its end) or scans on from o's max or min; a kept run updates each column's
+// o; after the last row the lanes are added in order and every value stored.
 //
 // The vectors are explicit (kLanes elements of every register's compute type), so no
 // optimiser has to prove the loop free of dependences: an in-place loop (output over its
@@ -155,6 +159,16 @@ Kind kind_of(DType d) {
   return Kind::kBool;
 }
 
+// The elements of the loop's last axes that a general reduction treats alike (all reduced
+// or all kept): its rows.
+int64_t last_run(const Shape& shape, const std::vector<int64_t>& axes) {
+  int64_t n = 1;
+  const auto rank = static_cast<int64_t>(shape.size());
+  const bool reduced = std::binary_search(axes.begin(), axes.end(), rank - 1);
+  for (int64_t d = rank - 1; d >= 0 && std::binary_search(axes.begin(), axes.end(), d) == reduced; --d) n *= shape[d];
+  return n;
+}
+
 // The loop's row structure: rows of `cols` columns, the reduction's row (the reduced run when
 // inner == 1, else inner) if it has one, else the period of its first patterned load (kTile,
 // kSpread, kRun), else the whole loop. A patterned load of another period is read as a general
@@ -164,7 +178,7 @@ void row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t
   cols = n;
   bool fixed = false;
   if (const auto& r = loop.reduce) {
-    cols = r->inner == 1 ? r->reduced : r->inner;
+    cols = !r->axes.empty() ? last_run(loop.shape, r->axes) : r->inner == 1 ? r->reduced : r->inner;
     fixed = true;
   }
   for (const LoopLoad& l : loop.loads) {
@@ -199,7 +213,9 @@ class LoopEmitter {
     const int64_t n = numel(loop_.shape);
     if (n > 0) {
       setup();
-      if (!(loop_.reduce ? emit_reduce_loops(n, cols) : emit_body_loops(n, cols))) return false;
+      const bool general = loop_.reduce && !loop_.reduce->axes.empty();
+      if (!(general ? emit_general_reduce_loops(n, cols)
+            : loop_.reduce ? emit_reduce_loops(n, cols) : emit_body_loops(n, cols))) return false;
     }
     b_.CreateRetVoid();
     return true;
@@ -522,6 +538,132 @@ class LoopEmitter {
       b_.CreateBr(next_row);
       b_.SetInsertPoint(next_row);
     });
+    return ok;
+  }
+
+  // A reduction over any other axes (LoopReduce::axes; see the top of this file).
+  bool emit_general_reduce_loops(int64_t n, int64_t cols) {
+    const LoopReduce& r = *loop_.reduce;
+    const int64_t rows = n / cols, outer = r.outer;
+    const bool sum = r.op == Op::kSum || r.op == Op::kMean;
+    llvm::Type* f64 = b_.getDoubleTy();
+    llvm::Value* scratch = fn_->getArg(1);
+    bool ok = true;
+    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) -> llvm::Value* {
+      llvm::Value* v = nullptr;
+      if (ok) ok = emit_body(w, b_.CreateAdd(row_start, col), col, per_row, &v);
+      return ok ? v : llvm::UndefValue::get(lanes(f64, w));
+    };
+    auto pick = [&](llvm::Value* v, llvm::Value* acc) {  // reduce_typed's scan: v > acc (v < acc) or v NaN
+      llvm::Value* better = r.op == Op::kMax ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
+      return b_.CreateSelect(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), v, acc);
+    };
+    auto acc_address = [&](llvm::Value* index, unsigned w) {
+      return b_.CreatePointerCast(b_.CreateInBoundsGEP(f64, scratch, index), lanes(f64, w)->getPointerTo());
+    };
+    auto load_acc = [&](llvm::Value* index, unsigned w) {
+      return b_.CreateAlignedLoad(lanes(f64, w), acc_address(index, w), llvm::Align(8));
+    };
+    auto store_acc = [&](llvm::Value* index, llvm::Value* v) {
+      b_.CreateAlignedStore(v, acc_address(index, width(v)), llvm::Align(8));
+    };
+    auto k = [&](int64_t v) { return b_.getInt64(v); };
+    // Per axis, its step in o (kept) or in r (reduced), each row-major among its kind; the
+    // rows' coordinates are on the axes before the last run of alike ones.
+    const Shape& shape = loop_.shape;
+    const auto rank = static_cast<int64_t>(shape.size());
+    auto is_reduced = [&](int64_t d) { return std::binary_search(r.axes.begin(), r.axes.end(), d); };
+    std::vector<int64_t> o_step(rank, 0), r_step(rank, 0);
+    for (int64_t d = rank - 1, os = 1, rs = 1; d >= 0; --d) {
+      if (is_reduced(d)) r_step[d] = rs, rs *= shape[d];
+      else o_step[d] = os, os *= shape[d];
+    }
+    const bool row_reduced = is_reduced(rank - 1);
+    int64_t leading = rank;
+    while (leading > 0 && is_reduced(leading - 1) == row_reduced) --leading;
+    // A sum's lanes (lane-major: lane L of o at L * outer + o) start at 0.0.
+    if (sum) {
+      for_loop(k(0), k(kSumLanes * outer), 1, [&](llvm::Value* i) { store_acc(i, llvm::ConstantFP::get(f64, 0.0)); });
+    }
+    const int64_t vector_end = cols - cols % kLanes;
+    for_loop(k(0), k(rows), 1, [&](llvm::Value* row) {
+      const Regs per_row = row_values(row);
+      llvm::Value* row_start = b_.CreateMul(row, k(cols));
+      llvm::Value* o = k(0);   // of the row's first element
+      llvm::Value* rr = k(0);
+      llvm::Value* rest = row;
+      for (int64_t d = leading - 1; d >= 0; --d) {
+        if (shape[d] == 1) continue;
+        llvm::Value* coord = b_.CreateURem(rest, k(shape[d]));
+        rest = b_.CreateUDiv(rest, k(shape[d]));
+        if (o_step[d] != 0) o = b_.CreateAdd(o, b_.CreateMul(coord, k(o_step[d])));
+        else rr = b_.CreateAdd(rr, b_.CreateMul(coord, k(r_step[d])));
+      }
+      llvm::Value* first = b_.CreateICmpEQ(rr, k(0));
+      if (row_reduced && sum) {
+        // r = rr + col: o's lanes carried through the row, lane (rr + col) % 16 at vector lane
+        // (rr + col) % 16 - rr % 16 (mod 16), loaded rotated and stored back.
+        llvm::Value* rot = b_.CreateURem(rr, k(kSumLanes));
+        auto lane_index = [&](unsigned lane) {
+          return b_.CreateAdd(b_.CreateMul(b_.CreateURem(b_.CreateAdd(rot, k(lane)), k(kSumLanes)), k(outer)), o);
+        };
+        llvm::Value* c = llvm::UndefValue::get(lanes(f64, kLanes));
+        for (unsigned lane = 0; lane < kLanes; ++lane) c = b_.CreateInsertElement(c, load_acc(lane_index(lane), 1), lane);
+        c = for_loop_carrying(k(0), k(vector_end), kLanes, c, [&](llvm::Value* col, llvm::Value* a) {
+          return b_.CreateFAdd(a, value(per_row, row_start, col, kLanes));
+        });
+        c = for_loop_carrying(k(vector_end), k(cols), 1, c, [&](llvm::Value* col, llvm::Value* a) {
+          llvm::Value* lane = b_.CreateSub(col, k(vector_end));
+          return b_.CreateInsertElement(a, b_.CreateFAdd(b_.CreateExtractElement(a, lane), value(per_row, row_start, col, 1)), lane);
+        });
+        for (unsigned lane = 0; lane < kLanes; ++lane) store_acc(lane_index(lane), b_.CreateExtractElement(c, lane));
+      } else if (row_reduced) {
+        // max, min: o's scan goes on through the row from its value (the row's first value
+        // when this row starts o).
+        llvm::Value* v0 = value(per_row, row_start, k(0), 1);
+        llvm::Value* st = b_.CreateSelect(first, v0, pick(v0, load_acc(o, 1)));
+        const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
+        st = for_loop_carrying(k(1), k(scan_end), kLanes, st, [&](llvm::Value* col, llvm::Value* a) {
+          llvm::Value* v = value(per_row, row_start, col, kLanes);
+          for (unsigned lane = 0; lane < kLanes; ++lane) a = pick(b_.CreateExtractElement(v, lane), a);
+          return a;
+        });
+        st = for_loop_carrying(k(scan_end), k(cols), 1, st, [&](llvm::Value* col, llvm::Value* a) {
+          return pick(value(per_row, row_start, col, 1), a);
+        });
+        store_acc(o, st);
+      } else {
+        // o = o + col, r = rr: each column updates its o's accumulator.
+        llvm::Value* base = sum ? b_.CreateAdd(b_.CreateMul(b_.CreateURem(rr, k(kSumLanes)), k(outer)), o) : o;
+        auto update = [&](unsigned w) {
+          return [&, w](llvm::Value* col) {
+            llvm::Value* v = value(per_row, row_start, col, w);
+            llvm::Value* at = b_.CreateAdd(base, col);
+            llvm::Value* old = load_acc(at, w);
+            store_acc(at, sum ? b_.CreateFAdd(old, v) : b_.CreateSelect(splat(first, w), v, pick(v, old)));
+          };
+        };
+        if (vector_end > 0) for_loop(k(0), k(vector_end), kLanes, update(kLanes));
+        if (vector_end < cols) for_loop(k(vector_end), k(cols), 1, update(1));
+      }
+    });
+    // Every element is in: a sum's lanes added in lane order, divided for a mean; one rounding.
+    auto finish = [&](unsigned w) {
+      return [&, w](llvm::Value* o) {
+        llvm::Value* result = sum ? static_cast<llvm::Value*>(llvm::ConstantFP::get(lanes(f64, w), 0.0)) : load_acc(o, w);
+        if (sum) {
+          for (int64_t lane = 0; lane < kSumLanes; ++lane) {
+            result = b_.CreateFAdd(result, load_acc(b_.CreateAdd(k(lane * outer), o), w));
+          }
+        }
+        if (r.op == Op::kMean) result = b_.CreateFDiv(result, fconst(result, static_cast<double>(r.reduced)));
+        if (r.dtype != DType::kF64) result = b_.CreateFPTrunc(result, lanes(b_.getFloatTy(), w));
+        store(r.storage, r.dtype, o, result);
+      };
+    };
+    const int64_t outer_vector_end = outer - outer % kLanes;
+    if (outer_vector_end > 0) for_loop(k(0), k(outer_vector_end), kLanes, finish(kLanes));
+    if (outer_vector_end < outer) for_loop(k(outer_vector_end), k(outer), 1, finish(1));
     return ok;
   }
 
@@ -889,7 +1031,7 @@ bool same_loop(const LoopKernel& a, const LoopKernel& b) {
   };
   auto same_reduce = [](const LoopReduce& x, const LoopReduce& y) {
     return x.op == y.op && x.reg == y.reg && x.storage == y.storage && x.dtype == y.dtype && x.outer == y.outer &&
-           x.reduced == y.reduced && x.inner == y.inner;
+           x.reduced == y.reduced && x.inner == y.inner && x.axes == y.axes;
   };
   return a.shape == b.shape && a.reg_dtype == b.reg_dtype &&
          std::equal(a.loads.begin(), a.loads.end(), b.loads.begin(), b.loads.end(), same_load) &&
@@ -922,6 +1064,7 @@ uint64_t hash_loop(uint64_t h, const LoopKernel& loop) {
   if (const auto& r = loop.reduce) {
     h = hash_bytes(hash_bytes(h, op_name(r->op)), dtype_name(r->dtype));
     for (int64_t v : {int64_t{r->reg}, int64_t{r->storage}, r->outer, r->reduced, r->inner}) h = hash_combine(h, static_cast<uint64_t>(v));
+    h = hash_shape(h, r->axes);
   }
   return h;
 }

@@ -11,7 +11,7 @@
 // element's index) read only by elementwise ops of its own shape is not stored at all: each
 // loop that reads it computes it again as a step (a dropout mask in the forward and again in
 // the backward). Otherwise it is a loop of its own, like any elementwise value.
-// A float sum, mean, max, min or argmax over one contiguous run of axes joins the loop (or
+// A float sum, mean, max, min or argmax over any axes joins the loop (or
 // GEMM epilogue) computing its operand (one reduction per loop, LoopReduce): the loop accumulates the operand as it goes,
 // which is then not stored unless something else reads it (the squares of a gradient norm).
 // Nothing that reads the reduction can join that loop, which finishes it only at its end.
@@ -30,6 +30,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/runtime/compiler/passes.h"
+#include "xla_spawn/runtime/kernels/row_sum.h"
 #include "xla_spawn/runtime/program.h"
 
 namespace xs::detail {
@@ -114,7 +115,7 @@ class Lowering {
   }
 
   // The loop group reduction v can join (-1: none): the group computing its float operand,
-  // over one contiguous run of the operand's axes, when the group has no reduction yet.
+  // over any axes, when the group has no reduction yet.
   int reduce_target(int v) const {
     const GNode& n = w_.nodes[v];
     if (n.op != Op::kSum && n.op != Op::kMean && n.op != Op::kMax && n.op != Op::kMin && n.op != Op::kArgmax) {
@@ -122,7 +123,11 @@ class Lowering {
     }
     const int p = n.operands[0];
     const ValueType& t = w_.nodes[p].type;
-    if (is_leaf(p) || !is_float(t.dtype) || numel(t.shape) == 0 || !detail::reduce_form(t.shape, n.attrs.ints)) return -1;
+    if (is_leaf(p) || !is_float(t.dtype) || numel(t.shape) == 0 || n.attrs.ints.empty()) return -1;
+    // Over axes that are not one run a sum keeps sixteen double lanes per kept value: only
+    // where that is no more than the operand itself in doubles (16 or more values each).
+    const detail::LoopReduce form = detail::loop_reduce_form(t.shape, n.attrs.ints);
+    if (!form.axes.empty() && (n.op == Op::kSum || n.op == Op::kMean) && form.reduced < detail::kSumLanes) return -1;
     const int g = group_of_[p];
     if (g < 0 || groups_[g].reduce >= 0) return -1;
     // A loop, or a GEMM's epilogue computing p (not the GEMM's own value, which its loop
@@ -473,7 +478,7 @@ detail::LoopKernel Lowering::make_loop(int g) const {
   }
   if (gr.reduce >= 0) {
     const GNode& n = w_.nodes[gr.reduce];
-    loop.reduce = detail::reduce_form(loop.shape, n.attrs.ints);
+    loop.reduce = detail::loop_reduce_form(loop.shape, n.attrs.ints);
     loop.reduce->op = n.op;
     loop.reduce->reg = reg_of.at(n.operands[0]);
     loop.reduce->storage = storage_of_[gr.reduce];

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/runtime/kernels/elementary.h"
@@ -408,29 +409,40 @@ void load_pattern(const LoopLoad& l, const LoadPlan& p, const void* base, int64_
 // A LoopReduce fed block by block in flat order (reduce.cpp's reduce_typed, element by element).
 class Reducer {
  public:
-  Reducer(const LoopReduce& r, DType reg_dtype, void* out)
-      : r_(r), reg_dtype_(reg_dtype), out_(out), acc_(r.inner == 1 ? kSumLanes : r.inner),
-        at_(r.op == Op::kArgmax ? r.inner : 0) {}
+  Reducer(const LoopReduce& r, const Shape& shape, DType reg_dtype, void* out)
+      : r_(r), reg_dtype_(reg_dtype), out_(out), general_(!r.axes.empty()),
+        acc_(general_ ? (sum() ? kSumLanes : 1) * r.outer : r.inner == 1 ? kSumLanes : r.inner),
+        at_(r.op == Op::kArgmax ? r.inner : 0) {
+    if (!general_) return;
+    // Per axis: its extent and its step in o (kept) or in r (reduced), row-major among its kind.
+    int64_t o_step = 1, r_step = 1;
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      const bool reduced = std::binary_search(r.axes.begin(), r.axes.end(), d);
+      axes_.insert(axes_.begin(), {shape[d], reduced ? 0 : o_step, reduced ? r_step : 0});
+      (reduced ? r_step : o_step) *= shape[d];
+    }
+  }
 
   void add(const void* reg, int64_t begin, int64_t len) {
+    if (general_) return add_general(reg, begin, len);
     const int64_t inner = r_.inner, reduced = r_.reduced;
     int64_t i = begin % inner, rest = begin / inner;
     int64_t r = rest % reduced, o = rest / reduced;
-    const bool sum = r_.op == Op::kSum || r_.op == Op::kMean, is_max = r_.op == Op::kMax;
+    const bool is_max = r_.op == Op::kMax;
     for (int64_t k = 0; k < len; ++k) {
       const double v = value(reg, k);
       if (r_.op == Op::kArgmax) {
         if (r == 0 || v > acc_[i]) acc_[i] = v, at_[i] = r;
-      } else if (sum && inner == 1) {
+      } else if (sum() && inner == 1) {
         if (r == 0) std::fill(acc_.begin(), acc_.end(), 0.0);
         acc_[r % kSumLanes] += v;
-      } else if (sum) {
+      } else if (sum()) {
         if (r == 0) acc_[i] = 0.0;
         acc_[i] += v;
       } else if (r == 0 || (is_max ? v > acc_[i] : v < acc_[i]) || std::isnan(v)) {
         acc_[i] = v;
       }
-      if (r == reduced - 1) finish(o, i, sum);
+      if (r == reduced - 1) finish(o, i);
       if (++i < inner) continue;
       i = 0;
       if (++r < reduced) continue;
@@ -439,7 +451,22 @@ class Reducer {
     }
   }
 
+  // The general form's values, once every element is in.
+  void end() {
+    if (!general_) return;
+    for (int64_t o = 0; o < r_.outer; ++o) {
+      double a = acc_[o];
+      if (sum()) {
+        a = 0;
+        for (int64_t lane = 0; lane < kSumLanes; ++lane) a += acc_[o * kSumLanes + lane];
+      }
+      store(o, a);
+    }
+  }
+
  private:
+  bool sum() const { return r_.op == Op::kSum || r_.op == Op::kMean; }
+
   double value(const void* reg, int64_t k) const {
     switch (reg_dtype_) {
       case DType::kF32: return static_cast<const float*>(reg)[k];
@@ -448,25 +475,68 @@ class Reducer {
     }
   }
 
-  void finish(int64_t o, int64_t i, bool sum) {
+  // Elements begin .. begin + len - 1 by their coordinates: o and r follow each axis's step.
+  void add_general(const void* reg, int64_t begin, int64_t len) {
+    std::vector<int64_t> coord(axes_.size());
+    int64_t o = 0, r = 0;
+    for (int64_t d = static_cast<int64_t>(axes_.size()) - 1, rest = begin; d >= 0; --d) {
+      coord[d] = rest % axes_[d].extent;
+      rest /= axes_[d].extent;
+      o += coord[d] * axes_[d].o_step;
+      r += coord[d] * axes_[d].r_step;
+    }
+    const bool is_max = r_.op == Op::kMax;
+    for (int64_t k = 0; k < len; ++k) {
+      const double v = value(reg, k);
+      if (sum()) {
+        if (r == 0) std::fill_n(acc_.begin() + o * kSumLanes, kSumLanes, 0.0);
+        acc_[o * kSumLanes + r % kSumLanes] += v;
+      } else if (r == 0 || (is_max ? v > acc_[o] : v < acc_[o]) || std::isnan(v)) {
+        acc_[o] = v;
+      }
+      for (int64_t d = static_cast<int64_t>(axes_.size()) - 1; d >= 0; --d) {  // the next element
+        const Axis& a = axes_[d];
+        if (++coord[d] < a.extent) {
+          o += a.o_step, r += a.r_step;
+          break;
+        }
+        coord[d] = 0;
+        o -= (a.extent - 1) * a.o_step, r -= (a.extent - 1) * a.r_step;
+      }
+    }
+  }
+
+  void finish(int64_t o, int64_t i) {
     if (r_.op == Op::kArgmax) {
       static_cast<int64_t*>(out_)[o * r_.inner + i] = at_[i];
       return;
     }
     double a = acc_[i];
-    if (sum && r_.inner == 1) {
+    if (sum() && r_.inner == 1) {
       a = 0;
       for (double lane : acc_) a += lane;
     }
-    if (r_.op == Op::kMean) a /= static_cast<double>(r_.reduced);
-    store_element(out_, r_.dtype, o * r_.inner + i, a);
+    store(o * r_.inner + i, a);
   }
+
+  void store(int64_t at, double a) {
+    if (r_.op == Op::kMean) a /= static_cast<double>(r_.reduced);
+    store_element(out_, r_.dtype, at, a);
+  }
+
+  struct Axis {
+    int64_t extent, o_step, r_step;
+  };
 
   const LoopReduce& r_;
   DType reg_dtype_;
   void* out_;
-  std::vector<double> acc_;  // inner == 1 and a sum: row_sum's lanes; otherwise one per i
+  bool general_;
+  // Contiguous form: inner == 1 and a sum, row_sum's lanes; otherwise one per i. General
+  // form: a sum's lanes per o (o * 16 + lane), else one per o.
+  std::vector<double> acc_;
   std::vector<int64_t> at_;  // argmax: the r of acc_[i]
+  std::vector<Axis> axes_;   // general form: per axis of the loop's shape
 };
 
 }  // namespace
@@ -475,10 +545,25 @@ std::optional<LoopReduce> reduce_form(const Shape& shape, const std::vector<int6
   if (axes.empty()) return std::nullopt;
   for (size_t k = 1; k < axes.size(); ++k)
     if (axes[k] != axes[k - 1] + 1) return std::nullopt;
-  LoopReduce r{Op::kSum, -1, -1, DType::kF32};
+  LoopReduce r{Op::kSum, -1, -1, DType::kF32, 1, 1, 1, {}};
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
     (d < axes.front() ? r.outer : d <= axes.back() ? r.reduced : r.inner) *= shape[d];
   return r;
+}
+
+LoopReduce loop_reduce_form(const Shape& shape, const std::vector<int64_t>& axes) {
+  if (std::optional<LoopReduce> r = reduce_form(shape, axes)) return *r;
+  LoopReduce r{Op::kSum, -1, -1, DType::kF32, 1, 1, 1, {}};
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d)
+    (std::binary_search(axes.begin(), axes.end(), d) ? r.reduced : r.outer) *= shape[d];
+  r.axes = axes;
+  return r;
+}
+
+int64_t reduce_scratch_doubles(const LoopReduce& r) {
+  const bool sum = r.op == Op::kSum || r.op == Op::kMean;
+  if (!r.axes.empty()) return (sum ? kSumLanes : 1) * r.outer;
+  return r.inner == 1 ? 0 : r.inner;
 }
 
 void run_loop(const LoopKernel& loop, void* const* storage) {
@@ -514,7 +599,7 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
                 });
   }
   std::optional<Reducer> reducer;
-  if (loop.reduce) reducer.emplace(*loop.reduce, loop.reg_dtype[loop.reduce->reg], storage[loop.reduce->storage]);
+  if (loop.reduce) reducer.emplace(*loop.reduce, loop.shape, loop.reg_dtype[loop.reduce->reg], storage[loop.reduce->storage]);
   int64_t offsets[kLoopBlock];
   for (int64_t b = 0; b < n; b += kLoopBlock) {
     const int64_t len = std::min(kLoopBlock, n - b);
@@ -550,6 +635,7 @@ void run_loop(const LoopKernel& loop, void* const* storage) {
       if (!direct[i]) store_block(reg[loop.stores[i].reg], loop.stores[i].dtype, b, len, storage[loop.stores[i].storage]);
     }
   }
+  if (reducer) reducer->end();
 }
 
 std::string loop_text(const LoopKernel& loop) {
@@ -562,7 +648,9 @@ std::string loop_text(const LoopKernel& loop) {
   for (const LoopStep& s : loop.steps) out += fmt::format(" r{}={}", s.out, op_name(s.op));
   for (const LoopStore& s : loop.stores) out += fmt::format(" store(r{}->s{})", s.reg, s.storage);
   if (const auto& r = loop.reduce) {
-    out += fmt::format(" {}(r{}->s{} over [{}, {}, {}])", op_name(r->op), r->reg, r->storage, r->outer, r->reduced, r->inner);
+    out += r->axes.empty()
+               ? fmt::format(" {}(r{}->s{} over [{}, {}, {}])", op_name(r->op), r->reg, r->storage, r->outer, r->reduced, r->inner)
+               : fmt::format(" {}(r{}->s{} over axes [{}])", op_name(r->op), r->reg, r->storage, fmt::join(r->axes, ","));
   }
   return out;
 }

@@ -42,22 +42,30 @@ struct LoopStore {
   DType dtype;
 };
 
-// A reduction of one register over a contiguous run of the loop's axes: the loop's shape read
-// as [outer, reduced, inner], out[o, i] = op over r of reg[o, r, i], outer x inner values of
-// `dtype` (the register's float dtype; kI64 for argmax) written to `storage` as each is
-// complete. The orders are reduce_kernel's and argmax_kernel's, so a reduction gives the same
-// bits fused or on its own: values widened to double (a bf16 register rounded to bf16 first,
-// as it would be stored); a sum over a whole run (inner == 1) in row_sum.h's lanes, otherwise
-// per i in r order from 0.0; max and min in r order from the first value, taking v when
-// v > acc (v < acc) or v is NaN; a mean is the sum divided by `reduced`; one rounding to
-// `dtype` at the end. argmax scans as max does but takes only v > acc (a NaN never wins after
-// the first value) and gives that value's r.
+// A reduction of one register over some of the loop's axes, out = `outer` values of `dtype`
+// (the register's float dtype; kI64 for argmax) written to `storage`. The orders are
+// reduce_kernel's and argmax_kernel's, so a reduction gives the same bits fused or on its own:
+// values widened to double (a bf16 register rounded to bf16 first, as it would be stored), a
+// mean is the sum divided by `reduced`, one rounding to `dtype` at the end.
+// - Over one contiguous run of axes (`axes` empty) the loop's shape is read as [outer,
+//   reduced, inner], out[o, i] = op over r of reg[o, r, i] (outer x inner values), each
+//   written as it is complete: a sum over a whole run (inner == 1) in row_sum.h's lanes,
+//   otherwise per i in r order from 0.0; max and min in r order from the first value, taking
+//   v when v > acc (v < acc) or v is NaN; argmax scans as max does but takes only v > acc (a
+//   NaN never wins after the first value) and gives that value's r.
+// - Over any other axes (`axes`, sorted: a conv bias gradient's or a batch norm's [0, 2, 3]
+//   of NCHW), o numbers the kept axes' coordinates and r the reduced axes' (each row-major),
+//   `outer` and `reduced` count them (inner == 1): a sum adds r into lane r % 16 (lanes
+//   from 0.0, added in lane order at the end, as row_sum does over r), max and min scan in r
+//   order as above; every value is written once the loop's last element is in. Not argmax
+//   (one axis is always a run).
 struct LoopReduce {
   Op op;  // kSum, kMean, kMax, kMin, kArgmax
   int reg;
   int storage;
   DType dtype;
   int64_t outer = 1, reduced = 1, inner = 1;
+  std::vector<int64_t> axes;  // the general form's reduced axes; empty: one contiguous run
 };
 
 struct LoopKernel {
@@ -101,6 +109,10 @@ void run_loop(const LoopKernel& loop, void* const* storage);
 // The [outer, reduced, inner] form of reducing `shape` over `axes` (sorted), when they are one
 // contiguous non-empty run.
 std::optional<LoopReduce> reduce_form(const Shape& shape, const std::vector<int64_t>& axes);
+// That form, else the general one (LoopReduce::axes), for any non-empty sorted `axes`.
+LoopReduce loop_reduce_form(const Shape& shape, const std::vector<int64_t>& axes);
+// The doubles of scratch a generated loop with reduction `r` needs (NativeLoopFn's scratch).
+int64_t reduce_scratch_doubles(const LoopReduce& r);
 std::string loop_text(const LoopKernel& loop);
 
 }  // namespace xs::detail

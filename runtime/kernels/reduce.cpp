@@ -96,8 +96,9 @@ const void* to_form(const std::vector<int64_t>& axes, const Arg& in, std::vector
 }
 
 // Sums over [pre, kept, post] with the reduced axes on both sides of one run of kept axes
-// (a conv bias gradient: sum over N, H, W of NCHW): each kept index sums contiguous runs, so
-// no permuted copy is needed. Returns false when the axes are not of that form.
+// (a conv bias gradient: sum over N, H, W of NCHW) without the permuted copy: kept index m
+// sums r = p * post + i in row_sum's lanes (r % 16), as the copy's rows would be summed.
+// Returns false when the axes are not of that form.
 template <typename S>
 bool sum_around(Op op, const std::vector<int64_t>& axes, const Shape& s, const S* x, S* out) {
   const int64_t rank = static_cast<int64_t>(s.size());
@@ -108,14 +109,27 @@ bool sum_around(Op op, const std::vector<int64_t>& axes, const Shape& s, const S
       kept.back() - kept.front() + 1 != static_cast<int64_t>(kept.size())) return false;
   int64_t pre = 1, mid = 1, post = 1;
   for (int64_t d = 0; d < rank; ++d) (d < kept.front() ? pre : d <= kept.back() ? mid : post) *= s[d];
-  std::vector<double> acc(mid, 0.0);
-  for (int64_t p = 0; p < pre; ++p)
+  std::vector<double> lanes(mid * kSumLanes, 0.0);
+  for (int64_t p = 0; p < pre; ++p) {
+    const int64_t rot = (p * post) % kSumLanes;  // the lane of the run's first element
     for (int64_t m = 0; m < mid; ++m) {
       const S* run = x + (p * mid + m) * post;
-      acc[m] += row_sum(post, [&](int64_t i) { return static_cast<double>(run[i]); });
+      double* lane = lanes.data() + m * kSumLanes;
+      double t[kSumLanes];  // lane (rot + k) % 16 as t[k], so element i goes to t[i % 16]
+      for (int64_t k = 0; k < kSumLanes; ++k) t[k] = lane[(rot + k) % kSumLanes];
+      int64_t i = 0;
+      for (; i + kSumLanes <= post; i += kSumLanes)
+        for (int64_t k = 0; k < kSumLanes; ++k) t[k] += static_cast<double>(run[i + k]);
+      for (int64_t k = 0; i < post; ++i, ++k) t[k] += static_cast<double>(run[i]);
+      for (int64_t k = 0; k < kSumLanes; ++k) lane[(rot + k) % kSumLanes] = t[k];
     }
+  }
   const double count = static_cast<double>(pre * post);
-  for (int64_t m = 0; m < mid; ++m) out[m] = static_cast<S>(op == Op::kMean ? acc[m] / count : acc[m]);
+  for (int64_t m = 0; m < mid; ++m) {
+    double total = 0;
+    for (int64_t l = 0; l < kSumLanes; ++l) total += lanes[m * kSumLanes + l];
+    out[m] = static_cast<S>(op == Op::kMean ? total / count : total);
+  }
   return true;
 }
 

@@ -372,6 +372,18 @@ std::vector<ReduceCase> reduce_cases() {
   out.push_back({{6, 20}, {1}, {6, 1}});    // a per-row value, the row reduced
   out.push_back({{6, 20}, {0, 1}, {20}});  // a bias row whose period is not the row: gathered
   out.push_back({{6, 34}, {0}, {1, 34}});
+  // Axes that are not one run: rows of reduced elements (a conv bias gradient's [0, 2, 3],
+  // runs of 49 that start at another lane of the sum in every row), rows of kept ones, a kept
+  // axis of extent 1, 40 kept values (a vector and a tail when they are stored), broadcasts.
+  out.push_back({{3, 2, 21}, {0, 2}, {}});
+  out.push_back({{8, 5, 7, 7}, {0, 2, 3}, {}});
+  out.push_back({{4, 3, 5, 6}, {0, 2}, {}});
+  out.push_back({{4, 3, 5, 6}, {1, 3}, {}});
+  out.push_back({{2, 3, 8, 17}, {0, 2}, {}});
+  out.push_back({{5, 1, 33}, {0, 2}, {}});
+  out.push_back({{6, 40, 3}, {0, 2}, {}});
+  out.push_back({{6, 4, 20}, {0, 2}, {4, 1}});    // a per-channel bias
+  out.push_back({{6, 4, 20}, {0, 2}, {20}});      // a bias row
   return out;
 }
 
@@ -474,6 +486,22 @@ TEST(CodegenReduce, AReductionInItsOperandsLoopEqualsTheReductionKernelBitForBit
       }
     }
   }
+}
+
+// Over axes that are not one run a sum keeps sixteen double lanes per kept value, so it joins
+// the loop only when it sums at least sixteen values into each; max and min keep one.
+TEST(CodegenReduce, ASumOfFewValuesOverAxesThatAreNotOneRunStaysAKernel) {
+  ScopedRuntime rt(codegen_options(true));
+  const Tensor x = reduce_values({5, 40, 3}, DType::kF32, 0, 1), y = reduce_values({5, 40, 3}, DType::kF32, 1, 1);
+  const Tensor few = sum(x * y + x, {0, 2});  // 15 values per kept index
+  mark_step();
+  EXPECT_EQ(rt->last_stats().fused_reductions, 0);
+  const Tensor highest = max(x * y + x, {0, 2});
+  mark_step();
+  EXPECT_EQ(rt->last_stats().fused_reductions, 1);
+  const Tensor enough = sum(reduce_values({6, 40, 3}, DType::kF32, 0, 1) * 2.0, {0, 2});  // 18
+  mark_step();
+  EXPECT_EQ(rt->last_stats().fused_reductions, 1);
 }
 
 // A reduction of a GEMM's epilogue value (relu(a b + x)) joins the epilogue, as it joins a
