@@ -2,7 +2,7 @@
 // figures are medians of thread CPU time over repetitions, with the runtime and its baseline
 // interleaved so load from other processes hits both alike.
 //
-//   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick] [--filter matmul|chain|softmax|reduce|compile|norm|mlp]
+//   build-rt/bench/runtime/runtime_bench [--csv out.csv] [--quick] [--filter matmul|chain|softmax|reduce|compile|norm|mlp|tiny]
 //
 // 1. matmul through the lazy runtime (trace, cut, hash, cache lookup, OpenBLAS
 //    sgemm) vs cblas_sgemm called directly, GFLOP/s, at MLP shapes and 1024^3.
@@ -12,9 +12,11 @@
 //    memcpy of the bytes it reads and writes.
 // 4. compile time (compile_graph) of a 1,000-node graph.
 // 5. an MLP 784-512-512-10 training step (hand-written gradients) vs its 8 sgemm calls.
-// 6. a reduction joining its operand's loop (sum((x - y)^2)) vs the squares stored and summed.
+// 6. a reduction joining its operand's loop (sum((x - y)^2), a conv bias gradient) vs its
+//    operand stored and summed by the next step.
 // 7. cold compile of a clipping norm over 250, 1,000 and 4,000 tensors, codegen included, vs
 //    the compiler's passes alone.
+// 8. tiny loops (1, 16 and 256 elements): a loop's time native vs interpreted.
 #include <cblas.h>
 
 #include <algorithm>
@@ -157,6 +159,64 @@ std::vector<Row> bench_reduce(int64_t n_elems, int reps) {
   const std::string name = fmt::format("sum((x-y)^2), {} Mi floats", n_elems >> 20);
   return {{name, t[0] * 1e3, t[1] * 1e3, "ms", t[1] / t[0], "-"},
           {name + " vs memcpy", t[0] * 1e3, t[2] * 1e3, "ms", t[2] / t[0], "-"}};
+}
+
+// A conv bias gradient: g = dy * (x > 0) over [32, 64, 28, 28] (stored: the weight gradient
+// reads it too), summed over N, H and W in the loop that computes g (one step) against g
+// stored by one step and summed by the next (reduce_kernel, same bits).
+Row bench_bias_grad(int reps) {
+  ScopedRuntime rt;  // its own warm-up: the steps before are bench_reduce's
+  const Shape shape = {32, 64, 28, 28};
+  const int64_t n = numel(shape);
+  const Tensor x = Tensor::from_vector<float>(pattern(n, 3), shape);
+  const Tensor dy = Tensor::from_vector<float>(pattern(n, 5), shape);
+  const Tensor zero = Tensor::scalar(0.0);
+  Tensor fused_g, fused_out, split_out;
+  auto fused = [&] {
+    fused_g = dy * cast(gt(x, zero), DType::kF32);
+    fused_out = sum(fused_g, {0, 2, 3});
+    mark_step();
+  };
+  auto split = [&] {
+    Tensor g = dy * cast(gt(x, zero), DType::kF32);
+    mark_step();
+    split_out = sum(g, {0, 2, 3});
+    mark_step();
+  };
+  fused();
+  if (runtime().last_stats().fused_reductions != 1) throw Error("bias grad: the sum should join g's loop");
+  split();
+  if (fused_out.to_vector<float>() != split_out.to_vector<float>()) throw Error("bias grad: fused and split sums differ");
+  const std::vector<double> t = interleaved(reps, {fused, split});
+  return {"conv bias gradient, sum over N, H, W of [32, 64, 28, 28]", t[0] * 1e3, t[1] * 1e3, "ms", t[1] / t[0], "-"};
+}
+
+// Tiny loops: 256 independent loops of `n` elements (p * 0.9 + q, each its own loop) as one
+// program, compiled with native code and without, the two programs run in turn (Program::run
+// alone: no tracing); per loop.
+Row bench_tiny_loops(int64_t n, int reps) {
+  constexpr int kLoops = 256;
+  std::vector<NodePtr> roots;
+  std::vector<Tensor> keep;
+  for (int i = 0; i < kLoops; ++i) {
+    const Tensor p = Tensor::from_vector<float>(pattern(n, i), {n});
+    const Tensor q = Tensor::from_vector<float>(pattern(n, i + 1), {n});
+    keep.push_back(p * 0.9 + q);
+    roots.push_back(keep.back().ir());
+  }
+  const Graph g = cut_graph(roots, false);
+  std::shared_ptr<Program> native = compile_graph(g, {.alias_views = true, .codegen = true});
+  std::shared_ptr<Program> interpreted = compile_graph(g, {.alias_views = true, .codegen = false});
+  if (native->stats.native_loops != kLoops || interpreted->stats.native_loops != 0) throw Error("tiny loops: not one loop each");
+  const detail::ExecEnv env;
+  auto run = [&](Program& program) { return [&] { program.run(g.inputs, env); }; };
+  const std::vector<BufferPtr> a = native->run(g.inputs, env), b = interpreted->run(g.inputs, env);
+  for (int i = 0; i < kLoops; ++i) {
+    if (std::memcmp(a[i]->data(), b[i]->data(), static_cast<size_t>(n) * sizeof(float)) != 0) throw Error("tiny loops: results differ");
+  }
+  const std::vector<double> t = interleaved(reps, {run(*native), run(*interpreted)});
+  return {fmt::format("256 loops of {} elements, native vs interpreted, per loop", n), t[0] / kLoops * 1e6,
+          t[1] / kLoops * 1e6, "us", t[1] / t[0], "-"};
 }
 
 // train_lm's attention scores, one layer: batch 32, 4 heads, 128 x 128 (2 Mi floats), against
@@ -331,7 +391,7 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--csv out.csv] [--quick] [--filter matmul|chain|softmax|reduce|compile|norm|mlp]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--csv out.csv] [--quick] [--filter matmul|chain|softmax|reduce|compile|norm|mlp|tiny]\n", argv[0]);
       return 2;
     }
   }
@@ -344,9 +404,14 @@ int main(int argc, char** argv) {
       {"matmul", [&] { return Rows{bench_matmul(1024, 1024, 1024, 15 / r)}; }},
       {"chain", [&] { return bench_chain(int64_t{16} << 20, 9 / r); }},
       {"softmax", [&] { return Rows{bench_softmax(30 / r)}; }},
-      {"reduce", [&] { return bench_reduce(int64_t{16} << 20, 9 / r); }},
+      {"reduce", [&] {
+         Rows rows = bench_reduce(int64_t{16} << 20, 9 / r);
+         rows.push_back(bench_bias_grad(std::max(1, 15 / r)));
+         return rows;
+       }},
       {"compile", [&] { return Rows{bench_compile(21 / r)}; }},
       {"mlp", [&] { return Rows{bench_mlp_step(30 / r)}; }},
+      {"tiny", [&] { return Rows{bench_tiny_loops(1, 200 / r), bench_tiny_loops(16, 200 / r), bench_tiny_loops(256, 200 / r)}; }},
       {"norm", [&] { return Rows{bench_compile_norm(250, std::max(1, 5 / r)), bench_compile_norm(1000, std::max(1, 3 / r)), bench_compile_norm(4000, 1)}; }},
   };
   std::vector<Row> rows;
