@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "xla_spawn/base/error.h"
 #include "bench/runtime/timing.h"
@@ -161,12 +162,11 @@ std::vector<Row> bench_reduce(int64_t n_elems, int reps) {
           {name + " vs memcpy", t[0] * 1e3, t[2] * 1e3, "ms", t[2] / t[0], "-"}};
 }
 
-// A conv bias gradient: g = dy * (x > 0) over [32, 64, 28, 28] (stored: the weight gradient
+// A conv bias gradient: g = dy * (x > 0) over `shape` (NCHW; stored: the weight gradient
 // reads it too), summed over N, H and W in the loop that computes g (one step) against g
 // stored by one step and summed by the next (reduce_kernel, same bits).
-Row bench_bias_grad(int reps) {
+Row bench_bias_grad(const Shape& shape, int reps) {
   ScopedRuntime rt;  // its own warm-up: the steps before are bench_reduce's
-  const Shape shape = {32, 64, 28, 28};
   const int64_t n = numel(shape);
   const Tensor x = Tensor::from_vector<float>(pattern(n, 3), shape);
   const Tensor dy = Tensor::from_vector<float>(pattern(n, 5), shape);
@@ -188,7 +188,7 @@ Row bench_bias_grad(int reps) {
   split();
   if (fused_out.to_vector<float>() != split_out.to_vector<float>()) throw Error("bias grad: fused and split sums differ");
   const std::vector<double> t = interleaved(reps, {fused, split});
-  return {"conv bias gradient, sum over N, H, W of [32, 64, 28, 28]", t[0] * 1e3, t[1] * 1e3, "ms", t[1] / t[0], "-"};
+  return {fmt::format("conv bias gradient, sum over N, H, W of {}", shape), t[0] * 1e3, t[1] * 1e3, "ms", t[1] / t[0], "-"};
 }
 
 // Tiny loops: 256 independent loops of `n` elements (p * 0.9 + q, each its own loop) as one
@@ -406,7 +406,9 @@ int main(int argc, char** argv) {
       {"softmax", [&] { return Rows{bench_softmax(30 / r)}; }},
       {"reduce", [&] {
          Rows rows = bench_reduce(int64_t{16} << 20, 9 / r);
-         rows.push_back(bench_bias_grad(std::max(1, 15 / r)));
+         for (const Shape& shape : {Shape{32, 64, 28, 28}, Shape{128, 128, 7, 7}, Shape{4096, 512, 1, 1}}) {
+           rows.push_back(bench_bias_grad(shape, std::max(1, 15 / r)));
+         }
          return rows;
        }},
       {"compile", [&] { return Rows{bench_compile(21 / r)}; }},

@@ -159,16 +159,6 @@ Kind kind_of(DType d) {
   return Kind::kBool;
 }
 
-// The elements of the loop's last axes that a general reduction treats alike (all reduced
-// or all kept): its rows.
-int64_t last_run(const Shape& shape, const std::vector<int64_t>& axes) {
-  int64_t n = 1;
-  const auto rank = static_cast<int64_t>(shape.size());
-  const bool reduced = std::binary_search(axes.begin(), axes.end(), rank - 1);
-  for (int64_t d = rank - 1; d >= 0 && std::binary_search(axes.begin(), axes.end(), d) == reduced; --d) n *= shape[d];
-  return n;
-}
-
 // The loop's row structure: rows of `cols` columns, the reduction's row (the reduced run when
 // inner == 1, else inner) if it has one, else the period of its first patterned load (kTile,
 // kSpread, kRun), else the whole loop. A patterned load of another period is read as a general
@@ -178,7 +168,9 @@ void row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t
   cols = n;
   bool fixed = false;
   if (const auto& r = loop.reduce) {
-    cols = !r->axes.empty() ? last_run(loop.shape, r->axes) : r->inner == 1 ? r->reduced : r->inner;
+    bool reduced_row = false;
+    cols = !r->axes.empty() ? general_reduce_row(loop.shape, r->axes, reduced_row).elements
+           : r->inner == 1 ? r->reduced : r->inner;
     fixed = true;
   }
   for (const LoopLoad& l : loop.loads) {
@@ -578,9 +570,8 @@ class LoopEmitter {
       if (is_reduced(d)) r_step[d] = rs, rs *= shape[d];
       else o_step[d] = os, os *= shape[d];
     }
-    const bool row_reduced = is_reduced(rank - 1);
-    int64_t leading = rank;
-    while (leading > 0 && is_reduced(leading - 1) == row_reduced) --leading;
+    bool row_reduced = false;
+    const int64_t leading = general_reduce_row(shape, r.axes, row_reduced).first_axis;
     // A sum's lanes (lane-major: lane L of o at L * outer + o) start at 0.0.
     if (sum) {
       for_loop(k(0), k(kSumLanes * outer), 1, [&](llvm::Value* i) { store_acc(i, llvm::ConstantFP::get(f64, 0.0)); });

@@ -125,9 +125,15 @@ class Lowering {
     const ValueType& t = w_.nodes[p].type;
     if (is_leaf(p) || !is_float(t.dtype) || numel(t.shape) == 0 || n.attrs.ints.empty()) return -1;
     // Over axes that are not one run a sum keeps sixteen double lanes per kept value: only
-    // where that is no more than the operand itself in doubles (16 or more values each).
+    // where that is no more than the operand itself in doubles (16 or more values each), and
+    // not in rows of fewer than 16 reduced values (a [N, C, 2, 2] bias gradient ran 0.6x the
+    // kernel's pass, each element a scalar update after its row's index arithmetic).
     const detail::LoopReduce form = detail::loop_reduce_form(t.shape, n.attrs.ints);
-    if (!form.axes.empty() && (n.op == Op::kSum || n.op == Op::kMean) && form.reduced < detail::kSumLanes) return -1;
+    if (!form.axes.empty() && (n.op == Op::kSum || n.op == Op::kMean)) {
+      bool reduced_row = false;
+      const detail::ReduceRow row = detail::general_reduce_row(t.shape, n.attrs.ints, reduced_row);
+      if (form.reduced < detail::kSumLanes || (reduced_row && row.elements < detail::kSumLanes)) return -1;
+    }
     const int g = group_of_[p];
     if (g < 0 || groups_[g].reduce >= 0) return -1;
     // A loop, or a GEMM's epilogue computing p (not the GEMM's own value, which its loop

@@ -560,6 +560,18 @@ LoopReduce loop_reduce_form(const Shape& shape, const std::vector<int64_t>& axes
   return r;
 }
 
+ReduceRow general_reduce_row(const Shape& shape, const std::vector<int64_t>& axes, bool& reduced) {
+  auto is_reduced = [&](int64_t d) { return std::binary_search(axes.begin(), axes.end(), d); };
+  const auto rank = static_cast<int64_t>(shape.size());
+  int64_t d = rank;
+  while (d > 0 && shape[d - 1] == 1) --d;
+  reduced = d > 0 && is_reduced(d - 1);
+  while (d > 0 && (shape[d - 1] == 1 || is_reduced(d - 1) == reduced)) --d;
+  ReduceRow row{d, 1};
+  for (int64_t a = d; a < rank; ++a) row.elements *= shape[a];
+  return row;
+}
+
 int64_t reduce_scratch_doubles(const LoopReduce& r) {
   const bool sum = r.op == Op::kSum || r.op == Op::kMean;
   if (!r.axes.empty()) return (sum ? kSumLanes : 1) * r.outer;

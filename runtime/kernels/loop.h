@@ -111,6 +111,14 @@ void run_loop(const LoopKernel& loop, void* const* storage);
 std::optional<LoopReduce> reduce_form(const Shape& shape, const std::vector<int64_t>& axes);
 // That form, else the general one (LoopReduce::axes), for any non-empty sorted `axes`.
 LoopReduce loop_reduce_form(const Shape& shape, const std::vector<int64_t>& axes);
+// A general reduction's rows in generated code: the loop's last axes that are all reduced or
+// all kept (axes of extent 1 go with either, so [N, C, 1, 1] over [0, 2, 3] has rows of C
+// kept values), from `first_axis` on, `elements` per row; `reduced` says which kind.
+struct ReduceRow {
+  int64_t first_axis;
+  int64_t elements;
+};
+ReduceRow general_reduce_row(const Shape& shape, const std::vector<int64_t>& axes, bool& reduced);
 // The doubles of scratch a generated loop with reduction `r` needs (NativeLoopFn's scratch).
 int64_t reduce_scratch_doubles(const LoopReduce& r);
 std::string loop_text(const LoopKernel& loop);

@@ -109,25 +109,32 @@ bool sum_around(Op op, const std::vector<int64_t>& axes, const Shape& s, const S
       kept.back() - kept.front() + 1 != static_cast<int64_t>(kept.size())) return false;
   int64_t pre = 1, mid = 1, post = 1;
   for (int64_t d = 0; d < rank; ++d) (d < kept.front() ? pre : d <= kept.back() ? mid : post) *= s[d];
-  std::vector<double> lanes(mid * kSumLanes, 0.0);
+  std::vector<double> lanes(kSumLanes * mid, 0.0);  // lane l of m at l * mid + m
   for (int64_t p = 0; p < pre; ++p) {
-    const int64_t rot = (p * post) % kSumLanes;  // the lane of the run's first element
+    if (post < kSumLanes) {  // short runs ([N, C, 1, 1]): element by element, over m innermost
+      for (int64_t i = 0; i < post; ++i) {
+        double* lane = lanes.data() + ((p * post + i) % kSumLanes) * mid;
+        const S* column = x + p * mid * post + i;
+        for (int64_t m = 0; m < mid; ++m) lane[m] += static_cast<double>(column[m * post]);
+      }
+      continue;
+    }
+    const int64_t rot = (p * post) % kSumLanes;  // the lane of a run's first element
     for (int64_t m = 0; m < mid; ++m) {
       const S* run = x + (p * mid + m) * post;
-      double* lane = lanes.data() + m * kSumLanes;
       double t[kSumLanes];  // lane (rot + k) % 16 as t[k], so element i goes to t[i % 16]
-      for (int64_t k = 0; k < kSumLanes; ++k) t[k] = lane[(rot + k) % kSumLanes];
+      for (int64_t k = 0; k < kSumLanes; ++k) t[k] = lanes[((rot + k) % kSumLanes) * mid + m];
       int64_t i = 0;
       for (; i + kSumLanes <= post; i += kSumLanes)
         for (int64_t k = 0; k < kSumLanes; ++k) t[k] += static_cast<double>(run[i + k]);
       for (int64_t k = 0; i < post; ++i, ++k) t[k] += static_cast<double>(run[i]);
-      for (int64_t k = 0; k < kSumLanes; ++k) lane[(rot + k) % kSumLanes] = t[k];
+      for (int64_t k = 0; k < kSumLanes; ++k) lanes[((rot + k) % kSumLanes) * mid + m] = t[k];
     }
   }
   const double count = static_cast<double>(pre * post);
   for (int64_t m = 0; m < mid; ++m) {
     double total = 0;
-    for (int64_t l = 0; l < kSumLanes; ++l) total += lanes[m * kSumLanes + l];
+    for (int64_t l = 0; l < kSumLanes; ++l) total += lanes[l * mid + m];
     out[m] = static_cast<S>(op == Op::kMean ? total / count : total);
   }
   return true;
