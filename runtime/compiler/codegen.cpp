@@ -405,6 +405,11 @@ class LoopEmitter {
     return true;
   }
 
+  // Whether argmax's scan takes v over the value it holds: v is larger, or v is the first NaN.
+  llvm::Value* argmax_takes(llvm::Value* v, llvm::Value* best) {
+    return b_.CreateOr(b_.CreateFCmpOGT(v, best), b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(best, best)));
+  }
+
   // The loop with its reduction (see the top of this file).
   bool emit_reduce_loops(int64_t n, int64_t cols) {
     const LoopReduce& r = *loop_.reduce;
@@ -446,7 +451,7 @@ class LoopEmitter {
       auto fold = [&](llvm::Value* s, llvm::Value* v, llvm::Value* col) -> llvm::Value* {
         if (!argmax) return pick(v, s, nullptr);
         llvm::Value* best = b_.CreateExtractValue(s, 0);
-        llvm::Value* better = b_.CreateFCmpOGT(v, best);
+        llvm::Value* better = argmax_takes(v, best);
         s = b_.CreateInsertValue(s, b_.CreateSelect(better, v, best), 0);
         return b_.CreateInsertValue(s, b_.CreateSelect(better, col, b_.CreateExtractValue(s, 1)), 1);
       };
@@ -502,7 +507,7 @@ class LoopEmitter {
           llvm::Value* is_first = splat(first, w);
           llvm::Value* next;
           if (argmax) {  // the index goes straight to the output, which only this loop writes
-            llvm::Value* better = b_.CreateOr(is_first, b_.CreateFCmpOGT(v, old));
+            llvm::Value* better = b_.CreateOr(is_first, argmax_takes(v, old));
             llvm::Value* index_at = address(r.storage, DType::kI64, b_.CreateAdd(out_start, col), w);
             llvm::Value* old_index = b_.CreateAlignedLoad(lanes(i64, w), index_at, llvm::Align(8));
             b_.CreateAlignedStore(b_.CreateSelect(better, splat(rr, w), old_index), index_at, llvm::Align(8));

@@ -432,7 +432,7 @@ class Reducer {
     for (int64_t k = 0; k < len; ++k) {
       const double v = value(reg, k);
       if (r_.op == Op::kArgmax) {
-        if (r == 0 || v > acc_[i]) acc_[i] = v, at_[i] = r;
+        if (r == 0 || v > acc_[i] || (std::isnan(v) && !std::isnan(acc_[i]))) acc_[i] = v, at_[i] = r;
       } else if (sum() && inner == 1) {
         if (r == 0) std::fill(acc_.begin(), acc_.end(), 0.0);
         acc_[r % kSumLanes] += v;

@@ -51,8 +51,9 @@ struct LoopStore {
 //   reduced, inner], out[o, i] = op over r of reg[o, r, i] (outer x inner values), each
 //   written as it is complete: a sum over a whole run (inner == 1) in row_sum.h's lanes,
 //   otherwise per i in r order from 0.0; max and min in r order from the first value, taking
-//   v when v > acc (v < acc) or v is NaN; argmax scans as max does but takes only v > acc (a
-//   NaN never wins after the first value) and gives that value's r.
+//   v when v > acc (v < acc) or v is NaN; argmax scans as max does but takes v when v > acc
+//   or v is the first NaN (torch's and numpy's argmax: the first NaN's index), and gives that
+//   value's r.
 // - Over any other axes (`axes`, sorted: a conv bias gradient's or a batch norm's [0, 2, 3]
 //   of NCHW), o numbers the kept axes' coordinates and r the reduced axes' (each row-major),
 //   `outer` and `reduced` count them (inner == 1): a sum adds r into lane r % 16 (lanes

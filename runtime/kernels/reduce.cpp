@@ -174,7 +174,7 @@ void argmax_kernel(const Attrs& attrs, const Arg& in, const Arg& out) {
       double best_v = load_element(x, in.type->dtype, o * f.reduced * f.inner + i);
       for (int64_t r = 1; r < f.reduced; ++r) {
         const double v = load_element(x, in.type->dtype, (o * f.reduced + r) * f.inner + i);
-        if (v > best_v) best_v = v, best = r;
+        if (v > best_v || (std::isnan(v) && !std::isnan(best_v))) best_v = v, best = r;  // the first NaN wins
       }
       result[o * f.inner + i] = best;
     }

@@ -497,6 +497,35 @@ TEST(CodegenReduce, AReductionInItsOperandsLoopEqualsTheReductionKernelBitForBit
   }
 }
 
+// argmax gives the first NaN's index where there is a NaN (as torch and numpy do), else the
+// first largest value's: the kernel, and fused in a loop over a whole row (axis 1) and over
+// columns (axis 0), generated and interpreted.
+TEST(CodegenReduce, ArgmaxGivesTheFirstNaNsIndex) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Rows: NaN after the largest; NaN first; two NaNs (the first wins); no NaN, ties (the first).
+  const std::vector<float> values = {1, 9, 3, nan, 9, 2, nan, 7, 8, 1, 0, 4,
+                                     5, 2, nan, 6, nan, 1, 3, 3, 7, 7, 2, 7};
+  const std::vector<int64_t> want_rows = {3, 0, 2, 2};  // argmax over axis 1 of [4, 6]
+  const std::vector<int64_t> want_cols = {1, 0, 2, 0, 2, 3};  // over axis 0
+  for (bool codegen : {true, false}) {
+    ScopedRuntime rt(codegen_options(codegen));
+    const Tensor x = Tensor::from_vector<float>(values, {4, 6});
+    const Tensor one = Tensor::from_vector<float>(std::vector<float>(24, 1.0f), {4, 6});
+    const Tensor kernel_rows = argmax(x, 1), kernel_cols = argmax(x, 0);
+    mark_step();
+    const Tensor fused_rows = argmax(x * one, 1);
+    mark_step();
+    EXPECT_EQ(rt->last_stats().fused_reductions, 1);
+    const Tensor fused_cols = argmax(x * one, 0);
+    mark_step();
+    EXPECT_EQ(rt->last_stats().fused_reductions, 1);
+    EXPECT_EQ(kernel_rows.to_vector<int64_t>(), want_rows) << "codegen " << codegen;
+    EXPECT_EQ(fused_rows.to_vector<int64_t>(), want_rows) << "codegen " << codegen;
+    EXPECT_EQ(kernel_cols.to_vector<int64_t>(), want_cols) << "codegen " << codegen;
+    EXPECT_EQ(fused_cols.to_vector<int64_t>(), want_cols) << "codegen " << codegen;
+  }
+}
+
 // Over axes that are not one run a sum keeps sixteen double lanes per kept value, so it joins
 // the loop only when it sums at least sixteen values into each, and not in rows of fewer than
 // sixteen reduced values, where the kernel's pass is faster; max and min join either way.
