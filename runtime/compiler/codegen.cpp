@@ -168,9 +168,7 @@ void row_structure(const LoopKernel& loop, std::vector<LoadPlan>& plans, int64_t
   cols = n;
   bool fixed = false;
   if (const auto& r = loop.reduce) {
-    bool reduced_row = false;
-    cols = !r->axes.empty() ? general_reduce_row(loop.shape, r->axes, reduced_row).elements
-           : r->inner == 1 ? r->reduced : r->inner;
+    cols = !r->axes.empty() ? general_reduce_row(loop.shape, r->axes).elements : r->inner == 1 ? r->reduced : r->inner;
     fixed = true;
   }
   for (const LoopLoad& l : loop.loads) {
@@ -410,33 +408,48 @@ class LoopEmitter {
     return b_.CreateOr(b_.CreateFCmpOGT(v, best), b_.CreateAnd(b_.CreateFCmpUNO(v, v), b_.CreateFCmpORD(best, best)));
   }
 
+  // The reduction's register as doubles for w columns from `col` of the row at `row_start`
+  // (the body's loads, steps and stores emitted on the way); false in body_ok_ if a step has
+  // no generated form.
+  llvm::Value* reduced_value(const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) {
+    llvm::Value* v = nullptr;
+    if (body_ok_) body_ok_ = emit_body(w, b_.CreateAdd(row_start, col), col, per_row, &v);
+    return body_ok_ ? v : llvm::UndefValue::get(lanes(b_.getDoubleTy(), w));
+  }
+
+  // acc replaced by v where reduce_typed's scan takes v: `first` (may be null), v > acc (max)
+  // or v < acc (min), or v is NaN.
+  llvm::Value* pick(llvm::Value* v, llvm::Value* acc, llvm::Value* first) {
+    llvm::Value* better = loop_.reduce->op == Op::kMax ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
+    llvm::Value* take = b_.CreateOr(better, b_.CreateFCmpUNO(v, v));
+    if (first != nullptr) take = b_.CreateOr(take, first);
+    return b_.CreateSelect(take, v, acc);
+  }
+
+  // Stores `result` (doubles; a sum, divided by `reduced` for a mean) at out[index...].
+  void finish_reduction(llvm::Value* index, llvm::Value* result) {
+    const LoopReduce& r = *loop_.reduce;
+    if (r.op == Op::kMean) result = b_.CreateFDiv(result, fconst(result, static_cast<double>(r.reduced)));
+    if (r.dtype != DType::kF64) result = b_.CreateFPTrunc(result, lanes(b_.getFloatTy(), width(result)));
+    store(r.storage, r.dtype, index, result);
+  }
+
+  // w doubles of the caller's scratch from `index`.
+  llvm::Value* scratch_address(llvm::Value* index, unsigned w) {
+    llvm::Type* f64 = b_.getDoubleTy();
+    return b_.CreatePointerCast(b_.CreateInBoundsGEP(f64, fn_->getArg(1), index), lanes(f64, w)->getPointerTo());
+  }
+
   // The loop with its reduction (see the top of this file).
   bool emit_reduce_loops(int64_t n, int64_t cols) {
     const LoopReduce& r = *loop_.reduce;
     const int64_t rows = n / cols;
     const bool sum = r.op == Op::kSum || r.op == Op::kMean;
     llvm::Type* f64 = b_.getDoubleTy();
-    bool ok = true;
-    // The value of w columns from `col` of `row` as doubles.
-    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) -> llvm::Value* {
-      llvm::Value* v = nullptr;
-      if (ok) ok = emit_body(w, b_.CreateAdd(row_start, col), col, per_row, &v);
-      return ok ? v : llvm::UndefValue::get(lanes(f64, w));
+    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) {
+      return reduced_value(per_row, row_start, col, w);
     };
-    // acc replaced by v where reduce_typed's scan takes v: r == 0 (`first`), v > acc (max) or
-    // v < acc (min), or v is NaN.
-    auto pick = [&](llvm::Value* v, llvm::Value* acc, llvm::Value* first) {
-      llvm::Value* better = r.op == Op::kMax ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
-      llvm::Value* take = b_.CreateOr(better, b_.CreateFCmpUNO(v, v));
-      if (first != nullptr) take = b_.CreateOr(take, first);
-      return b_.CreateSelect(take, v, acc);
-    };
-    // Stores result (doubles; a sum, divided by `reduced` for a mean) at out[index...].
-    auto finish = [&](llvm::Value* index, llvm::Value* result) {
-      if (r.op == Op::kMean) result = b_.CreateFDiv(result, fconst(result, static_cast<double>(r.reduced)));
-      if (r.dtype != DType::kF64) result = b_.CreateFPTrunc(result, lanes(b_.getFloatTy(), width(result)));
-      store(r.storage, r.dtype, index, result);
-    };
+    auto finish = [&](llvm::Value* index, llvm::Value* result) { finish_reduction(index, result); };
     const int64_t vector_end = cols - cols % kLanes;
     const bool argmax = r.op == Op::kArgmax;
     llvm::Type* i64 = b_.getInt64Ty();
@@ -487,12 +500,9 @@ class LoopEmitter {
         if (argmax) b_.CreateAlignedStore(b_.CreateExtractValue(s, 1), address(r.storage, DType::kI64, row, 1), llvm::Align(8));
         else finish(row, s);
       });
-      return ok;
+      return body_ok_;
     }
-    llvm::Value* scratch = fn_->getArg(1);
-    auto acc_address = [&](llvm::Value* col, unsigned w) {
-      return b_.CreatePointerCast(b_.CreateInBoundsGEP(f64, scratch, col), lanes(f64, w)->getPointerTo());
-    };
+    auto acc_address = [&](llvm::Value* col, unsigned w) { return scratch_address(col, w); };
     for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
       const Regs per_row = row_values(row);
       llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
@@ -535,7 +545,7 @@ class LoopEmitter {
       b_.CreateBr(next_row);
       b_.SetInsertPoint(next_row);
     });
-    return ok;
+    return body_ok_;
   }
 
   // A reduction over any other axes (LoopReduce::axes; see the top of this file).
@@ -544,25 +554,14 @@ class LoopEmitter {
     const int64_t rows = n / cols, outer = r.outer;
     const bool sum = r.op == Op::kSum || r.op == Op::kMean;
     llvm::Type* f64 = b_.getDoubleTy();
-    llvm::Value* scratch = fn_->getArg(1);
-    bool ok = true;
-    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) -> llvm::Value* {
-      llvm::Value* v = nullptr;
-      if (ok) ok = emit_body(w, b_.CreateAdd(row_start, col), col, per_row, &v);
-      return ok ? v : llvm::UndefValue::get(lanes(f64, w));
-    };
-    auto pick = [&](llvm::Value* v, llvm::Value* acc) {  // reduce_typed's scan: v > acc (v < acc) or v NaN
-      llvm::Value* better = r.op == Op::kMax ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
-      return b_.CreateSelect(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), v, acc);
-    };
-    auto acc_address = [&](llvm::Value* index, unsigned w) {
-      return b_.CreatePointerCast(b_.CreateInBoundsGEP(f64, scratch, index), lanes(f64, w)->getPointerTo());
+    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) {
+      return reduced_value(per_row, row_start, col, w);
     };
     auto load_acc = [&](llvm::Value* index, unsigned w) {
-      return b_.CreateAlignedLoad(lanes(f64, w), acc_address(index, w), llvm::Align(8));
+      return b_.CreateAlignedLoad(lanes(f64, w), scratch_address(index, w), llvm::Align(8));
     };
     auto store_acc = [&](llvm::Value* index, llvm::Value* v) {
-      b_.CreateAlignedStore(v, acc_address(index, width(v)), llvm::Align(8));
+      b_.CreateAlignedStore(v, scratch_address(index, width(v)), llvm::Align(8));
     };
     auto k = [&](int64_t v) { return b_.getInt64(v); };
     // Per axis, its step in o (kept) or in r (reduced), each row-major among its kind; the
@@ -575,8 +574,9 @@ class LoopEmitter {
       if (is_reduced(d)) r_step[d] = rs, rs *= shape[d];
       else o_step[d] = os, os *= shape[d];
     }
-    bool row_reduced = false;
-    const int64_t leading = general_reduce_row(shape, r.axes, row_reduced).first_axis;
+    const ReduceRow run = general_reduce_row(shape, r.axes);
+    const bool row_reduced = run.reduced;
+    const int64_t leading = run.first_axis;
     // A sum's lanes (lane-major: lane L of o at L * outer + o) start at 0.0.
     if (sum) {
       for_loop(k(0), k(kSumLanes * outer), 1, [&](llvm::Value* i) { store_acc(i, llvm::ConstantFP::get(f64, 0.0)); });
@@ -617,15 +617,15 @@ class LoopEmitter {
         // max, min: o's scan goes on through the row from its value (the row's first value
         // when this row starts o).
         llvm::Value* v0 = value(per_row, row_start, k(0), 1);
-        llvm::Value* st = b_.CreateSelect(first, v0, pick(v0, load_acc(o, 1)));
+        llvm::Value* st = b_.CreateSelect(first, v0, pick(v0, load_acc(o, 1), nullptr));
         const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
         st = for_loop_carrying(k(1), k(scan_end), kLanes, st, [&](llvm::Value* col, llvm::Value* a) {
           llvm::Value* v = value(per_row, row_start, col, kLanes);
-          for (unsigned lane = 0; lane < kLanes; ++lane) a = pick(b_.CreateExtractElement(v, lane), a);
+          for (unsigned lane = 0; lane < kLanes; ++lane) a = pick(b_.CreateExtractElement(v, lane), a, nullptr);
           return a;
         });
         st = for_loop_carrying(k(scan_end), k(cols), 1, st, [&](llvm::Value* col, llvm::Value* a) {
-          return pick(value(per_row, row_start, col, 1), a);
+          return pick(value(per_row, row_start, col, 1), a, nullptr);
         });
         store_acc(o, st);
       } else {
@@ -636,7 +636,7 @@ class LoopEmitter {
             llvm::Value* v = value(per_row, row_start, col, w);
             llvm::Value* at = b_.CreateAdd(base, col);
             llvm::Value* old = load_acc(at, w);
-            store_acc(at, sum ? b_.CreateFAdd(old, v) : b_.CreateSelect(splat(first, w), v, pick(v, old)));
+            store_acc(at, sum ? b_.CreateFAdd(old, v) : pick(v, old, splat(first, w)));
           };
         };
         if (vector_end > 0) for_loop(k(0), k(vector_end), kLanes, update(kLanes));
@@ -652,15 +652,13 @@ class LoopEmitter {
             result = b_.CreateFAdd(result, load_acc(b_.CreateAdd(k(lane * outer), o), w));
           }
         }
-        if (r.op == Op::kMean) result = b_.CreateFDiv(result, fconst(result, static_cast<double>(r.reduced)));
-        if (r.dtype != DType::kF64) result = b_.CreateFPTrunc(result, lanes(b_.getFloatTy(), w));
-        store(r.storage, r.dtype, o, result);
+        finish_reduction(o, result);
       };
     };
     const int64_t outer_vector_end = outer - outer % kLanes;
     if (outer_vector_end > 0) for_loop(k(0), k(outer_vector_end), kLanes, finish(kLanes));
     if (outer_vector_end < outer) for_loop(k(outer_vector_end), k(outer), 1, finish(1));
-    return ok;
+    return body_ok_;
   }
 
   // A general broadcast: the operand's elements for loop elements flat .. flat + w - 1, each
@@ -951,18 +949,14 @@ class LoopEmitter {
   std::vector<LoadPlan> plans_;
   std::vector<llvm::Value*> base_;   // per storage index: its pointer, loaded once
   std::vector<llvm::Value*> fixed_;  // per load: its loop-invariant scalar (kFixed)
+  bool body_ok_ = true;              // every step of a reduction loop's body had a generated form
 };
 
 class JitLoops final : public NativeLoops {
  public:
   JitLoops(llvm::orc::JITDylib* library, std::vector<NativeLoopFn> fns, std::vector<std::vector<int>> storages,
-           Source source)
-      : library_(library), fns_(std::move(fns)), storages_(std::move(storages)), source_(source) {
-    std::vector<NativeLoopFn> distinct;
-    for (NativeLoopFn f : fns_)
-      if (f != nullptr && std::find(distinct.begin(), distinct.end(), f) == distinct.end()) distinct.push_back(f);
-    functions_ = static_cast<int64_t>(distinct.size());
-  }
+           int64_t functions, Source source)
+      : library_(library), fns_(std::move(fns)), storages_(std::move(storages)), functions_(functions), source_(source) {}
   ~JitLoops() override {
     if (library_ == nullptr) return;
     Jit& jit = Jit::get();
@@ -985,7 +979,7 @@ class JitLoops final : public NativeLoops {
   llvm::orc::JITDylib* library_;
   std::vector<NativeLoopFn> fns_;
   std::vector<std::vector<int>> storages_;
-  int64_t functions_ = 0;
+  int64_t functions_;
   Source source_;
 };
 
@@ -1070,12 +1064,13 @@ uint64_t hash_loop(uint64_t h, const LoopKernel& loop) {
 // generator's source (XS_CODEGEN_SOURCE_HASH, made by CMake from the files that decide the
 // generated code and the op and dtype lists), the CPU and the LLVM version. Computed from the
 // loops, so a hit builds no IR at all.
-uint64_t object_key(const std::vector<std::optional<LocalLoop>>& loops, const std::string& cpu) {
+// `loop_hashes`: hash_loop(0, ...) of each localized loop, nullopt where there is none.
+uint64_t object_key(const std::vector<std::optional<uint64_t>>& loop_hashes, const std::string& cpu) {
   uint64_t h = hash_bytes(kHashSeed, XS_CODEGEN_SOURCE_HASH);
   h = hash_bytes(h, cpu + " LLVM " LLVM_VERSION_STRING);
-  for (size_t i = 0; i < loops.size(); ++i) {
-    h = hash_combine(h, loops[i] ? i : ~uint64_t{0});
-    if (loops[i]) h = hash_loop(h, loops[i]->loop);
+  for (size_t i = 0; i < loop_hashes.size(); ++i) {
+    h = hash_combine(h, loop_hashes[i] ? i : ~uint64_t{0});
+    if (loop_hashes[i]) h = hash_combine(h, *loop_hashes[i]);
   }
   return h;
 }
@@ -1118,7 +1113,8 @@ std::unique_ptr<JitLoops> link(Jit& jit, const std::vector<char>& object, const 
     llvm::consumeError(session.removeJITDylib(library));
     return nullptr;
   }
-  return std::make_unique<JitLoops>(&library, std::move(fns), std::move(storages), source);
+  return std::make_unique<JitLoops>(&library, std::move(fns), std::move(storages), static_cast<int64_t>(found.size()),
+                                    source);
 }
 
 }  // namespace
@@ -1132,6 +1128,7 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
   // Each loop in its own storage numbering; equal ones share the function named after the
   // first of them.
   std::vector<std::optional<LocalLoop>> local(loops.size());
+  std::vector<std::optional<uint64_t>> hashes(loops.size());
   std::vector<std::string> names(loops.size());
   std::vector<std::vector<int>> storages(loops.size());
   std::vector<size_t> owners;  // the loops whose functions are emitted
@@ -1140,7 +1137,7 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
     if (loops[i] == nullptr) continue;
     local[i] = localize(*loops[i]);
     storages[i] = local[i]->storages;
-    const uint64_t h = hash_loop(0, local[i]->loop);
+    const uint64_t h = *(hashes[i] = hash_loop(0, local[i]->loop));
     size_t owner = i;
     for (auto [at, end] = by_hash.equal_range(h); at != end; ++at) {
       if (same_loop(local[at->second]->loop, local[i]->loop)) {
@@ -1153,11 +1150,11 @@ std::unique_ptr<NativeLoops> compile_native_loops(const std::vector<const LoopKe
   }
   if (owners.empty()) {
     return std::make_unique<JitLoops>(nullptr, std::vector<NativeLoopFn>(loops.size(), nullptr),
-                                      std::vector<std::vector<int>>(), NativeLoops::Source::kNone);
+                                      std::vector<std::vector<int>>(), 0, NativeLoops::Source::kNone);
   }
   std::string problem;
   const bool use_cache = cache != nullptr && cache->usable();
-  const uint64_t key = use_cache ? object_key(local, jit.description) : 0;
+  const uint64_t key = use_cache ? object_key(hashes, jit.description) : 0;
   if (use_cache) {
     if (std::optional<std::vector<char>> object = cache->load(key)) {
       if (auto from_disk = link(jit, *object, names, storages, NativeLoops::Source::kDiskCache, &problem)) return from_disk;

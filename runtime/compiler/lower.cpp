@@ -130,9 +130,8 @@ class Lowering {
     // kernel's pass, each element a scalar update after its row's index arithmetic).
     const detail::LoopReduce form = detail::loop_reduce_form(t.shape, n.attrs.ints);
     if (!form.axes.empty() && (n.op == Op::kSum || n.op == Op::kMean)) {
-      bool reduced_row = false;
-      const detail::ReduceRow row = detail::general_reduce_row(t.shape, n.attrs.ints, reduced_row);
-      if (form.reduced < detail::kSumLanes || (reduced_row && row.elements < detail::kSumLanes)) return -1;
+      const detail::ReduceRow row = detail::general_reduce_row(t.shape, n.attrs.ints);
+      if (form.reduced < detail::kSumLanes || (row.reduced && row.elements < detail::kSumLanes)) return -1;
     }
     const int g = group_of_[p];
     if (g < 0 || groups_[g].reduce >= 0) return -1;

@@ -560,14 +560,14 @@ LoopReduce loop_reduce_form(const Shape& shape, const std::vector<int64_t>& axes
   return r;
 }
 
-ReduceRow general_reduce_row(const Shape& shape, const std::vector<int64_t>& axes, bool& reduced) {
+ReduceRow general_reduce_row(const Shape& shape, const std::vector<int64_t>& axes) {
   auto is_reduced = [&](int64_t d) { return std::binary_search(axes.begin(), axes.end(), d); };
   const auto rank = static_cast<int64_t>(shape.size());
   int64_t d = rank;
   while (d > 0 && shape[d - 1] == 1) --d;
-  reduced = d > 0 && is_reduced(d - 1);
+  const bool reduced = d > 0 && is_reduced(d - 1);
   while (d > 0 && (shape[d - 1] == 1 || is_reduced(d - 1) == reduced)) --d;
-  ReduceRow row{d, 1};
+  ReduceRow row{d, 1, reduced};
   for (int64_t a = d; a < rank; ++a) row.elements *= shape[a];
   return row;
 }

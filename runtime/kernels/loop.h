@@ -118,8 +118,9 @@ LoopReduce loop_reduce_form(const Shape& shape, const std::vector<int64_t>& axes
 struct ReduceRow {
   int64_t first_axis;
   int64_t elements;
+  bool reduced;
 };
-ReduceRow general_reduce_row(const Shape& shape, const std::vector<int64_t>& axes, bool& reduced);
+ReduceRow general_reduce_row(const Shape& shape, const std::vector<int64_t>& axes);
 // The doubles of scratch a generated loop with reduction `r` needs (NativeLoopFn's scratch).
 int64_t reduce_scratch_doubles(const LoopReduce& r);
 std::string loop_text(const LoopKernel& loop);
