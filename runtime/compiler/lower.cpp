@@ -26,7 +26,10 @@
 // program order then holds small ones while the next large value needs a slot of its own).
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <map>
+#include <queue>
+#include <set>
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/runtime/compiler/passes.h"
@@ -318,34 +321,14 @@ class Lowering {
     }
     for (int64_t live = 0; int64_t change : live_change)
       p_.stats.peak_live_bytes = std::max(p_.stats.peak_live_bytes, live += change);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return p_.storages[a].size_bytes != p_.storages[b].size_bytes ? p_.storages[a].size_bytes > p_.storages[b].size_bytes
-                                                                    : first[a] < first[b];
-    });
-    struct Slot {
-      size_t bytes;
-      std::vector<std::pair<int, int>> live;  // [first, last] of its values
-    };
-    std::vector<Slot> slots;
+    std::vector<ArenaLifetime> values;
+    for (int s : order) values.push_back({p_.storages[s].size_bytes, first[s], last[s]});
+    const ArenaPacking packed = pack_arena_slots(values);
     std::vector<int> slot_of(p_.storages.size(), -1);
-    for (int s : order) {
-      int best = -1;
-      for (size_t k = 0; k < slots.size(); ++k) {
-        const bool overlaps = std::any_of(slots[k].live.begin(), slots[k].live.end(), [&](const auto& iv) {
-          return iv.first <= last[s] && first[s] <= iv.second;
-        });
-        if (!overlaps && (best < 0 || slots[k].bytes < slots[best].bytes)) best = static_cast<int>(k);
-      }
-      if (best < 0) {
-        slots.push_back({p_.storages[s].size_bytes, {}});
-        best = static_cast<int>(slots.size()) - 1;
-      }
-      slots[best].live.push_back({first[s], last[s]});
-      slot_of[s] = best;
-    }
+    for (size_t v = 0; v < order.size(); ++v) slot_of[order[v]] = packed.slot_of[v];
     // Renumber: the other storages keep their order, each slot becomes one storage.
     std::vector<Storage> kept;
-    std::vector<int> renamed(p_.storages.size(), -1), slot_storage(slots.size(), -1);
+    std::vector<int> renamed(p_.storages.size(), -1), slot_storage(packed.slot_bytes.size(), -1);
     for (size_t s = 0; s < p_.storages.size(); ++s) {
       if (slot_of[s] < 0) {
         renamed[s] = static_cast<int>(kept.size());
@@ -355,9 +338,9 @@ class Lowering {
       int& to = slot_storage[slot_of[s]];
       if (to < 0) {
         to = static_cast<int>(kept.size());
-        p_.arena_slot_bytes.push_back(slots[slot_of[s]].bytes);
+        p_.arena_slot_bytes.push_back(packed.slot_bytes[slot_of[s]]);
         kept.push_back({Storage::Kind::kArena, static_cast<int>(p_.arena_slot_bytes.size()) - 1,
-                        slots[slot_of[s]].bytes});
+                        packed.slot_bytes[slot_of[s]]});
       }
       renamed[s] = to;
     }
@@ -526,6 +509,62 @@ void lower_graph(Work& work, const std::vector<uint8_t>& donated, Program& progr
   Lowering lowering(work, program);
   lowering.donated_ = donated;
   lowering.run();
+}
+
+// Slots are made in decreasing size, so equal ones are runs of indices (classes). The best
+// slot is found without trying every slot for every value (a 256-layer GPT has 17,000 values
+// in 4,700 slots): while the values of one size are placed, the class of that size holds only
+// them, taken in order of first group, so one of its slots is free exactly when its last value
+// ended before this one starts; a heap of those ends moves freed slots into a set ordered by
+// index. Larger classes, smallest first, are tried slot by slot only when that class has no
+// free slot.
+ArenaPacking pack_arena_slots(const std::vector<ArenaLifetime>& values) {
+  std::vector<int> order(values.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return values[a].bytes != values[b].bytes ? values[a].bytes > values[b].bytes : values[a].first < values[b].first;
+  });
+  ArenaPacking out{std::vector<int>(values.size(), -1), {}};
+  std::vector<std::map<int, int>> live;  // by slot: its values' [first, last], disjoint, by first
+  // Whether value x's lifetime meets one in slot k: only the last one starting at or before x's
+  // end can (they are disjoint, so it ends latest of those).
+  const auto meets = [&](int k, const ArenaLifetime& x) {
+    const auto after = live[k].upper_bound(x.last);
+    return after != live[k].begin() && std::prev(after)->second >= x.first;
+  };
+  struct Class {
+    size_t bytes;
+    int begin, end;  // its slots
+  };
+  std::vector<Class> classes;
+  std::priority_queue<std::pair<int, int>, std::vector<std::pair<int, int>>, std::greater<>> busy;  // (end, slot)
+  std::set<int> idle;  // the size's own class: slots whose values have all ended
+  for (int i : order) {
+    const ArenaLifetime& x = values[i];
+    const bool own = !classes.empty() && classes.back().bytes == x.bytes;
+    if (!own) busy = {}, idle.clear();
+    while (!busy.empty() && busy.top().first < x.first) idle.insert(busy.top().second), busy.pop();
+    int k = -1;
+    if (!idle.empty()) {
+      k = *idle.begin();
+      idle.erase(idle.begin());
+    }
+    for (int c = static_cast<int>(classes.size()) - (own ? 2 : 1); k < 0 && c >= 0; --c) {
+      for (int j = classes[c].begin; j < classes[c].end && k < 0; ++j)
+        if (!meets(j, x)) k = j;
+    }
+    if (k < 0) {
+      k = static_cast<int>(out.slot_bytes.size());
+      out.slot_bytes.push_back(x.bytes);
+      live.emplace_back();
+      if (own) ++classes.back().end;
+      else classes.push_back({x.bytes, k, k + 1});
+    }
+    live[k].emplace(x.first, x.last);
+    if (k >= classes.back().begin && classes.back().bytes == x.bytes) busy.emplace(x.last, k);
+    out.slot_of[i] = k;
+  }
+  return out;
 }
 
 }  // namespace xs::detail

@@ -1,6 +1,7 @@
 #include "xla_spawn/runtime/compiler/passes.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <unordered_map>
 
 #include "xla_spawn/runtime/kernels/kernels.h"
@@ -224,6 +225,14 @@ bool masked_pool_grad(const Work& w, int i, int* grad, int* pool, int* zero) {
   return false;
 }
 
+// Whether any node of `w` is one of `ops`. The fusions below rewrite forms around pools,
+// convolutions and causal softmaxes; a graph without the op leaves each of them at once
+// instead of being copied node by node (a 256-layer GPT's graph has none of the first two).
+bool has_op(const Work& w, std::initializer_list<Op> ops) {
+  return std::any_of(w.nodes.begin(), w.nodes.end(),
+                     [&](const GNode& n) { return std::find(ops.begin(), ops.end(), n.op) != ops.end(); });
+}
+
 bool covers_spatial_axes(const std::vector<int64_t>& axes) {
   return std::find(axes.begin(), axes.end(), 2) != axes.end() &&
          std::find(axes.begin(), axes.end(), 3) != axes.end();
@@ -232,6 +241,7 @@ bool covers_spatial_axes(const std::vector<int64_t>& axes) {
 }  // namespace
 
 void fuse_pool_grad_mask(Work& w) {
+  if (!has_op(w, {Op::kMaxPool2dGrad})) return;
   std::vector<GNode> out;
   std::vector<int> new_id(w.nodes.size(), -1);
   out.reserve(w.nodes.size() + 8);
@@ -324,6 +334,7 @@ bool pooled_bias_relu(const Work& w, const Uses& u, const std::vector<uint8_t>& 
 }  // namespace
 
 void fuse_pool_bias_relu(Work& w) {
+  if (!has_op(w, {Op::kMaxPool2d, Op::kMaxPool2dGrad})) return;
   const Uses u = live_uses(w);
   std::vector<uint8_t> is_root(w.nodes.size(), 0);
   for (int r : w.roots) is_root[r] = 1;
@@ -379,6 +390,7 @@ int fusable_pool_grad(const Work& w, const Uses& u, const std::vector<uint8_t>& 
 }  // namespace
 
 void fuse_conv_pool_grad(Work& w) {
+  if (!has_op(w, {Op::kMaxPool2dGrad})) return;
   const Uses u = live_uses(w);
   std::vector<uint8_t> is_root(w.nodes.size(), 0);
   for (int r : w.roots) is_root[r] = 1;
@@ -468,6 +480,7 @@ int emit_fused_conv(const GNode& conv, int x, int wt, int b, std::vector<GNode>&
 }  // namespace
 
 void fuse_conv_pool_forward(Work& w) {
+  if (!has_op(w, {Op::kConv2d})) return;
   const Uses u = live_uses(w);
   std::vector<uint8_t> is_root(w.nodes.size(), 0);
   for (int r : w.roots) is_root[r] = 1;
@@ -534,6 +547,7 @@ bool plain_float_product(const GNode& mm, const Work& w) {
 }  // namespace
 
 void mark_causal_products(Work& w, CompileStats& stats) {
+  if (std::none_of(w.nodes.begin(), w.nodes.end(), is_causal_softmax)) return;
   const Uses u = live_uses(w);
   std::vector<uint8_t> is_root(w.nodes.size(), 0);
   for (int r : w.roots) is_root[r] = 1;

@@ -83,4 +83,19 @@ void mark_causal_products(Work& w, CompileStats& stats);
 // storage planning by liveness; `donated[i]`: graph input i may be overwritten.
 void lower_graph(Work& work, const std::vector<uint8_t>& donated, Program& program);
 
+// Its arena packing: an arena value's bytes and the groups from its first write to its last
+// read (inclusive); two values may share a slot when their lifetimes do not meet. Values go
+// largest first (earliest first among equal sizes), each into the slot of fewest bytes whose
+// values' lifetimes all miss its own, the earliest such, else into a new slot of its size.
+struct ArenaLifetime {
+  size_t bytes;
+  int first;
+  int last;
+};
+struct ArenaPacking {
+  std::vector<int> slot_of;        // by value
+  std::vector<size_t> slot_bytes;  // by slot
+};
+ArenaPacking pack_arena_slots(const std::vector<ArenaLifetime>& values);
+
 }  // namespace xs::detail

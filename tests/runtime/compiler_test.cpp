@@ -1,12 +1,15 @@
 // Acceptance 2 (compiler): the passes happened, shown by node and kernel counts, and the
 // optimised programs still compute the right values.
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include <gtest/gtest.h>
 
 #include "xla_spawn/runtime/graph.h"
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/compiler/compile.h"
+#include "xla_spawn/runtime/compiler/passes.h"
 #include "xla_spawn/runtime/program.h"
 #include "xla_spawn/runtime/runtime.h"
 
@@ -113,6 +116,55 @@ TEST(Compiler, IntermediatesReuseStorageByLiveness) {
   EXPECT_EQ(p->stats.kernels, 8);
   EXPECT_EQ(p->arena_slot_bytes.size(), 2u);
   EXPECT_EQ(p->stats.arena_bytes, 2 * 32 * 32 * 4);
+}
+
+// pack_arena_slots against the rule it documents, applied the slow way (every slot tried for
+// every value), on random lifetimes: few sizes, so classes of equal slots are long, and
+// lifetimes from one group to the whole program, as a deep network's saved activations.
+TEST(Compiler, ArenaPackingIsTheDocumentedBestFit) {
+  const auto reference = [](const std::vector<detail::ArenaLifetime>& values) {
+    std::vector<int> order(values.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return values[a].bytes != values[b].bytes ? values[a].bytes > values[b].bytes : values[a].first < values[b].first;
+    });
+    detail::ArenaPacking out{std::vector<int>(values.size(), -1), {}};
+    std::vector<std::vector<int>> held;  // values in each slot
+    for (int i : order) {
+      const detail::ArenaLifetime& x = values[i];
+      int best = -1;
+      for (size_t k = 0; k < held.size(); ++k) {
+        const bool meets = std::any_of(held[k].begin(), held[k].end(), [&](int j) {
+          return values[j].first <= x.last && x.first <= values[j].last;
+        });
+        if (!meets && (best < 0 || out.slot_bytes[k] < out.slot_bytes[best])) best = static_cast<int>(k);
+      }
+      if (best < 0) {
+        best = static_cast<int>(held.size());
+        held.emplace_back();
+        out.slot_bytes.push_back(x.bytes);
+      }
+      held[best].push_back(i);
+      out.slot_of[i] = best;
+    }
+    return out;
+  };
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    const int groups = 1 + static_cast<int>(rng() % 300);
+    const int n = static_cast<int>(rng() % 400);
+    const size_t sizes = 1 + rng() % 4;
+    std::vector<detail::ArenaLifetime> values;
+    for (int i = 0; i < n; ++i) {
+      const int first = static_cast<int>(rng() % groups);
+      const int span = rng() % 4 == 0 ? static_cast<int>(rng() % groups) : static_cast<int>(rng() % 4);
+      values.push_back({64 * (1 + rng() % sizes), first, std::min(groups - 1, first + span)});
+    }
+    const detail::ArenaPacking got = detail::pack_arena_slots(values);
+    const detail::ArenaPacking want = reference(values);
+    ASSERT_EQ(got.slot_of, want.slot_of) << "round " << round;
+    ASSERT_EQ(got.slot_bytes, want.slot_bytes) << "round " << round;
+  }
 }
 
 TEST(Compiler, ReductionSplitsLoopsAndInPlaceReusesDyingInputs) {
