@@ -24,8 +24,9 @@ XLA_SPAWN_JOB_TOKEN is set so multi-node commands do not create a token file in 
 command whose requirement is missing (the Fashion-MNIST files, PyTorch) is skipped with the
 reason; the group then exits 77 (skipped) if everything else passed. A script that exits 77
 itself (bench-multihost without root) skips too. On a CPU without AVX-512 a command's
-OPENBLAS_CORETYPE=SkylakeX prefix is dropped (those kernels would die of SIGILL there), and
-the output says so.
+OPENBLAS_CORETYPE=SkylakeX prefix is dropped (those kernels would die of SIGILL there), and a
+Python line runs with /usr/bin first in PATH when the python3 found first lacks numpy or
+torch and Debian's has them; the output says so.
 
 Usage: readme_commands.py SOURCE_DIR BUILD_DIR check
        readme_commands.py SOURCE_DIR BUILD_DIR run GROUP
@@ -287,10 +288,28 @@ def missing_requirement(entry, cmd, build):
             modules = "numpy, torch" if need == "python-torch" else "numpy"
             if not os.path.isdir(os.path.join(build, "python", "xla_spawn")):
                 return "the Python package (pybind11-dev, python3-dev: scripts/setup test)"
-            if subprocess.run(["python3", "-c", f"import {modules}"],
-                              capture_output=True).returncode != 0:
-                return f"a python3 on PATH that imports {modules} (Debian's, scripts/setup test)"
+            if not imports("python3", modules) and not imports(DEBIAN_PYTHON, modules):
+                return f"a python3 that imports {modules} (Debian's, scripts/setup test)"
     return None
+
+
+def imports(python, modules):
+    return shutil.which(python) is not None and subprocess.run(
+        [python, "-c", f"import {modules}"], capture_output=True).returncode == 0
+
+
+# The README's Python lines run `python3`, Debian's on a Debian machine, where scripts/setup
+# installs numpy and torch and the package is built for it. Where another python3 comes first
+# in PATH (pyenv's, say) and lacks them, such a line runs with /usr/bin first in PATH.
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+def debian_python_first(entry):
+    for need in entry.requires:
+        if need in ("python", "python-torch"):
+            modules = "numpy, torch" if need == "python-torch" else "numpy"
+            return not imports("python3", modules)
+    return False
 
 
 # A README command that picks OpenBLAS's AVX-512 kernels. On a CPU without AVX-512 they would
@@ -331,6 +350,10 @@ def run_group(source, build, group):
             skipped.append(f"README.md:{number}: `{cmd}` skipped: needs {why}")
             continue
         actual = {"run": cmd, "short": "XS_SHORT=1 " + cmd, "args": entry.cmd}[entry.kind]
+        if debian_python_first(entry):
+            actual = "PATH=/usr/bin:$PATH " + actual
+            notes.append(f"README.md:{number}: `{cmd}` ran with /usr/bin first in PATH: the "
+                         f"python3 found first lacks the modules Debian's python3 has")
         if SKYLAKEX in actual and not has_avx512():
             actual = actual.replace(SKYLAKEX, "")
             notes.append(f"README.md:{number}: `{cmd}` ran without {SKYLAKEX.strip()}: this CPU "
