@@ -440,16 +440,25 @@ class LoopEmitter {
     return b_.CreatePointerCast(b_.CreateInBoundsGEP(f64, fn_->getArg(1), index), lanes(f64, w)->getPointerTo());
   }
 
+  // A sum's 16 lanes `acc` with the row's `cols` values added, column c into lane c % 16 (the
+  // vector part as whole vectors, the tail lane by lane).
+  llvm::Value* add_row_to_lanes(const Regs& per_row, llvm::Value* row_start, int64_t cols, llvm::Value* acc) {
+    const int64_t vector_end = cols - cols % kLanes;
+    acc = for_loop_carrying(b_.getInt64(0), b_.getInt64(vector_end), kLanes, acc, [&](llvm::Value* col, llvm::Value* a) {
+      return b_.CreateFAdd(a, reduced_value(per_row, row_start, col, kLanes));
+    });
+    return for_loop_carrying(b_.getInt64(vector_end), b_.getInt64(cols), 1, acc, [&](llvm::Value* col, llvm::Value* a) {
+      llvm::Value* lane = b_.CreateSub(col, b_.getInt64(vector_end));
+      return b_.CreateInsertElement(a, b_.CreateFAdd(b_.CreateExtractElement(a, lane), reduced_value(per_row, row_start, col, 1)), lane);
+    });
+  }
+
   // The loop with its reduction (see the top of this file).
   bool emit_reduce_loops(int64_t n, int64_t cols) {
     const LoopReduce& r = *loop_.reduce;
     const int64_t rows = n / cols;
     const bool sum = r.op == Op::kSum || r.op == Op::kMean;
     llvm::Type* f64 = b_.getDoubleTy();
-    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) {
-      return reduced_value(per_row, row_start, col, w);
-    };
-    auto finish = [&](llvm::Value* index, llvm::Value* result) { finish_reduction(index, result); };
     const int64_t vector_end = cols - cols % kLanes;
     const bool argmax = r.op == Op::kArgmax;
     llvm::Type* i64 = b_.getInt64Ty();
@@ -473,36 +482,28 @@ class LoopEmitter {
         const Regs per_row = row_values(row);
         llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
         if (sum) {
-          llvm::Value* acc = llvm::Constant::getNullValue(lanes(f64, kLanes));
-          acc = for_loop_carrying(b_.getInt64(0), b_.getInt64(vector_end), kLanes, acc, [&](llvm::Value* col, llvm::Value* a) {
-            return b_.CreateFAdd(a, value(per_row, row_start, col, kLanes));
-          });
-          acc = for_loop_carrying(b_.getInt64(vector_end), b_.getInt64(cols), 1, acc, [&](llvm::Value* col, llvm::Value* a) {
-            llvm::Value* lane = b_.CreateSub(col, b_.getInt64(vector_end));
-            return b_.CreateInsertElement(a, b_.CreateFAdd(b_.CreateExtractElement(a, lane), value(per_row, row_start, col, 1)), lane);
-          });
+          llvm::Value* acc = add_row_to_lanes(per_row, row_start, cols, llvm::Constant::getNullValue(lanes(f64, kLanes)));
           llvm::Value* total = llvm::ConstantFP::get(f64, 0.0);
           for (unsigned lane = 0; lane < kLanes; ++lane) total = b_.CreateFAdd(total, b_.CreateExtractElement(acc, lane));
-          finish(row, total);
+          finish_reduction(row, total);
           return;
         }
-        llvm::Value* s = start(value(per_row, row_start, b_.getInt64(0), 1));
+        llvm::Value* s = start(reduced_value(per_row, row_start, b_.getInt64(0), 1));
         s = for_loop_carrying(b_.getInt64(1), b_.getInt64(scan_end), kLanes, s, [&](llvm::Value* col, llvm::Value* a) {
-          llvm::Value* v = value(per_row, row_start, col, kLanes);
+          llvm::Value* v = reduced_value(per_row, row_start, col, kLanes);
           for (unsigned lane = 0; lane < kLanes; ++lane) {
             a = fold(a, b_.CreateExtractElement(v, lane), b_.CreateAdd(col, b_.getInt64(lane)));
           }
           return a;
         });
         s = for_loop_carrying(b_.getInt64(scan_end), b_.getInt64(cols), 1, s, [&](llvm::Value* col, llvm::Value* a) {
-          return fold(a, value(per_row, row_start, col, 1), col);
+          return fold(a, reduced_value(per_row, row_start, col, 1), col);
         });
         if (argmax) b_.CreateAlignedStore(b_.CreateExtractValue(s, 1), address(r.storage, DType::kI64, row, 1), llvm::Align(8));
-        else finish(row, s);
+        else finish_reduction(row, s);
       });
       return body_ok_;
     }
-    auto acc_address = [&](llvm::Value* col, unsigned w) { return scratch_address(col, w); };
     for_loop(b_.getInt64(0), b_.getInt64(rows), 1, [&](llvm::Value* row) {
       const Regs per_row = row_values(row);
       llvm::Value* row_start = b_.CreateMul(row, b_.getInt64(cols));
@@ -511,8 +512,8 @@ class LoopEmitter {
       llvm::Value* out_start = b_.CreateMul(b_.CreateSDiv(row, b_.getInt64(r.reduced)), b_.getInt64(cols));
       auto update = [&](unsigned w) {
         return [&, w](llvm::Value* col) {
-          llvm::Value* v = value(per_row, row_start, col, w);
-          llvm::Value* at = acc_address(col, w);
+          llvm::Value* v = reduced_value(per_row, row_start, col, w);
+          llvm::Value* at = scratch_address(col, w);
           llvm::Value* old = b_.CreateAlignedLoad(lanes(f64, w), at, llvm::Align(8));
           llvm::Value* is_first = splat(first, w);
           llvm::Value* next;
@@ -537,7 +538,7 @@ class LoopEmitter {
       b_.SetInsertPoint(last);
       auto store_out = [&](unsigned w) {
         return [&, w](llvm::Value* col) {
-          finish(b_.CreateAdd(out_start, col), b_.CreateAlignedLoad(lanes(f64, w), acc_address(col, w), llvm::Align(8)));
+          finish_reduction(b_.CreateAdd(out_start, col), b_.CreateAlignedLoad(lanes(f64, w), scratch_address(col, w), llvm::Align(8)));
         };
       };
       if (vector_end > 0) for_loop(b_.getInt64(0), b_.getInt64(vector_end), kLanes, store_out(kLanes));
@@ -554,9 +555,6 @@ class LoopEmitter {
     const int64_t rows = n / cols, outer = r.outer;
     const bool sum = r.op == Op::kSum || r.op == Op::kMean;
     llvm::Type* f64 = b_.getDoubleTy();
-    auto value = [&](const Regs& per_row, llvm::Value* row_start, llvm::Value* col, unsigned w) {
-      return reduced_value(per_row, row_start, col, w);
-    };
     auto load_acc = [&](llvm::Value* index, unsigned w) {
       return b_.CreateAlignedLoad(lanes(f64, w), scratch_address(index, w), llvm::Align(8));
     };
@@ -605,27 +603,21 @@ class LoopEmitter {
         };
         llvm::Value* c = llvm::UndefValue::get(lanes(f64, kLanes));
         for (unsigned lane = 0; lane < kLanes; ++lane) c = b_.CreateInsertElement(c, load_acc(lane_index(lane), 1), lane);
-        c = for_loop_carrying(k(0), k(vector_end), kLanes, c, [&](llvm::Value* col, llvm::Value* a) {
-          return b_.CreateFAdd(a, value(per_row, row_start, col, kLanes));
-        });
-        c = for_loop_carrying(k(vector_end), k(cols), 1, c, [&](llvm::Value* col, llvm::Value* a) {
-          llvm::Value* lane = b_.CreateSub(col, k(vector_end));
-          return b_.CreateInsertElement(a, b_.CreateFAdd(b_.CreateExtractElement(a, lane), value(per_row, row_start, col, 1)), lane);
-        });
+        c = add_row_to_lanes(per_row, row_start, cols, c);
         for (unsigned lane = 0; lane < kLanes; ++lane) store_acc(lane_index(lane), b_.CreateExtractElement(c, lane));
       } else if (row_reduced) {
         // max, min: o's scan goes on through the row from its value (the row's first value
         // when this row starts o).
-        llvm::Value* v0 = value(per_row, row_start, k(0), 1);
+        llvm::Value* v0 = reduced_value(per_row, row_start, k(0), 1);
         llvm::Value* st = b_.CreateSelect(first, v0, pick(v0, load_acc(o, 1), nullptr));
         const int64_t scan_end = 1 + (cols - 1) / kLanes * kLanes;
         st = for_loop_carrying(k(1), k(scan_end), kLanes, st, [&](llvm::Value* col, llvm::Value* a) {
-          llvm::Value* v = value(per_row, row_start, col, kLanes);
+          llvm::Value* v = reduced_value(per_row, row_start, col, kLanes);
           for (unsigned lane = 0; lane < kLanes; ++lane) a = pick(b_.CreateExtractElement(v, lane), a, nullptr);
           return a;
         });
         st = for_loop_carrying(k(scan_end), k(cols), 1, st, [&](llvm::Value* col, llvm::Value* a) {
-          return pick(value(per_row, row_start, col, 1), a, nullptr);
+          return pick(reduced_value(per_row, row_start, col, 1), a, nullptr);
         });
         store_acc(o, st);
       } else {
@@ -633,7 +625,7 @@ class LoopEmitter {
         llvm::Value* base = sum ? b_.CreateAdd(b_.CreateMul(b_.CreateURem(rr, k(kSumLanes)), k(outer)), o) : o;
         auto update = [&](unsigned w) {
           return [&, w](llvm::Value* col) {
-            llvm::Value* v = value(per_row, row_start, col, w);
+            llvm::Value* v = reduced_value(per_row, row_start, col, w);
             llvm::Value* at = b_.CreateAdd(base, col);
             llvm::Value* old = load_acc(at, w);
             store_acc(at, sum ? b_.CreateFAdd(old, v) : pick(v, old, splat(first, w)));

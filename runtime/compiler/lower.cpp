@@ -545,7 +545,8 @@ ArenaPacking pack_arena_slots(const std::vector<ArenaLifetime>& values) {
     if (!own) busy = {}, idle.clear();
     while (!busy.empty() && busy.top().first < x.first) idle.insert(busy.top().second), busy.pop();
     int k = -1;
-    if (!idle.empty()) {
+    bool in_own_class = !idle.empty();
+    if (in_own_class) {
       k = *idle.begin();
       idle.erase(idle.begin());
     }
@@ -559,9 +560,10 @@ ArenaPacking pack_arena_slots(const std::vector<ArenaLifetime>& values) {
       live.emplace_back();
       if (own) ++classes.back().end;
       else classes.push_back({x.bytes, k, k + 1});
+      in_own_class = true;
     }
     live[k].emplace(x.first, x.last);
-    if (k >= classes.back().begin && classes.back().bytes == x.bytes) busy.emplace(x.last, k);
+    if (in_own_class) busy.emplace(x.last, k);
     out.slot_of[i] = k;
   }
   return out;

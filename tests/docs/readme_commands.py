@@ -32,6 +32,7 @@ Usage: readme_commands.py SOURCE_DIR BUILD_DIR check
        readme_commands.py SOURCE_DIR BUILD_DIR run GROUP
 """
 
+import functools
 import os
 import re
 import shlex
@@ -276,23 +277,29 @@ def missing_requirement(entry, cmd, build):
             data = os.environ.get("XLA_SPAWN_DATA_DIR", "/usr/share/datasets/fashion-mnist")
             if not os.path.isdir(data):
                 return f"the Fashion-MNIST files ({data}; scripts/setup installs them)"
-        if need == "torch":
-            ok = os.path.exists("/usr/bin/python3") and subprocess.run(
-                ["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode == 0
-            if not ok:
-                return "PyTorch for /usr/bin/python3 (python3-torch, scripts/setup test)"
+        if need == "torch" and not imports(DEBIAN_PYTHON, "torch"):
+            return "PyTorch for /usr/bin/python3 (python3-torch, scripts/setup test)"
         if need == "package" and not os.path.isdir(os.path.join(build, "python", "xla_spawn")):
             return "the Python package (pybind11-dev, python3-dev: scripts/setup test)"
-        if need in ("python", "python-torch"):
-            # The command runs `python3` from PATH with the package built in build/python.
-            modules = "numpy, torch" if need == "python-torch" else "numpy"
-            if not os.path.isdir(os.path.join(build, "python", "xla_spawn")):
-                return "the Python package (pybind11-dev, python3-dev: scripts/setup test)"
-            if not imports("python3", modules) and not imports(DEBIAN_PYTHON, modules):
-                return f"a python3 that imports {modules} (Debian's, scripts/setup test)"
+    modules = python_modules(entry)
+    if modules:
+        # The command runs `python3` from PATH with the package built in build/python.
+        if not os.path.isdir(os.path.join(build, "python", "xla_spawn")):
+            return "the Python package (pybind11-dev, python3-dev: scripts/setup test)"
+        if not imports("python3", modules) and not imports(DEBIAN_PYTHON, modules):
+            return f"a python3 that imports {modules} (Debian's, scripts/setup test)"
     return None
 
 
+# What a command's `python3` must import ("python" and "python-torch" requirements), else None.
+def python_modules(entry):
+    if "python-torch" in entry.requires:
+        return "numpy, torch"
+    return "numpy" if "python" in entry.requires else None
+
+
+# Asked once per interpreter and modules: importing torch takes seconds.
+@functools.lru_cache(maxsize=None)
 def imports(python, modules):
     return shutil.which(python) is not None and subprocess.run(
         [python, "-c", f"import {modules}"], capture_output=True).returncode == 0
@@ -305,11 +312,8 @@ DEBIAN_PYTHON = "/usr/bin/python3"
 
 
 def debian_python_first(entry):
-    for need in entry.requires:
-        if need in ("python", "python-torch"):
-            modules = "numpy, torch" if need == "python-torch" else "numpy"
-            return not imports("python3", modules)
-    return False
+    modules = python_modules(entry)
+    return modules is not None and not imports("python3", modules)
 
 
 # A README command that picks OpenBLAS's AVX-512 kernels. On a CPU without AVX-512 they would
