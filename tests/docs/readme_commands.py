@@ -298,11 +298,20 @@ def python_modules(entry):
     return "numpy" if "python" in entry.requires else None
 
 
-# Asked once per interpreter and modules: importing torch takes seconds.
+# Asked once per interpreter and modules: importing torch takes seconds. An import that
+# hangs counts as missing after IMPORT_TIMEOUT_S.
+IMPORT_TIMEOUT_S = 120
+
+
 @functools.lru_cache(maxsize=None)
 def imports(python, modules):
-    return shutil.which(python) is not None and subprocess.run(
-        [python, "-c", f"import {modules}"], capture_output=True).returncode == 0
+    if shutil.which(python) is None:
+        return False
+    try:
+        return subprocess.run([python, "-c", f"import {modules}"], capture_output=True,
+                              timeout=IMPORT_TIMEOUT_S).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 # The README's Python lines run `python3`, Debian's on a Debian machine, where scripts/setup
