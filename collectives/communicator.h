@@ -122,8 +122,8 @@ class Communicator {
   // be (the call changed nothing; collectives on it still work, through copies, or zero-copy
   // already for memory from alloc_buffer). Not
   // collective. The memory must stay allocated until deregister_buffer (or the communicator's
-  // end), and nothing may write it while either call runs; a child forked meanwhile shares
-  // its pages rather than copying them. This default registers nothing.
+  // end), and nothing may write it while either call runs; a child forked meanwhile gets a
+  // copy of its pages, as of any private memory (made at the fork). This default registers nothing.
   virtual bool register_buffer(void* data, size_t bytes) {
     (void)data;
     (void)bytes;

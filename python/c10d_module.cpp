@@ -217,6 +217,11 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
     return done(result);
   }
 
+  // torch's own message for this one lacks a space ("xla_spawndoes not support reduce").
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>&, const c10d::ReduceOptions&) override {
+    TORCH_CHECK(false, "xla_spawn backend does not support reduce (all_reduce is supported)");
+  }
+
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     call("barrier", [&](XsCommError* e) { return api_->barrier(e); });
     std::vector<at::Tensor> none;
@@ -234,6 +239,8 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
   }
 
   const at::Tensor& cpu(const char* what, const at::Tensor& t) const {
+    TORCH_CHECK(t.layout() == at::kStrided, "xla_spawn backend: ", what,
+                " takes dense tensors; got a ", t.layout(), " one (sparse tensors are not supported)");
     TORCH_CHECK(t.device().is_cpu(), "xla_spawn backend: ", what,
                 " takes CPU tensors; got one on ", t.device());
     return t;
@@ -322,12 +329,27 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
     });
   }
 
-  // Finished Work whose future holds `tensors` (what DDP's reducer reads back).
+  // Finished Work: result() gives `tensors`, and its future holds them (what DDP's reducer
+  // reads back). Work::create_from_future's result() expects a Python object in the future
+  // and failed an internal assert in torch.
+  class DoneWork : public c10d::Work {
+   public:
+    explicit DoneWork(std::vector<at::Tensor> tensors)
+        : tensors_(std::move(tensors)),
+          future_(c10::make_intrusive<c10::ivalue::Future>(
+              c10::ListType::create(c10::TensorType::get()))) {
+      future_->markCompleted(c10::IValue(tensors_));
+      finish();
+    }
+    std::vector<at::Tensor> result() override { return tensors_; }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+   private:
+    std::vector<at::Tensor> tensors_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+  };
   static c10::intrusive_ptr<c10d::Work> done(std::vector<at::Tensor>& tensors) {
-    auto future = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()));
-    future->markCompleted(c10::IValue(tensors));
-    return c10d::Work::create_from_future(future);
+    return c10::make_intrusive<DoneWork>(tensors);
   }
 
   const XsCommApi* api_;

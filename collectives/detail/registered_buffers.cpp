@@ -3,12 +3,11 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-#include <atomic>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,8 +15,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "xla_spawn/base/check.h"
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/collectives/buffer_arena.h"
+#include "xla_spawn/collectives/detail/fork_epoch.h"
 
 namespace xs::detail {
 
@@ -101,22 +102,66 @@ bool private_anonymous(const std::byte* begin, const std::byte* end) {
   return covered >= end;
 }
 
-// Counts forks in the children (pthread_atfork): registrations belong to the process that
-// made them, told apart by this count without a system call.
-std::atomic<uint64_t> g_fork_epoch{0};
+// Every RegisteredBuffers of the process, for the fork handler.
+std::mutex g_instances_mutex;
+// Never destroyed: a communicator held by a static made before it outlives static destruction.
+std::set<RegisteredBuffers*>& instances() {
+  static auto* all = new std::set<RegisteredBuffers*>;
+  return *all;
+}
 
-uint64_t fork_epoch() {
-  static const bool counting = [] {
-    ::pthread_atfork(nullptr, nullptr, [] { g_fork_epoch.fetch_add(1, std::memory_order_relaxed); });
-    return true;
-  }();
-  (void)counting;
-  return g_fork_epoch.load(std::memory_order_relaxed);
+// The copies made for the fork under way (under g_instances_mutex, held across it).
+std::vector<PrivateCopy> g_fork_copies;
+
+// Moves each copy over its place (one mremap each, so the range is never unmapped); returns
+// the bytes moved. A copy that cannot move is unmapped.
+size_t move_in(const std::vector<PrivateCopy>& copies, const char* call) {
+  size_t moved = 0;
+  std::string failed;
+  for (const PrivateCopy& c : copies) {
+    if (::mremap(c.copy, c.bytes, c.bytes, MREMAP_MAYMOVE | MREMAP_FIXED, c.at) == c.at) {
+      moved += c.bytes;
+    } else {
+      failed = fmt::format("{}: cannot move private pages onto {}: {}", call, static_cast<void*>(c.at),
+                           std::strerror(errno));
+      ::munmap(c.copy, c.bytes);
+    }
+  }
+  if (!failed.empty()) throw IoError(failed);
+  return moved;
+}
+
+void before_fork() {
+  g_instances_mutex.lock();
+  for (RegisteredBuffers* set : instances()) set->copy_all_before_fork(g_fork_copies);
+}
+
+void after_fork(bool in_child) {
+  if (in_child) {
+    try {
+      move_in(g_fork_copies, "fork");
+    } catch (const std::exception& e) {
+      spdlog::error("in a forked child, registered buffers still share the parent's pages: {}", e.what());
+    }
+  } else {
+    for (const PrivateCopy& c : g_fork_copies) ::munmap(c.copy, c.bytes);
+  }
+  g_fork_copies.clear();
+  for (RegisteredBuffers* set : instances()) set->end_fork();
+  g_instances_mutex.unlock();
 }
 
 }  // namespace
 
-RegisteredBuffers::RegisteredBuffers(BufferArena& arena) : arena_(arena), epoch_(fork_epoch()) {}
+RegisteredBuffers::RegisteredBuffers(BufferArena& arena) : arena_(arena), epoch_(fork_epoch()) {
+  static const bool handler = [] {
+    ::pthread_atfork(before_fork, [] { after_fork(false); }, [] { after_fork(true); });
+    return true;
+  }();
+  (void)handler;
+  std::lock_guard lock(g_instances_mutex);
+  instances().insert(this);
+}
 
 bool RegisteredBuffers::in_owner() const {
   return fork_epoch() == epoch_;
@@ -125,6 +170,10 @@ bool RegisteredBuffers::in_owner() const {
 // In a child forked while buffers were registered, nothing is released: the pages and the
 // block belong to the parent, which still uses them.
 RegisteredBuffers::~RegisteredBuffers() {
+  {
+    std::lock_guard lock(g_instances_mutex);
+    instances().erase(this);
+  }
   if (in_owner()) {
     std::lock_guard lock(mutex_);
     for (auto& [begin, r] : by_begin_) {
@@ -262,9 +311,8 @@ bool RegisteredBuffers::mapped(const Registration& r) const {
   return covered >= r.interior_end;
 }
 
-void RegisteredBuffers::release(const Registration& r) {
-  const size_t block_bytes = static_cast<size_t>(page_up(r.begin + r.bytes) - r.pages_begin);
-  size_t restored = 0;
+std::vector<PrivateCopy> RegisteredBuffers::copy_out(const Registration& r, const char* call) const {
+  std::vector<PrivateCopy> copies;
   for (const Vma& v : mappings_over(r.interior_begin, r.interior_end, false)) {
     std::byte* from = std::max(v.begin, r.interior_begin);
     std::byte* to = std::min(v.end, r.interior_end);
@@ -272,25 +320,43 @@ void RegisteredBuffers::release(const Registration& r) {
     const size_t n = static_cast<size_t>(to - from);
     void* fresh = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (fresh == MAP_FAILED) {
-      throw IoError(fmt::format("deregister_buffer: cannot map {} bytes: {}", n, std::strerror(errno)));
+      for (const PrivateCopy& c : copies) ::munmap(c.copy, c.bytes);
+      throw IoError(fmt::format("{}: cannot map {} bytes: {}", call, n, std::strerror(errno)));
     }
     std::memcpy(fresh, r.view(from), n);
     if (v.protection() != (PROT_READ | PROT_WRITE)) ::mprotect(fresh, n, v.protection());
-    if (::mremap(fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, from) != from) {
-      const int error = errno;
-      ::munmap(fresh, n);
-      throw IoError(fmt::format("deregister_buffer: cannot move private pages onto {}: {}",
-                                static_cast<void*>(from), std::strerror(error)));
-    }
-    restored += n;
+    copies.push_back({from, n, fresh});
   }
-  if (restored < static_cast<size_t>(r.interior_end - r.interior_begin)) {
+  return copies;
+}
+
+void RegisteredBuffers::release(const Registration& r) {
+  const size_t block_bytes = static_cast<size_t>(page_up(r.begin + r.bytes) - r.pages_begin);
+  if (move_in(copy_out(r, "deregister_buffer"), "deregister_buffer") <
+      static_cast<size_t>(r.interior_end - r.interior_begin)) {
     spdlog::warn("the buffer registered at {} ({} bytes) was unmapped before deregister_buffer",
                  static_cast<const void*>(r.begin), r.bytes);
   }
   ::madvise(r.block, block_bytes, MADV_REMOVE);
   arena_.deallocate(r.block);
 }
+
+// Before a fork, in the parent: the private copies the child will take, made while every
+// set's lock is held (so no registration changes), kept until the fork is over.
+void RegisteredBuffers::copy_all_before_fork(std::vector<PrivateCopy>& copies) {
+  mutex_.lock();  // until end_fork(), in the parent and in the child
+  for (const auto& [begin, r] : by_begin_) {
+    try {
+      std::vector<PrivateCopy> mine = copy_out(r, "fork");
+      copies.insert(copies.end(), mine.begin(), mine.end());
+    } catch (const std::exception& e) {
+      spdlog::error("registered buffer at {}: a child forked now shares its pages: {}",
+                    static_cast<const void*>(begin), e.what());
+    }
+  }
+}
+
+void RegisteredBuffers::end_fork() { mutex_.unlock(); }
 
 const Registration* RegisteredBuffers::find(const void* data, size_t bytes) {
   if (count_.load(std::memory_order_relaxed) == 0 || !in_owner()) return nullptr;

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <vector>
 
 namespace xs {
 class BufferArena;
@@ -53,15 +54,27 @@ struct Registration {
   }
 };
 
+// Private pages holding a copy of [at, at + bytes) of a registered buffer, to be moved there.
+struct PrivateCopy {
+  std::byte* at = nullptr;
+  size_t bytes = 0;
+  void* copy = nullptr;
+};
+
 class RegisteredBuffers {
  public:
   // Whole pages a buffer must span to be registered: registering reads /proc/self/maps and
   // copies the pages, which a few small operands would not win back.
   static constexpr size_t kMinInteriorBytes = size_t{16} << 10;
 
+  // A child forked while buffers are registered gets private copies of their pages, as it
+  // would of any private memory, not the parent's shared pages: its writes stay its own, and
+  // what it reads does not change under it. pthread_atfork handlers copy the pages in the
+  // parent before the fork (a memcpy of every registered buffer per fork) and move the copies
+  // into place in the child.
   explicit RegisteredBuffers(BufferArena& arena);
-  // Every registration removed (contents kept); in a child forked meanwhile, none (the pages
-  // are still the parent's).
+  // Every registration removed (contents kept); in a child forked meanwhile, none (the block
+  // is still the parent's).
   ~RegisteredBuffers();
   RegisteredBuffers(const RegisteredBuffers&) = delete;
   RegisteredBuffers& operator=(const RegisteredBuffers&) = delete;
@@ -86,9 +99,17 @@ class RegisteredBuffers {
   static void edges_in(const Registration& r, const void* data, size_t bytes);
   static void edges_out(const Registration& r, void* data, size_t bytes);
 
+  // For the fork handlers: locks the set and appends copies of its registered pages as they
+  // are now; end_fork() unlocks it (in the parent and in the child).
+  void copy_all_before_fork(std::vector<PrivateCopy>& copies);
+  void end_fork();
+
 
  private:
   void release(const Registration& r);
+  // Private copies, with their bytes and protection, of every part of the interior that
+  // still maps the block (`call` names the caller in errors).
+  std::vector<PrivateCopy> copy_out(const Registration& r, const char* call) const;
   static bool alive(const Registration& r, const std::byte* probe);
   bool mapped(const Registration& r) const;
   bool maps_block(const Registration& r, const Vma& v, const std::byte* from) const;

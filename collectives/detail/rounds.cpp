@@ -9,6 +9,7 @@
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/running_graph.h"
 #include "xla_spawn/base/trace.h"
+#include "xla_spawn/collectives/detail/fork_epoch.h"
 #include "xla_spawn/shm/call_report.h"
 #include "xla_spawn/shm/futex.h"
 
@@ -63,9 +64,18 @@ Rounds::Rounds(Segment segment, int64_t timeout_ms)
     : segment_(std::move(segment)),
       waiter_(segment_, timeout_ms),
       half_bytes_(segment_.staging_bytes() / 2 / shm::kCacheLineBytes * shm::kCacheLineBytes),
-      sources_(static_cast<size_t>(segment_.world_size()), nullptr) {}
+      sources_(static_cast<size_t>(segment_.world_size()), nullptr),
+      fork_epoch_(fork_epoch()) {}
 
 void Rounds::begin_call(const char* operation, const CallHeader& header) {
+  // A forked child shares the parent's mailboxes: a call of its own would take the parent's
+  // turn and leave the replicas reducing different rounds, silently.
+  if (fork_epoch() != fork_epoch_) {
+    throw InvalidArgument(fmt::format(
+        "{}: this process was forked from ordinal {}'s, which owns the communicator; only that "
+        "process may call its collectives",
+        operation, ordinal()));
+  }
   // A replica that arrives after a peer gave up on it must not complete the call on the
   // rounds that peer posted before it poisoned the segment: the job is failing.
   if (auto poisoned = segment_.poison_message()) {

@@ -85,7 +85,8 @@ class Rounds {
 
   // Starts a collective call: every sync() of it publishes `header` and when the call began;
   // the first one throws xs::PeerFailure naming both sides if any ordinal's header differs,
-  // and counts the last arrival in its slot (shm::ArrivalCounts).
+  // and counts the last arrival in its slot (shm::ArrivalCounts). Throws xs::InvalidArgument
+  // in a child forked after these rounds were made, before touching the segment.
   void begin_call(const char* operation, const CallHeader& header);
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
@@ -122,6 +123,7 @@ class Rounds {
   uint32_t ring_step_ = 0;
   std::vector<const void*> sources_;
   std::vector<std::byte> scratch_;
+  uint64_t fork_epoch_;  // detail::fork_epoch() when made: a forked child's calls are refused
 };
 
 }  // namespace xs::detail

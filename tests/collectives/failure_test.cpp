@@ -2,6 +2,7 @@
 // mismatched calls, segment cleanup, and two jobs side by side.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -219,6 +220,40 @@ TEST(MismatchTest, DifferentDTypesAndKindsAreReported) {
         return fmt::format("no '{}' in: {}", needle, errors);
     }
     return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+// A child forked by a replica shares its parent's mailboxes. Its collective is refused before
+// it touches them, so the parents' next call still sums their own values: before, the child
+// took its parent's turn and the replicas silently reduced different rounds.
+TEST(ForkTest, AForkedChildsCollectiveIsRefusedAndTheParentsStayCorrect) {
+  ForkJob job(3, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    comm.barrier();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      float one[4] = {1, 1, 1, 1};
+      int code = 3;
+      try {
+        comm.all_reduce(one, 4, DType::kF32, ReduceOp::kSum);
+        code = 1;
+      } catch (const InvalidArgument& e) {
+        code = std::string(e.what()).find("forked") != std::string::npos ? 0 : 2;
+      } catch (...) {
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return fmt::format("the forked child's all_reduce was not refused (status {:#x})", status);
+    }
+    std::vector<float> data(4, static_cast<float>(child.ordinal + 1));
+    comm.all_reduce(data.data(), data.size(), DType::kF32, ReduceOp::kSum);
+    return data[0] == 6.0f && data[3] == 6.0f ? std::string()
+                                              : fmt::format("parent's sum {} != 6", data[0]);
   });
   const JobResult result = job.wait(std::chrono::seconds(30));
   EXPECT_TRUE(result.all_ok()) << result.describe();

@@ -377,6 +377,55 @@ TEST(RegisteredBufferTest, AForkedChildsTeardownLeavesTheParentAlone) {
   ASSERT_TRUE(result.all_ok()) << result.describe();
 }
 
+// A child forked while a buffer is registered gets a copy of its pages, as of any private
+// memory: its writes do not reach the parent (fork-based checkpoints, data-loader workers), and
+// the parent's later writes do not reach what it holds.
+TEST(RegisteredBufferTest, AForkedChildGetsACopyNotTheParentsPages) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    constexpr size_t kElems = 100'000;
+    SkewedBuffer buffer(kElems * sizeof(float), 16);
+    auto* values = reinterpret_cast<float*>(buffer.data);
+    ShmCommunicator comm = child.communicator();
+    if (!comm.register_buffer(values, kElems * sizeof(float))) return std::string("not registered");
+    std::fill(values, values + kElems, 1.0f);
+    comm.all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    int to_child[2], to_parent[2];
+    if (::pipe(to_child) != 0 || ::pipe(to_parent) != 0) return std::string("pipe failed");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      char go = 0;
+      // The parent has overwritten its buffer when this byte arrives.
+      const bool got = ::read(to_child[0], &go, 1) == 1;
+      bool kept = got;
+      for (size_t i = 0; i < kElems && kept; ++i) kept = values[i] == 2.0f;
+      std::fill(values, values + kElems, 7.0f);
+      (void)!::write(to_parent[1], "x", 1);
+      ::_exit(kept ? 0 : 1);
+    }
+    std::fill(values, values + kElems, 5.0f);
+    (void)!::write(to_child[1], "x", 1);
+    char done = 0;
+    (void)!::read(to_parent[0], &done, 1);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      return fmt::format("the child saw the parent's later writes (status {:#x})", status);
+    }
+    for (size_t i = 0; i < kElems; ++i) {
+      if (values[i] != 5.0f) return fmt::format("after the child: element {} is {}, want 5", i, values[i]);
+    }
+    comm.all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    for (size_t i = 0; i < kElems; ++i) {
+      if (values[i] != 10.0f) return fmt::format("element {} is {}, want 10", i, values[i]);
+    }
+    comm.deregister_buffer(values);
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(result.all_ok()) << result.describe();
+}
+
 // Memory freed and unmapped without deregister_buffer, and mapped afresh at the same address:
 // the stale registration must not capture the new memory's collectives (their results would
 // land in the old pages).

@@ -105,7 +105,23 @@ def main():
                  "does not support reduce op")
     expect_error("float16", lambda: dist.all_reduce(torch.ones(4, dtype=torch.float16)),
                  "does not support dtype", "Half")
+    expect_error("sparse", lambda: dist.all_reduce(torch.ones(4).to_sparse()), "sparse")
+    work = dist.all_reduce(torch.full((3,), float(rank)), async_op=True)
+    work.wait()
+    got = work.result()
+    if len(got) != 1 or not torch.equal(got[0], torch.full((3,), float(sum(range(world))))):
+        fail(f"Work.result(): {got}")
+    # In place: the input is this rank's chunk of the output.
+    g = torch.zeros(4 * world)
+    g[rank * 4:(rank + 1) * 4] = rank + 1
+    dist.all_gather_into_tensor(g, g[rank * 4:(rank + 1) * 4])
+    if not torch.equal(g, torch.arange(1, world + 1, dtype=torch.float32).repeat_interleave(4)):
+        fail(f"in-place all_gather_into_tensor: {g}")
     if world > 1:
+        # Any other overlap is refused (it gave wrong data), on every rank alike here.
+        other = (rank + 1) % world
+        expect_error("overlapping all_gather_into_tensor",
+                     lambda: dist.all_gather_into_tensor(g, g[other * 4:(other + 1) * 4]), "overlap")
         expect_error("gather", lambda: dist.gather(t, [torch.ones(4)] * world if rank == 0 else None),
                      "does not support gather")
     dist.destroy_process_group()
