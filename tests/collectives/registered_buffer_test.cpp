@@ -78,6 +78,15 @@ struct SkewedBuffer {
   std::byte* data;
 };
 
+// Registers `n` floats at `values` and all-reduces ones into them (N at N replicas); what
+// failed, or "".
+std::string register_and_sum_ones(ShmCommunicator& comm, float* values, size_t n) {
+  if (!comm.register_buffer(values, n * sizeof(float))) return "not registered";
+  std::fill(values, values + n, 1.0f);
+  comm.all_reduce(values, n, DType::kF32, ReduceOp::kSum);
+  return "";
+}
+
 class RegisteredAllReduceTest : public ::testing::TestWithParam<std::tuple<int, Algo>> {};
 
 TEST_P(RegisteredAllReduceTest, MatchesClosedFormAndIsBitIdenticalOnEveryOrdinal) {
@@ -321,9 +330,7 @@ TEST(RegisteredBufferTest, DeregisteringKeepsTheProtectionTheOwnerSet) {
     SkewedBuffer buffer(kElems * sizeof(float), 16);
     auto* values = reinterpret_cast<float*>(buffer.data);
     ShmCommunicator comm = child.communicator();
-    if (!comm.register_buffer(values, kElems * sizeof(float))) return std::string("not registered");
-    std::fill(values, values + kElems, 1.0f);
-    comm.all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    if (std::string failed = register_and_sum_ones(comm, values, kElems); !failed.empty()) return failed;
     std::byte* interior = buffer.data + kPage;
     const size_t frozen = 8 * kPage;
     std::byte* page = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(interior) & ~(kPage - 1));
@@ -387,9 +394,7 @@ TEST(RegisteredBufferTest, AForkedChildGetsACopyNotTheParentsPages) {
     SkewedBuffer buffer(kElems * sizeof(float), 16);
     auto* values = reinterpret_cast<float*>(buffer.data);
     ShmCommunicator comm = child.communicator();
-    if (!comm.register_buffer(values, kElems * sizeof(float))) return std::string("not registered");
-    std::fill(values, values + kElems, 1.0f);
-    comm.all_reduce(values, kElems, DType::kF32, ReduceOp::kSum);
+    if (std::string failed = register_and_sum_ones(comm, values, kElems); !failed.empty()) return failed;
     int to_child[2], to_parent[2];
     if (::pipe(to_child) != 0 || ::pipe(to_parent) != 0) return std::string("pipe failed");
     const pid_t pid = ::fork();
