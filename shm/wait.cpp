@@ -89,11 +89,18 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
     }
     if (now >= next_liveness_check && (awaited.ordinal = culprit()) >= 0) {
       next_liveness_check = now + std::chrono::milliseconds(kPollIntervalMs);
-      const int32_t pid = segment.slot(awaited.ordinal).pid.load(std::memory_order_acquire);
-      if (pid != 0 && !process_alive(pid)) {
-        const std::string message =
-            fmt::format("{} on ordinal {}: ordinal {} (pid {}) is gone; waited {:.3f} s for it",
-                        operation, segment.ordinal(), awaited.ordinal, pid, seconds_since(start));
+      const shm::OrdinalSlot& slot = segment.slot(awaited.ordinal);
+      const int32_t pid = slot.pid.load(std::memory_order_acquire);
+      // A peer whose communicator ended (shutdown(), or its Segment destroyed) will not come,
+      // though its process may run on.
+      const bool left =
+          slot.state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kLeft);
+      if (left || (pid != 0 && !process_alive(pid))) {
+        const std::string message = fmt::format(
+            "{} on ordinal {}: ordinal {} (pid {}) {}; waited {:.3f} s for it", operation,
+            segment.ordinal(), awaited.ordinal, pid,
+            left ? "has left the job (its communicator was shut down)" : "is gone",
+            seconds_since(start));
         segment.poison(message);
         throw PeerFailure(message);
       }

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -256,6 +258,39 @@ TEST(ForkTest, AForkedChildsCollectiveIsRefusedAndTheParentsStayCorrect) {
                                               : fmt::format("parent's sum {} != 6", data[0]);
   });
   const JobResult result = job.wait(std::chrono::seconds(30));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+// A replica whose communicator ended (shutdown() in Python) while its process runs on: a peer
+// waiting for it fails as soon as its liveness check sees the slot marked left, naming it,
+// instead of waiting out the collective timeout.
+TEST(StopTest, APeerWhoseCommunicatorEndedFailsTheWaiterAtOnce) {
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "30000");
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    std::optional<ShmCommunicator> comm;
+    comm.emplace(child.attach());
+    comm->barrier();
+    if (child.ordinal == 0) {
+      comm.reset();
+      ::sleep(4);  // alive, but out of the job
+      return std::string();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    float data[4] = {1, 1, 1, 1};
+    try {
+      comm->all_reduce(data, 4, DType::kF32, ReduceOp::kSum);
+      return std::string("all_reduce returned");
+    } catch (const PeerFailure& e) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (std::string(e.what()).find("ordinal 0") == std::string::npos ||
+          std::string(e.what()).find("has left the job") == std::string::npos || waited > 2.0) {
+        return fmt::format("after {:.2f} s: {}", waited, e.what());
+      }
+    }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
   EXPECT_TRUE(result.all_ok()) << result.describe();
 }
 
