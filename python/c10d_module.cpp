@@ -18,6 +18,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,12 +53,26 @@ class Registrations {
   static constexpr size_t kMaxSeen = 64;
 
   explicit Registrations(const XsCommApi* api) : api_(api) {}
+
+  // XLA_SPAWN_REGISTER_TENSORS=0 registers nothing: every fork then skips copying the
+  // registered storages (a memcpy of each, per fork), and the all-reduces take the heap path.
+  static bool enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("XLA_SPAWN_REGISTER_TENSORS");
+      const std::string value = v == nullptr ? "1" : v;
+      TORCH_CHECK(value == "0" || value == "1", "xla_spawn backend: XLA_SPAWN_REGISTER_TENSORS=",
+                  value, ": expected 0 or 1");
+      return value == "1";
+    }();
+    return on;
+  }
   ~Registrations() {
     for (const Entry& e : entries_) deregister(e);  // fails quietly once the job is left
   }
 
   // Before t's all-reduce.
   void note(const at::Tensor& t) {
+    if (!enabled()) return;
     std::lock_guard<std::mutex> lock(mutex_);
     collect();
     const c10::Storage& storage = t.storage();

@@ -96,6 +96,9 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
       const bool left =
           slot.state.load(std::memory_order_acquire) == static_cast<uint32_t>(shm::SlotState::kLeft);
       if (left || (pid != 0 && !process_alive(pid))) {
+        // It may have posted what this wait wants and then left, after the probe above read
+        // its word: seen left (acquire), its post is visible now.
+        if (probe().word == nullptr) return done();
         const std::string message = fmt::format(
             "{} on ordinal {}: ordinal {} (pid {}) {}; waited {:.3f} s for it", operation,
             segment.ordinal(), awaited.ordinal, pid,

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,8 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/shm/call_report.h"
+#include "xla_spawn/shm/futex.h"
+#include "xla_spawn/shm/wait.h"
 #include "tests/collectives/fork_harness.h"
 #include "tests/collectives/test_data.h"
 #include "tests/support/scoped_env.h"
@@ -291,6 +294,45 @@ TEST(StopTest, APeerWhoseCommunicatorEndedFailsTheWaiterAtOnce) {
     return std::string();
   });
   const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+// The waiter reads the peer's word, is preempted, and meanwhile the peer posts what it waits
+// for and leaves (its last collective done, its communicator ended: a normal job end). The
+// liveness check then sees the slot left, but the wait must return, not fail the job.
+TEST(StopTest, APeerThatPostedAndThenLeftDoesNotFailTheWait) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    auto* word = reinterpret_cast<std::atomic<uint32_t>*>(child.scratch);
+    if (child.ordinal == 1) {
+      std::optional<Segment> segment(child.attach());
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+      word->store(1);
+      futex_wake_all(word);
+      segment.reset();  // marks the slot left
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      return std::string();
+    }
+    Segment segment = child.attach();
+    Waiter waiter(segment, 10'000);
+    const auto start = std::chrono::steady_clock::now();
+    bool preempted = false;
+    try {
+      waiter.wait("test wait", [&]() -> Awaited {
+        const uint32_t seen = word->load();
+        // Once, past the first liveness check's time: stalled right after reading the word.
+        if (!preempted && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(45)) {
+          preempted = true;
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        }
+        return seen == 1 ? Awaited{} : Awaited{word, 1};
+      });
+    } catch (const Error& e) {
+      return fmt::format("the wait failed though ordinal 1 had posted: {}", e.what());
+    }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(30));
   EXPECT_TRUE(result.all_ok()) << result.describe();
 }
 

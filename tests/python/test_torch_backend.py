@@ -33,10 +33,12 @@ def test_an_unmodified_ddp_script_trains_with_the_backend():
         assert lines_of(result.stdout, k)[-1].endswith("parameters agree"), result.stdout
 
 
-def test_a_tensor_all_reduced_again_goes_zero_copy_and_is_let_go_when_dropped():
+@pytest.mark.parametrize("register", ["1", "0"])
+def test_a_tensor_all_reduced_again_goes_zero_copy_and_is_let_go_when_dropped(register):
     # Its storage is registered at the second all_reduce (its pages then map the job's
     # segment), the results stay right, and once only the backend holds the storage the next
-    # all_reduce deregisters it: no mapping of the segment is left over.
+    # all_reduce deregisters it: no mapping of the segment is left over. With
+    # XLA_SPAWN_REGISTER_TENSORS=0 nothing is registered.
     result, _ = run_job(2, """
         import torch
         import torch.distributed as dist
@@ -67,11 +69,11 @@ def test_a_tensor_all_reduced_again_goes_zero_copy_and_is_let_go_when_dropped():
         dist.all_reduce(torch.ones(4))
         print("shared", shared, "left over", segment_mappings() - before, flush=True)
         dist.destroy_process_group()
-    """, env=TORCH)
+    """, env={**TORCH, "XLA_SPAWN_REGISTER_TENSORS": register})
     assert result.returncode == 0, result.stdout + result.stderr
+    shared = "[False, True, True]" if register == "1" else "[False, False, False]"
     for k in range(2):
-        assert lines_of(result.stdout, k)[-1] == "shared [False, True, True] left over 0", \
-            result.stdout
+        assert lines_of(result.stdout, k)[-1] == f"shared {shared} left over 0", result.stdout
 
 
 def test_a_sub_group_is_refused_with_a_message():
