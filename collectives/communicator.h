@@ -66,6 +66,28 @@ inline void check_gather_pieces(std::span<const GatherPiece> pieces, size_t tota
   }
 }
 
+// Throws InvalidArgument when `chunk` (`chunk_bytes`: an all_gather's input, a reduce_scatter's
+// output) overlaps a piece of the world-size-times-longer operand other than as this ordinal's
+// own chunk, the in-place form: any other overlap has the call overwrite what it must still read.
+inline void check_chunk_overlap(const char* call, const void* chunk, size_t chunk_bytes,
+                                std::span<const GatherPiece> pieces, int ordinal) {
+  const auto c = reinterpret_cast<uintptr_t>(chunk);
+  for (const GatherPiece& p : pieces) {
+    const auto d = reinterpret_cast<uintptr_t>(p.data);
+    const bool overlap = chunk_bytes > 0 && p.size_bytes > 0 && c < d + p.size_bytes && d < c + chunk_bytes;
+    XS_CHECK_ARG(!overlap || c + p.offset_bytes == d + static_cast<size_t>(ordinal) * chunk_bytes,
+                 "{}: input and output overlap; they may only when the smaller one is exactly this "
+                 "ordinal's chunk of the larger (in place)",
+                 call);
+  }
+}
+// The same for one whole operand of `whole_bytes` at `whole`.
+inline void check_chunk_overlap(const char* call, const void* chunk, size_t chunk_bytes,
+                                const void* whole, size_t whole_bytes, int ordinal) {
+  const GatherPiece piece{0, whole_bytes, const_cast<void*>(whole)};
+  check_chunk_overlap(call, chunk, chunk_bytes, std::span<const GatherPiece>(&piece, 1), ordinal);
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -77,7 +99,8 @@ class Communicator {
   virtual void all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) = 0;
   // Copies root's `n_elems` elements at `data` into every other replica's `data`.
   virtual void broadcast(void* data, size_t n_elems, DType dtype, int root) = 0;
-  // `out` holds world_size * n_elems elements: ordinal k's input lands at k * n_elems.
+  // `out` holds world_size * n_elems elements: ordinal k's input lands at k * n_elems. `in`
+  // may be this ordinal's chunk of `out` (in place); any other overlap is an InvalidArgument.
   virtual void all_gather(const void* in, void* out, size_t n_elems, DType dtype) = 0;
   // all_gather whose world_size * n_elems gathered elements go to `pieces` (which must not
   // overlap each other or `in`) rather than to one buffer: a sharded update gathers straight
@@ -87,11 +110,13 @@ class Communicator {
                                  size_t n_elems, DType dtype) {
     const size_t total_bytes = n_elems * dtype_size(dtype) * static_cast<size_t>(world_size());
     check_gather_pieces(pieces, total_bytes);
+    check_chunk_overlap("all_gather", in, n_elems * dtype_size(dtype), pieces, ordinal());
     std::vector<std::byte> whole(total_bytes);
     all_gather(in, whole.data(), n_elems, dtype);
     copy_to_pieces(pieces, 0, whole.data(), total_bytes);
   }
-  // `in` holds world_size * n_elems elements; `out` gets this ordinal's reduced chunk.
+  // `in` holds world_size * n_elems elements; `out` gets this ordinal's reduced chunk. `out`
+  // may be this ordinal's chunk of `in` (in place); any other overlap is an InvalidArgument.
   virtual void reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                               ReduceOp op) = 0;
   virtual void barrier() = 0;

@@ -17,6 +17,7 @@ void LocalCommunicator::broadcast(void*, size_t, DType, int root) {
 
 void LocalCommunicator::all_gather(const void* in, void* out, size_t n_elems, DType dtype) {
   const size_t bytes = n_elems * dtype_size(dtype);
+  check_chunk_overlap("all_gather", in, bytes, out, bytes, 0);
   if (bytes != 0 && in != out) std::memmove(out, in, bytes);
 }
 
@@ -24,6 +25,7 @@ void LocalCommunicator::all_gather_pieces(const void* in, std::span<const Gather
                                           size_t n_elems, DType dtype) {
   const size_t bytes = n_elems * dtype_size(dtype);
   check_gather_pieces(pieces, bytes);
+  check_chunk_overlap("all_gather", in, bytes, pieces, 0);
   copy_to_pieces(pieces, 0, in, bytes);
 }
 
@@ -31,6 +33,7 @@ void LocalCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems
                                        ReduceOp op) {
   check_reducible("reduce_scatter", dtype);
   const size_t bytes = n_elems * dtype_size(dtype);
+  check_chunk_overlap("reduce_scatter", out, bytes, in, bytes, 0);
   if (bytes != 0 && in != out) std::memmove(out, in, bytes);
   (void)op;  // sum, mean, max and min of one replica: the input itself
 }

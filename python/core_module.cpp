@@ -162,29 +162,8 @@ void broadcast(py::handle data, int root, const std::string& dtype) {
   communicator().broadcast(view.data(), view.n_elems(), view.dtype(), root);
 }
 
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a);
-  const auto y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
-}
-
-// `small` and `large`, the operands of all_gather or reduce_scatter, overlap only in the
-// in-place form: `small` exactly this ordinal's chunk of `large` (other overlaps gave wrong,
-// varying results).
-void check_overlap(const char* call, const void* small, size_t small_bytes, const void* large,
-                   size_t large_bytes, int ordinal) {
-  const auto* own = static_cast<const std::byte*>(large) + static_cast<size_t>(ordinal) * small_bytes;
-  if (overlap(small, small_bytes, large, large_bytes) && small != own) {
-    throw xs::InvalidArgument(fmt::format(
-        "{}: input and output overlap; they may only when the smaller one is exactly this "
-        "ordinal's chunk of the larger (in place)",
-        call));
-  }
-}
-
 // The operands of all_gather and reduce_scatter: `large` holds world size times `small`'s
-// elements of the same dtype, overlapping it only in place (check_overlap).
+// elements of the same dtype (the communicator refuses overlaps other than in place).
 void check_chunked(const char* call, const BufferView& small, const BufferView& large,
                    const xs::Communicator& comm) {
   const auto world = static_cast<size_t>(comm.world_size());
@@ -192,7 +171,6 @@ void check_chunked(const char* call, const BufferView& small, const BufferView& 
     throw xs::InvalidArgument(fmt::format("{}: {} must be world size {} times {}", call,
                                           large.describe(), world, small.describe()));
   }
-  check_overlap(call, small.data(), small.bytes(), large.data(), large.bytes(), comm.ordinal());
 }
 
 void all_gather(py::handle in, py::handle out, const std::string& dtype) {
@@ -326,21 +304,13 @@ const XsCommApi kCommApi = {
     },
     [](const void* in, void* out, size_t n, int dtype, XsCommError* error) {
       return guarded(error, [&] {
-        xs::Communicator& comm = communicator();
-        const size_t bytes = n * xs::dtype_size(static_cast<xs::DType>(dtype));
-        check_overlap("all_gather", in, bytes, out, bytes * static_cast<size_t>(comm.world_size()),
-                      comm.ordinal());
-        comm.all_gather(in, out, n, static_cast<xs::DType>(dtype));
+        communicator().all_gather(in, out, n, static_cast<xs::DType>(dtype));
       });
     },
     [](const void* in, void* out, size_t n, int dtype, int op, XsCommError* error) {
       return guarded(error, [&] {
-        xs::Communicator& comm = communicator();
-        const size_t bytes = n * xs::dtype_size(static_cast<xs::DType>(dtype));
-        check_overlap("reduce_scatter", out, bytes, in,
-                      bytes * static_cast<size_t>(comm.world_size()), comm.ordinal());
-        comm.reduce_scatter(in, out, n, static_cast<xs::DType>(dtype),
-                            static_cast<xs::ReduceOp>(op));
+        communicator().reduce_scatter(in, out, n, static_cast<xs::DType>(dtype),
+                                      static_cast<xs::ReduceOp>(op));
       });
     },
     [](XsCommError* error) { return guarded(error, [&] { communicator().barrier(); }); },

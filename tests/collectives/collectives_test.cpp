@@ -84,6 +84,46 @@ TEST_P(CollectivesTest, ReduceScatterGivesEachOrdinalItsReducedChunk) {
   });
 }
 
+// The in-place forms (the smaller operand exactly this ordinal's chunk of the larger) work;
+// any other overlap, which had the call overwrite what it still had to read, is refused on
+// every ordinal before the call starts, and the communicator goes on working.
+TEST_P(CollectivesTest, OverlappingOperandsWorkInPlaceAndAreRefusedOtherwise) {
+  run([](Child& child, ShmCommunicator& comm) {
+    constexpr size_t n = 1000;
+    const auto world = static_cast<size_t>(child.world_size);
+    const auto me = static_cast<size_t>(child.ordinal);
+    const size_t other = (me + 1) % world;
+    std::vector<float> whole(n * world, 0.0f);
+    std::fill(whole.begin() + me * n, whole.begin() + (me + 1) * n, static_cast<float>(me + 1));
+    comm.all_gather(whole.data() + me * n, whole.data(), n, DType::kF32);
+    for (size_t k = 0; k < world; ++k) {
+      if (whole[k * n] != static_cast<float>(k + 1) || whole[k * n + n - 1] != static_cast<float>(k + 1))
+        return fmt::format("in-place all_gather: chunk {} holds {}", k, whole[k * n]);
+    }
+    std::fill(whole.begin(), whole.end(), 1.0f);
+    comm.reduce_scatter(whole.data(), whole.data() + me * n, n, DType::kF32, ReduceOp::kSum);
+    if (whole[me * n] != static_cast<float>(world)) return fmt::format("in-place reduce_scatter: {}", whole[me * n]);
+    std::string refused;
+    try {
+      comm.all_gather(whole.data() + other * n, whole.data(), n, DType::kF32);
+    } catch (const InvalidArgument& e) {
+      refused += e.what();
+    }
+    try {
+      comm.reduce_scatter(whole.data(), whole.data() + other * n + 1, n, DType::kF32, ReduceOp::kSum);
+    } catch (const InvalidArgument& e) {
+      refused += e.what();
+    }
+    if (refused.find("all_gather: input and output overlap") == std::string::npos ||
+        refused.find("reduce_scatter: input and output overlap") == std::string::npos) {
+      return "not both refused: " + refused;
+    }
+    std::vector<float> ones(8, 1.0f);
+    comm.all_reduce(ones.data(), ones.size(), DType::kF32, ReduceOp::kSum);
+    return ones[0] == static_cast<float>(world) ? std::string() : fmt::format("after: {}", ones[0]);
+  });
+}
+
 TEST_P(CollectivesTest, BarrierAndRendezvousExchangePayloads) {
   run([](Child& child, ShmCommunicator& comm) {
     comm.barrier();
