@@ -45,16 +45,19 @@ struct SumOp {
     return wrapping_add(a, b);
   }
 };
+// Max and min keep a NaN from any source (a itself if it is one, else b if it is): which
+// ordinal holds it must not decide whether a divergence check sees it. Otherwise `b > a ? b :
+// a` (resp. <), so of two equal values (+0 and -0) the earlier source's wins.
 struct MaxOp {
   template <class A>
   static A apply(A a, A b) {
-    return b > a ? b : a;
+    return a != a ? a : b != b || b > a ? b : a;
   }
 };
 struct MinOp {
   template <class A>
   static A apply(A a, A b) {
-    return b < a ? b : a;
+    return a != a ? a : b != b || b < a ? b : a;
   }
 };
 

@@ -9,8 +9,8 @@ namespace xs::detail {
 namespace {
 
 // Vector and scalar views of one element type. max/min take (next, acc) so that they
-// compute `next > acc ? next : acc` (resp. <), the portable kernels' expression, NaNs and
-// signed zeros included: maxps(x, y) is exactly `x > y ? x : y`.
+// compute `next > acc ? next : acc` (resp. <), signed zeros included: maxps(x, y) is exactly
+// `x > y ? x : y`; combine() then makes a NaN win, as the portable kernels do.
 // T: the stored element; S: the scalar it is computed in (the tail); widen / narrow between.
 struct F32 {
   using T = float;
@@ -80,12 +80,23 @@ struct BF16x8 {
 
 enum class Kind { kSum, kMean, kMax, kMin };
 
+// acc if it is a NaN, else next if it is one, else `picked`: max and min keep a NaN from
+// any source, as the portable kernels do.
+[[gnu::target("avx2"), gnu::always_inline]] inline __m256 nan_wins(__m256 picked, __m256 acc, __m256 next) {
+  const __m256 with_next = _mm256_blendv_ps(picked, next, _mm256_cmp_ps(next, next, _CMP_UNORD_Q));
+  return _mm256_blendv_ps(with_next, acc, _mm256_cmp_ps(acc, acc, _CMP_UNORD_Q));
+}
+[[gnu::target("avx2"), gnu::always_inline]] inline __m256d nan_wins(__m256d picked, __m256d acc, __m256d next) {
+  const __m256d with_next = _mm256_blendv_pd(picked, next, _mm256_cmp_pd(next, next, _CMP_UNORD_Q));
+  return _mm256_blendv_pd(with_next, acc, _mm256_cmp_pd(acc, acc, _CMP_UNORD_Q));
+}
+
 template <class E, Kind kKind, class X>
 [[gnu::target("avx2"), gnu::always_inline]] inline X combine(X acc, X next) {
   if constexpr (kKind == Kind::kMax) {
-    return E::max(next, acc);
+    return nan_wins(E::max(next, acc), acc, next);
   } else if constexpr (kKind == Kind::kMin) {
-    return E::min(next, acc);
+    return nan_wins(E::min(next, acc), acc, next);
   } else {
     return E::add(acc, next);
   }
@@ -94,9 +105,9 @@ template <class E, Kind kKind, class X>
 template <class T, Kind kKind>
 T combine_scalar(T acc, T next) {
   if constexpr (kKind == Kind::kMax) {
-    return next > acc ? next : acc;
+    return acc != acc ? acc : next != next || next > acc ? next : acc;
   } else if constexpr (kKind == Kind::kMin) {
-    return next < acc ? next : acc;
+    return acc != acc ? acc : next != next || next < acc ? next : acc;
   } else {
     return acc + next;
   }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -113,6 +115,29 @@ void expect_kernels_agree(DType dtype) {
       ASSERT_EQ(0, std::memcmp(fast.data(), portable.data(), n * sizeof(T)))
           << dtype_name(dtype) << " " << reduce_op_name(op) << " k " << k;
       ASSERT_EQ(0, std::memcmp(fast2.data(), fast.data(), n * sizeof(T)));
+    }
+  }
+}
+
+// Max and min keep a NaN whichever source holds it, on both kernels (the portable one
+// streams): before, a NaN survived only from the first source.
+TEST(ReduceTest, MaxAndMinKeepANaNFromAnySource) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (bool streaming : {false, true}) {
+    for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+      for (int holder = 0; holder < 3; ++holder) {
+        std::vector<std::vector<float>> in(3, std::vector<float>(19, 1.0f));
+        for (size_t i = 0; i < 19; ++i) in[static_cast<size_t>(holder)][i] = i % 2 == 0 ? nan : -5.0f + float(i);
+        const void* sources[] = {in[0].data(), in[1].data(), in[2].data()};
+        std::vector<float> out(19);
+        reduce_sources(out.data(), nullptr, sources, 3, 19, DType::kF32, op, 3, streaming);
+        for (size_t i = 0; i < 19; i += 2) {
+          ASSERT_TRUE(std::isnan(out[i])) << reduce_op_name(op) << " NaN in source " << holder
+                                          << " element " << i << (streaming ? " streaming" : "");
+        }
+        const float odd = op == ReduceOp::kMax ? std::max(1.0f, -4.0f) : std::min(1.0f, -4.0f);
+        ASSERT_EQ(out[1], odd);
+      }
     }
   }
 }
