@@ -74,17 +74,19 @@ inline void check_chunk_overlap(const char* call, const void* chunk, size_t chun
   const auto c = reinterpret_cast<uintptr_t>(chunk);
   for (const GatherPiece& p : pieces) {
     const auto d = reinterpret_cast<uintptr_t>(p.data);
-    const bool overlap = chunk_bytes > 0 && p.size_bytes > 0 && c < d + p.size_bytes && d < c + chunk_bytes;
+    const bool overlap =
+        chunk_bytes > 0 && p.size_bytes > 0 && c < d + p.size_bytes && d < c + chunk_bytes;
     XS_CHECK_ARG(!overlap || c + p.offset_bytes == d + static_cast<size_t>(ordinal) * chunk_bytes,
                  "{}: input and output overlap; they may only when the smaller one is exactly this "
                  "ordinal's chunk of the larger (in place)",
                  call);
   }
 }
-// The same for one whole operand of `whole_bytes` at `whole`.
+// The same for one whole operand at `whole`, `world_size` chunks long.
 inline void check_chunk_overlap(const char* call, const void* chunk, size_t chunk_bytes,
-                                const void* whole, size_t whole_bytes, int ordinal) {
-  const GatherPiece piece{0, whole_bytes, const_cast<void*>(whole)};
+                                const void* whole, int world_size, int ordinal) {
+  const GatherPiece piece{0, chunk_bytes * static_cast<size_t>(world_size),
+                          const_cast<void*>(whole)};
   check_chunk_overlap(call, chunk, chunk_bytes, std::span<const GatherPiece>(&piece, 1), ordinal);
 }
 

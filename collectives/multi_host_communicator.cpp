@@ -176,8 +176,7 @@ void MultiHostCommunicator::broadcast(void* data, size_t n_elems, DType dtype, i
 void MultiHostCommunicator::all_gather(const void* in, void* out, size_t n_elems, DType dtype) {
   check_operand("all_gather", in, n_elems, dtype, 1);
   check_operand("all_gather", out, n_elems, dtype, world_size());
-  check_chunk_overlap("all_gather", in, n_elems * dtype_size(dtype), out,
-                      n_elems * dtype_size(dtype) * static_cast<size_t>(world_size()), ordinal());
+  check_chunk_overlap("all_gather", in, n_elems * dtype_size(dtype), out, world_size(), ordinal());
   run({"all_gather", dtype, n_elems}, [&](const detail::Hierarchy& h) {
     const size_t out_bytes = n_elems * dtype_size(dtype) * static_cast<size_t>(world_size());
     std::byte* operand = operand_for(out, out_bytes, /*copy_in=*/false);
@@ -192,8 +191,8 @@ void MultiHostCommunicator::reduce_scatter(const void* in, void* out, size_t n_e
   check_reducible("reduce_scatter", dtype);
   check_operand("reduce_scatter", in, n_elems, dtype, world_size());
   check_operand("reduce_scatter", out, n_elems, dtype, 1);
-  check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in,
-                      n_elems * dtype_size(dtype) * static_cast<size_t>(world_size()), ordinal());
+  check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in, world_size(),
+                      ordinal());
   run({"reduce_scatter", dtype, n_elems}, [&](const detail::Hierarchy& h) {
     const size_t in_bytes = n_elems * dtype_size(dtype) * static_cast<size_t>(world_size());
     std::byte* work = scratch(in_bytes);

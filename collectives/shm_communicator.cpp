@@ -277,8 +277,8 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
 void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                      ReduceOp op) {
   check_reducible("reduce_scatter", dtype);
-  check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in,
-                      n_elems * dtype_size(dtype) * static_cast<size_t>(world_size()), ordinal());
+  check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in, world_size(),
+                      ordinal());
   if (world_size() == 1) {
     const void* sources[] = {in};
     reduce_sources(out, nullptr, sources, 1, n_elems, dtype, op, 1);
