@@ -399,6 +399,7 @@ TEST(RegisteredBufferTest, AForkedChildGetsACopyNotTheParentsPages) {
     if (::pipe(to_child) != 0 || ::pipe(to_parent) != 0) return std::string("pipe failed");
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::close(to_child[1]);  // a parent that dies then ends the read below instead of hanging it
       char go = 0;
       // The parent has overwritten its buffer when this byte arrives.
       const bool got = ::read(to_child[0], &go, 1) == 1;
@@ -408,6 +409,7 @@ TEST(RegisteredBufferTest, AForkedChildGetsACopyNotTheParentsPages) {
       (void)!::write(to_parent[1], "x", 1);
       ::_exit(kept ? 0 : 1);
     }
+    ::close(to_parent[1]);  // likewise for a child that dies
     std::fill(values, values + kElems, 5.0f);
     (void)!::write(to_child[1], "x", 1);
     char done = 0;
