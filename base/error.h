@@ -40,6 +40,12 @@ class Timeout : public Error {
   using Error::Error;
 };
 
+// A wait given up at the request of a signal handler (Ctrl-C in a Python replica).
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 // A broken invariant inside the project: a bug, never the user's fault.
 class InternalError : public Error {
  public:

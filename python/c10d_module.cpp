@@ -14,6 +14,7 @@
 // (reduce, gather, scatter, all-to-all, send/recv, sub-groups, product and bitwise ops)
 // raise an error that names them.
 #include <pybind11/pybind11.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -38,6 +39,7 @@ const char* kind_name(int kind) {
     case kXsPeerFailure: return "peer failure";
     case kXsTimeout: return "timeout";
     case kXsInternalError: return "internal error";
+    case kXsInterrupted: return "interrupted";
     default: return "error";
   }
 }
@@ -244,11 +246,21 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
   }
 
  private:
-  // Runs one call of the table; its error becomes a c10::Error (RuntimeError in Python).
+  // Runs one call of the table; its error becomes a c10::Error (RuntimeError in Python), or,
+  // when a signal handler raised during the call (Ctrl-C), what the handler raised.
   template <typename Call>
   void call(const char* what, Call body) {
     XsCommError error;
     const int kind = body(&error);
+    if (kind == kXsInterrupted) {
+      python_error raised;
+      {
+        py::gil_scoped_acquire gil;
+        api_->restore_interrupt(error.message);
+        raised.persist();
+      }
+      throw raised;
+    }
     TORCH_CHECK(kind == kXsOk, "xla_spawn backend: ", what, ": ", kind_name(kind), ": ",
                 error.message);
   }

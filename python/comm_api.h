@@ -17,7 +17,7 @@
 
 inline constexpr const char* kXsCommApiCapsule = "xla_spawn._core._comm_api";
 // Raised when the table changes shape; a backend built against another version refuses it.
-inline constexpr uint32_t kXsCommApiVersion = 2;
+inline constexpr uint32_t kXsCommApiVersion = 3;
 
 // What went wrong, as xs::Error's subclasses (base/error.h).
 enum XsCommErrorKind : int {
@@ -28,6 +28,9 @@ enum XsCommErrorKind : int {
   kXsTimeout = 4,
   kXsInternalError = 5,
   kXsOtherError = 6,  // anything else thrown (std::bad_alloc, ...)
+  // A Python signal handler raised inside the call's wait (Ctrl-C): restore_interrupt() sets
+  // what it raised as the current Python error.
+  kXsInterrupted = 7,
 };
 
 struct XsCommError {
@@ -50,4 +53,7 @@ struct XsCommApi {
   // now takes the zero-copy path, 0 when it stays ordinary (not an error).
   int (*register_buffer)(void* data, size_t bytes, int* registered, XsCommError* error);
   int (*deregister_buffer)(void* data, XsCommError* error);
+  // With the GIL, after a call returned kXsInterrupted: sets the exception the signal handler
+  // raised as the current Python error (KeyboardInterrupt with `message` if it is gone).
+  void (*restore_interrupt)(const char* message);
 };

@@ -25,6 +25,7 @@
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/replica/context.h"
 #include "xla_spawn/replica/xm.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace py = pybind11;
 
@@ -49,8 +50,59 @@ xs::Communicator& communicator() {
   return xs::xm::communicator();
 }
 
+// Ctrl-C inside a collective. Python runs its signal handlers only between bytecodes, so a
+// replica waiting for a peer would hear Ctrl-C only when the peer came (and then print a
+// garbled traceback). The main thread's waits run them instead (shm/wait.h's interrupt
+// check): when a handler raises (KeyboardInterrupt), the wait gives up, the job is poisoned,
+// and the call raises what the handler raised. Main thread only: Python runs handlers there.
+thread_local PyObject* t_pending_type = nullptr;  // what the handler raised, until restored
+thread_local PyObject* t_pending_value = nullptr;
+thread_local PyObject* t_pending_traceback = nullptr;
+thread_local bool t_in_call = false;  // this thread is inside a call of this module
+
+void run_python_signal_handlers() {
+  if (!Py_IsInitialized()) return;
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() == 0) return;
+  Py_XDECREF(t_pending_type);
+  Py_XDECREF(t_pending_value);
+  Py_XDECREF(t_pending_traceback);
+  PyErr_Fetch(&t_pending_type, &t_pending_value, &t_pending_traceback);
+  throw xs::Interrupted(fmt::format(
+      "interrupted: a signal handler raised {}",
+      t_pending_type != nullptr ? reinterpret_cast<PyTypeObject*>(t_pending_type)->tp_name
+                                : "an exception"));
+}
+
+// With the GIL: raises in Python what the handler raised, or KeyboardInterrupt with `message`
+// when that was restored already.
+void restore_interrupt(const char* message) {
+  if (t_pending_type == nullptr) {
+    PyErr_SetString(PyExc_KeyboardInterrupt, message);
+    return;
+  }
+  PyErr_Restore(t_pending_type, t_pending_value, t_pending_traceback);
+  t_pending_type = t_pending_value = t_pending_traceback = nullptr;
+}
+
+// For the length of one call. A signal handler that calls again from inside the call's wait
+// would wait for the lock its own thread holds: refused.
+struct InCall {
+  InCall() {
+    if (t_in_call) {
+      throw xs::InvalidArgument(
+          "xla_spawn: called from a signal handler while this thread is inside another call");
+    }
+    t_in_call = true;
+  }
+  ~InCall() { t_in_call = false; }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+};
+
 // The GIL released, then g_mutex held, for one call from Python.
 struct Locked {
+  InCall in_call;
   py::gil_scoped_release release;
   std::lock_guard<std::mutex> lock{g_mutex};
 };
@@ -264,9 +316,12 @@ int guarded(XsCommError* error, Body body) {
     return kind;
   };
   try {
+    InCall in_call;
     std::lock_guard<std::mutex> lock(g_mutex);  // the caller's GIL state is torch's affair
     body();
     return kXsOk;
+  } catch (const xs::Interrupted& e) {
+    return fail(kXsInterrupted, e.what());
   } catch (const xs::InvalidArgument& e) {
     return fail(kXsInvalidArgument, e.what());
   } catch (const xs::IoError& e) {
@@ -320,6 +375,7 @@ const XsCommApi kCommApi = {
     [](void* data, XsCommError* error) {
       return guarded(error, [&] { communicator().deregister_buffer(data); });
     },
+    &restore_interrupt,
 };
 
 }  // namespace
@@ -348,6 +404,8 @@ PYBIND11_MODULE(_core, m) {
       timeout(e.what());
     } catch (const xs::InternalError& e) {
       internal(e.what());
+    } catch (const xs::Interrupted& e) {
+      restore_interrupt(e.what());
     } catch (const xs::Error& e) {
       error(e.what());
     }
@@ -403,4 +461,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("alloc_buffer", &alloc_buffer, py::arg("shape"), py::arg("dtype"),
         "A NumPy array in the job's shared-memory arena: collectives on it copy nothing.");
   m.attr("_comm_api") = py::capsule(&kCommApi, kXsCommApiCapsule);
+
+  // Signal handlers run from the main thread's waits until the interpreter starts to finish
+  // (atexit runs this before it tears anything down; later-registered handlers run first).
+  const auto main_ident =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  if (PyThread_get_thread_ident() == main_ident) {
+    xs::set_thread_interrupt_check(&run_python_signal_handlers);
+    py::module_::import("atexit").attr("register")(
+        py::cpp_function([] { xs::set_thread_interrupt_check(nullptr); }));
+  }
 }

@@ -14,14 +14,16 @@ namespace xs {
 
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
-void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
-  if (timeout_ns <= 0) return;
+bool futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  if (timeout_ns <= 0) return false;
   timespec timeout{};
   timeout.tv_sec = static_cast<time_t>(timeout_ns / 1'000'000'000);
   timeout.tv_nsec = static_cast<long>(timeout_ns % 1'000'000'000);
-  // EAGAIN (value changed), EINTR and ETIMEDOUT all mean "re-check": nothing to handle here.
-  ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &timeout,
-            nullptr, 0);
+  // EAGAIN (value changed), EINTR and ETIMEDOUT all mean "re-check"; EINTR also tells the
+  // caller that a signal handler ran.
+  return ::syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected,
+                   &timeout, nullptr, 0) != 0 &&
+         errno == EINTR;
 }
 
 void futex_wake_all(const std::atomic<uint32_t>* word) {

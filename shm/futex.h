@@ -14,8 +14,8 @@
 namespace xs {
 
 // Sleeps while *word == expected, at most timeout_ns. Spurious returns are allowed: callers
-// re-check their condition.
-void futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
+// re-check their condition. True when a signal handler ran during the sleep (EINTR).
+bool futex_wait(const std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
 
 // Wakes every process sleeping on word.
 void futex_wake_all(const std::atomic<uint32_t>* word);

@@ -14,6 +14,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+thread_local InterruptCheck t_interrupt_check = nullptr;
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -26,6 +28,8 @@ std::string describe_peer(const Segment& segment, int ordinal) {
 }
 
 }  // namespace
+
+void set_thread_interrupt_check(InterruptCheck check) { t_interrupt_check = check; }
 
 int64_t collective_timeout_ms_from_env() {
   return env_int(kCollectiveTimeoutEnv, 1, 86'400'000).value_or(kDefaultCollectiveTimeoutMs);
@@ -60,6 +64,8 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
   };
   // Not at once: most waits end within microseconds, and reading /proc costs more than that.
   auto next_liveness_check = start + std::chrono::milliseconds(kPollIntervalMs);
+  auto next_interrupt_check = start + kInterruptCheckInterval;
+  bool signalled = false;  // a signal handler ran during the last sleep
   for (;;) {
     Awaited awaited = probe();
     if (awaited.word == nullptr) return done();
@@ -77,6 +83,19 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
       deadline += gap - std::chrono::milliseconds(kPollIntervalMs);
     }
     last_check = now;
+    if (t_interrupt_check != nullptr && (signalled || now >= next_interrupt_check)) {
+      next_interrupt_check = now + kInterruptCheckInterval;
+      try {
+        t_interrupt_check();
+      } catch (...) {
+        const int blamed = culprit();
+        record.awaited.store(blamed, std::memory_order_relaxed);
+        segment.poison(fmt::format("{} on ordinal {}: interrupted after {:.3f} s waiting for {}",
+                                   operation, segment.ordinal(), seconds_since(start),
+                                   describe_peer(segment, blamed)));
+        throw;
+      }
+    }
     if (now >= deadline) {
       const int blamed = culprit();
       record.awaited.store(blamed, std::memory_order_relaxed);  // what the report will say
@@ -116,9 +135,8 @@ void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& pr
         std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
     control.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const uint32_t seen = awaited.word->load(std::memory_order_seq_cst);
-    if (probe().word == awaited.word && !segment.poison_message()) {
-      futex_wait(awaited.word, seen, slice_ns);
-    }
+    signalled = probe().word == awaited.word && !segment.poison_message() &&
+                futex_wait(awaited.word, seen, slice_ns);
     control.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }

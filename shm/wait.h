@@ -52,6 +52,16 @@ inline constexpr int64_t kDefaultSpinNs = 1'000'000;
 inline constexpr const char* kYieldEnv = "XLA_SPAWN_YIELD_US";
 inline constexpr int64_t kDefaultYieldNs = 200'000;
 
+// A check the calling thread's slow waits make after a signal handler interrupts their sleep,
+// and at least every kInterruptCheckInterval. It may throw to give the wait up: the segment is
+// poisoned first (the peers fail with PeerFailure instead of waiting for a call that will not
+// come), then the exception goes on to the caller. The Python module sets one on the main
+// thread that runs Python's signal handlers, so that Ctrl-C raises KeyboardInterrupt inside a
+// collective. nullptr (the default): none.
+using InterruptCheck = void (*)();
+void set_thread_interrupt_check(InterruptCheck check);
+inline constexpr std::chrono::milliseconds kInterruptCheckInterval{1000};
+
 // XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (1 ms .. 1 day) or kDefaultCollectiveTimeoutMs.
 int64_t collective_timeout_ms_from_env();
 

@@ -180,6 +180,113 @@ def test_a_replica_killed_mid_call_fails_the_others_within_2_s():
     assert "ordinal 1 killed by signal 9" in result.stderr
 
 
+def test_ctrl_c_inside_a_collective_raises_keyboard_interrupt_and_fails_the_peer(tmp_path):
+    # Without the wait's signal check, ordinal 0 would hear SIGINT only once ordinal 1 came,
+    # 5 s later. Ordinal 1 comes after the interrupt and must fail, not wait or succeed.
+    result, _ = run_job(2, """
+        import os, signal, sys, threading, time
+        import numpy as np, xla_spawn as xs
+        xs.barrier()
+        ready = os.path.join(os.environ["XLA_SPAWN_TEST_DIR"], "interrupted")
+        if xs.get_ordinal() == 0:
+            main = threading.main_thread().ident
+            sent = []
+            def interrupt():
+                time.sleep(0.3)  # ordinal 0 is inside all_reduce, waiting for ordinal 1
+                sent.append(time.monotonic())
+                signal.pthread_kill(main, signal.SIGINT)
+            threading.Thread(target=interrupt).start()
+            try:
+                xs.all_reduce(np.ones(4, np.float32))
+                print("all_reduce returned", flush=True)
+            except KeyboardInterrupt:
+                print(f"KeyboardInterrupt after {time.monotonic() - sent[0]:.3f} s", flush=True)
+            open(ready, "w").close()
+        else:
+            for _ in range(200):  # at most 10 s
+                if os.path.exists(ready):
+                    break
+                time.sleep(0.05)
+            try:
+                xs.all_reduce(np.ones(4, np.float32))
+                print("all_reduce returned", flush=True)
+            except xs.PeerFailure as e:
+                print(f"PeerFailure: {e}", flush=True)
+    """, env={"XLA_SPAWN_TEST_DIR": str(tmp_path)}, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [zero] = lines_of(result.stdout, 0)
+    assert zero.startswith("KeyboardInterrupt after "), result.stdout + result.stderr
+    assert float(zero.split()[2]) < 2.0, zero
+    [one] = lines_of(result.stdout, 1)
+    assert one.startswith("PeerFailure: ") and "all_reduce on ordinal 0: interrupted" in one, one
+
+
+def test_a_signal_handler_that_returns_lets_the_collective_finish_and_may_not_call_again():
+    result, _ = run_job(2, """
+        import signal, threading, time
+        import numpy as np, xla_spawn as xs
+        xs.barrier()
+        heard = []
+        def handler(signum, frame):
+            heard.append(time.monotonic())
+            try:
+                xs.barrier()
+            except xs.InvalidArgument as e:
+                heard.append(str(e))
+        signal.signal(signal.SIGUSR1, handler)
+        if xs.get_ordinal() == 0:
+            main = threading.main_thread().ident
+            threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGUSR1)).start()
+            start = time.monotonic()
+            data = np.ones(4, np.float32)
+            xs.all_reduce(data)
+            print(f"sum {data[0]:g}, handler ran {heard[0] - start:.3f} s in: {heard[1]}",
+                  flush=True)
+        else:
+            time.sleep(2.0)
+            data = np.ones(4, np.float32)
+            xs.all_reduce(data)
+            print(f"sum {data[0]:g}", flush=True)
+    """, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [zero] = lines_of(result.stdout, 0)
+    assert zero.startswith("sum 2, handler ran "), zero
+    assert float(zero.split()[4]) < 1.5, zero  # during the wait, not after it
+    assert "called from a signal handler while this thread is inside another call" in zero, zero
+    assert lines_of(result.stdout, 1) == ["sum 2"], result.stdout
+
+
+def test_a_daemon_thread_in_a_collective_at_exit_leaves_the_job(tmp_path):
+    # Ordinal 0 exits with a daemon thread inside an all_reduce too large to finish from the
+    # part it posted; ordinal 1's matching call then fails, naming ordinal 0.
+    result, _ = run_job(2, """
+        import os, sys, threading, time
+        import numpy as np, xla_spawn as xs
+        xs.barrier()
+        gone = os.path.join(os.environ["XLA_SPAWN_TEST_DIR"], "exiting")
+        data = np.ones(4 << 20, np.float32)
+        if xs.get_ordinal() == 0:
+            threading.Thread(target=xs.all_reduce, args=(data,), daemon=True).start()
+            time.sleep(0.3)
+            open(gone, "w").close()
+            sys.exit(0)
+        for _ in range(200):  # at most 10 s
+            if os.path.exists(gone):
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        try:
+            xs.all_reduce(data)
+            print("all_reduce returned", flush=True)
+        except xs.PeerFailure as e:
+            print(f"PeerFailure: {e}", flush=True)
+    """, env={"XLA_SPAWN_TEST_DIR": str(tmp_path)}, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert lines_of(result.stdout, 0) == [], result.stdout
+    [one] = lines_of(result.stdout, 1)
+    assert one.startswith("PeerFailure: all_reduce on ordinal 1: ordinal 0 "), one
+
+
 def test_mesh_reduce_and_rendezvous_carry_python_values():
     result, _ = run_job(3, """
         import xla_spawn as xs

@@ -92,3 +92,26 @@ def test_a_sub_group_is_refused_with_a_message():
         line = lines_of(result.stdout, k)[0]
         assert "the group of rank 0 of 1 is not the job's" in line, line
         assert "only the whole job is supported, not sub-groups" in line, line
+
+
+def test_ctrl_c_inside_a_torch_collective_raises_keyboard_interrupt():
+    # Rank 1 never calls: without the wait's signal check rank 0 would sit out the 60 s
+    # collective timeout. torch hands the handler's exception on as it is (python_error).
+    result, _ = run_job(2, """
+        import signal, threading, time
+        import torch, torch.distributed as dist
+        import xla_spawn
+        dist.init_process_group("xla_spawn")
+        dist.barrier()
+        if dist.get_rank() == 0:
+            main = threading.main_thread().ident
+            threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+            try:
+                dist.all_reduce(torch.ones(4))
+            except KeyboardInterrupt:
+                print("KeyboardInterrupt", flush=True)
+        else:
+            time.sleep(3)
+    """, env=TORCH, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert lines_of(result.stdout, 0) == ["KeyboardInterrupt"], result.stdout + result.stderr
