@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/detail/atomic_file.h"
 #include "xla_spawn/replica/xm.h"
 #include "xla_spawn/replica/xm_collectives.h"
 #include "xla_spawn/runtime/state_dict.h"
@@ -45,8 +46,9 @@ void check_prefixes(const Checkpoint& ckpt) {
 // Throws InvalidArgument unless `state` has exactly the names, shapes and dtypes of `target`.
 void check_fits(const StateDict& state, const NamedTensors& target, std::string_view prefix) {
   if (state.size() != target.size()) {
-    throw InvalidArgument(
-        fmt::format("{} '{}*' tensors, the model has {}", state.size(), prefix, target.size()));
+    throw InvalidArgument(fmt::format("{} '{}*' tensors, the {} has {}", state.size(), prefix,
+                                      prefix == kOptimizerPrefix ? "optimizer" : "model",
+                                      target.size()));
   }
   for (size_t i = 0; i < state.size(); ++i) {
     const HostTensorData& t = state[i];
@@ -61,6 +63,10 @@ void check_fits(const StateDict& state, const NamedTensors& target, std::string_
 }
 
 }  // namespace
+
+void check_can_save(const std::string& path) {
+  if (is_master()) detail::AtomicFileWriter probe(path, "checkpoint");  // removed uncommitted
+}
 
 void save(const std::string& path, const NamedTensors& model_state, const Optimizer* optimizer,
           const CheckpointMetadata& metadata) {

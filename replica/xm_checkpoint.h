@@ -21,6 +21,11 @@ namespace xs::xm {
 void save(const std::string& path, const NamedTensors& model_state, const Optimizer* optimizer,
           const CheckpointMetadata& metadata);
 
+// On the master, creates and removes the temporary file a save of `path` would write: throws
+// xs::IoError (naming the path and the reason) when its directory is missing or not writable,
+// so that a run finds out before it trains, not at its first save. Not collective.
+void check_can_save(const std::string& path);
+
 // Loads into the model (and optimizer, if given) and returns the metadata. Throws
 // xs::InvalidArgument naming the file and the entry when the file is damaged or does not fit
 // the model (a missing, extra or differently shaped tensor); nothing is changed then.

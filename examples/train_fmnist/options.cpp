@@ -1,5 +1,7 @@
 #include "examples/train_fmnist/options.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
 
@@ -62,7 +64,8 @@ void validate(TrainOptions& o, const po::variables_map& vm) {
   if (!vm.count("lr")) o.lr = o.optimizer == "sgd" ? 0.05 : 1e-3;
   require(o.lr > 0 && o.lr < 100, "lr", "a rate in (0, 100)", fmt::format("{}", o.lr));
   require(o.momentum >= 0 && o.momentum < 1, "momentum", "[0, 1)", fmt::format("{}", o.momentum));
-  require(o.weight_decay >= 0, "weight-decay", ">= 0", fmt::format("{}", o.weight_decay));
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "weight-decay", "a finite value >= 0",
+          fmt::format("{}", o.weight_decay));
   for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every},
                          {"max-steps", o.max_steps},
                          {"train-samples", o.train_samples},
@@ -70,6 +73,7 @@ void validate(TrainOptions& o, const po::variables_map& vm) {
                          {"fail-at-step", o.fail_at_step}}) {
     require(v >= 0, flag, "a count >= 0", std::to_string(v));
   }
+  require(!vm.count("checkpoint") || !o.checkpoint.empty(), "checkpoint", "a path", "''");
   require(!o.resume || !o.checkpoint.empty(), "resume", "--checkpoint PATH with it", "none");
   require(o.checkpoint_every == 0 || !o.checkpoint.empty(), "checkpoint-every",
           "--checkpoint PATH with it", "none");

@@ -23,6 +23,12 @@ namespace {
 // The first `n` samples (all when n is 0 or larger than the set).
 std::shared_ptr<const ImageDataset> load_prefix(const std::string& dir, Split split, int64_t n) {
   auto data = std::make_shared<ImageDataset>(load_fashion_mnist(dir, split));
+  if (n > data->n_samples) {
+    throw InvalidArgument(fmt::format("--{}-samples {}: the {} set has {} samples",
+                                      split == Split::kTrain ? "train" : "test", n,
+                                      split == Split::kTrain ? "training" : "test",
+                                      data->n_samples));
+  }
   if (n > 0 && n < data->n_samples) {
     data->n_samples = n;
     data->images.resize(static_cast<size_t>(n * data->sample_elems()));
@@ -87,6 +93,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   xm::broadcast_parameters(model_->named_state());
   total_steps_ = options_.epochs * train_loader_->batches_per_epoch();
   fault_hook_ = FaultHook::from_env(options_.checkpoint);
+  if (!options_.checkpoint.empty()) xm::check_can_save(options_.checkpoint);
 }
 
 void Trainer::resume() {
@@ -111,9 +118,28 @@ void Trainer::resume() {
                     "(the data order would differ)",
                     options_.checkpoint, view.meta_int("global_batch"), global_batch));
   }
+  if (view.meta_int("seed") != static_cast<int64_t>(options_.seed)) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint {} was trained with --seed {}, this run uses {} (the data order would "
+        "differ)",
+        options_.checkpoint, view.meta_int("seed"), options_.seed));
+  }
   start_epoch_ = view.meta_int("epoch");
   start_batch_ = view.meta_int("batch");
   global_step_ = view.meta_int("global_step");
+  const int64_t batches = train_loader_->batches_per_epoch();
+  if (start_batch_ < 0 || start_batch_ >= batches) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint {} resumes at batch {}, but an epoch here has {} batches: was it saved with "
+        "another --train-samples?",
+        options_.checkpoint, start_batch_, batches));
+  }
+  if (start_epoch_ < 0 || global_step_ != start_epoch_ * batches + start_batch_) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint {}: step {} is not epoch {} x {} batches + batch {} (a damaged or edited "
+        "file, or another --train-samples)",
+        options_.checkpoint, global_step_, start_epoch_, batches, start_batch_));
+  }
   xm::master_print("resumed from {}: epoch {}, batch {}, step {}", options_.checkpoint,
                    start_epoch_ + 1, start_batch_, global_step_);
 }

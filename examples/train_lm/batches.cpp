@@ -62,8 +62,10 @@ LmBatcher::LmBatcher(const std::vector<std::vector<int64_t>>& documents, int64_t
     }
   }
   if (static_cast<int64_t>(pieces_.size()) < (o.pack ? o.batch * o.world_size : 1)) {
-    throw InvalidArgument(fmt::format("LmBatcher: {} tokens make {} rows of {}, fewer than one global batch of {}",
-                                      stream_.size(), pieces_.size(), o.context, o.batch * o.world_size));
+    throw InvalidArgument(fmt::format(
+        "the corpus's {} split: {} tokens make {} rows of {}, fewer than one global batch of {} (a larger "
+        "corpus, or a smaller --batch-size or --context)",
+        o.split, stream_.size(), pieces_.size(), o.context, o.batch * o.world_size));
   }
   // Every epoch has as many batches (bucket sizes do not depend on the order).
   batches_per_epoch_ = static_cast<int64_t>(plan(0).rows.size());

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace xs::lm {
@@ -29,6 +30,7 @@ struct BatcherOptions {
   std::vector<int64_t> buckets;  // docs mode: sorted row lengths; empty: pad to the batch's longest
   uint64_t seed = 0;
   bool shuffle = true;
+  std::string split = "training";  // for messages: which part of the corpus
 };
 
 // This replica's rows of one global batch: inputs and targets [rows, length] row-major,

@@ -1,5 +1,6 @@
 #include "examples/train_lm/options.h"
 
+#include <cmath>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -78,6 +79,8 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
   }
   require(o.batching == "pack" || o.batching == "docs", "batching", "pack or docs", "'" + o.batching + "'");
   require(o.context >= 2 && o.context <= 8192, "context", "2..8192", std::to_string(o.context));
+  require(o.batching == "docs" || vm["buckets"].defaulted(), "buckets", "--batching docs with it",
+          "--batching " + o.batching);
   o.buckets = o.batching == "docs" ? parse_buckets(buckets, o.context) : std::vector<int64_t>{};
   for (auto [flag, v] : {std::pair{"layers", o.layers}, {"d-model", o.d_model}, {"heads", o.heads},
                          {"batch-size", o.batch_size}, {"steps", o.steps}}) {
@@ -89,14 +92,17 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
   require(o.lr > 0 && o.lr < 10, "lr", "(0, 10)", fmt::format("{}", o.lr));
   require(o.min_lr_factor >= 0 && o.min_lr_factor <= 1, "min-lr-factor", "[0, 1]", fmt::format("{}", o.min_lr_factor));
   require(o.warmup >= 0 && o.warmup < o.steps, "warmup", "0..steps-1", std::to_string(o.warmup));
-  require(o.weight_decay >= 0, "weight-decay", ">= 0", fmt::format("{}", o.weight_decay));
+  require(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "weight-decay", "a finite value >= 0",
+          fmt::format("{}", o.weight_decay));
   require(o.beta2 > 0 && o.beta2 < 1, "beta2", "(0, 1)", fmt::format("{}", o.beta2));
-  require(o.clip >= 0, "clip", ">= 0", fmt::format("{}", o.clip));
-  require(o.temperature > 0, "temperature", "> 0", fmt::format("{}", o.temperature));
+  require(std::isfinite(o.clip) && o.clip >= 0, "clip", "a finite value >= 0", fmt::format("{}", o.clip));
+  require(std::isfinite(o.temperature) && o.temperature > 0, "temperature", "a finite value > 0",
+          fmt::format("{}", o.temperature));
   for (auto [flag, v] : {std::pair{"checkpoint-every", o.checkpoint_every}, {"max-steps", o.max_steps}, {"eval-every", o.eval_every},
                          {"eval-batches", o.eval_batches}, {"sample-chars", o.sample_chars}}) {
     require(v >= 0, flag, "a count >= 0", std::to_string(v));
   }
+  require(!vm.count("checkpoint") || !o.checkpoint.empty(), "checkpoint", "a path", "''");
   require(!o.resume || !o.checkpoint.empty(), "resume", "--checkpoint PATH with it", "none");
   return o;
 }

@@ -60,7 +60,7 @@ LmTrainer::LmTrainer(LmOptions options) : options_(std::move(options)) {
                              .seed = options_.seed};
   batcher_ = std::make_unique<LmBatcher>(encode_all(tokenizer_, split.train), tokenizer_.separator(), train);
   BatcherOptions validation = train;
-  validation.pack = true, validation.buckets = {}, validation.shuffle = false;
+  validation.pack = true, validation.buckets = {}, validation.shuffle = false, validation.split = "validation";
   validation_ = std::make_unique<LmBatcher>(encode_all(tokenizer_, split.validation), tokenizer_.separator(),
                                             validation);
   schedule_ = warmup(options_.warmup, cosine_decay(options_.steps - options_.warmup, options_.min_lr_factor));
@@ -76,6 +76,7 @@ LmTrainer::LmTrainer(LmOptions options) : options_(std::move(options)) {
       params, AdamOptions{.lr = options_.lr, .beta2 = options_.beta2, .weight_decay = options_.weight_decay},
       decay_matrices_only(params));
   xm::broadcast_parameters(model_->named_state());
+  if (!options_.checkpoint.empty()) xm::check_can_save(options_.checkpoint);
 }
 
 double LmTrainer::learning_rate(int64_t step) const { return options_.lr * schedule_(step); }
@@ -101,8 +102,17 @@ void LmTrainer::resume() {
         options_.checkpoint, found->meta_int("global_batch"), found->meta_string("batching"), global_batch,
         buckets_name(options_)));
   }
-  xm::load(options_.checkpoint, model_->named_state(), optimizer_.get());
+  if (found->meta_int("seed") != static_cast<int64_t>(options_.seed)) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint {} was trained with --seed {}, this run uses {}: the data order would differ",
+        options_.checkpoint, found->meta_int("seed"), options_.seed));
+  }
   global_step_ = found->meta_int("global_step");
+  if (global_step_ < 0) {
+    throw InvalidArgument(fmt::format("checkpoint {} is at step {} (a damaged or edited file)",
+                                      options_.checkpoint, global_step_));
+  }
+  xm::load(options_.checkpoint, model_->named_state(), optimizer_.get());
   xm::master_print("resumed from {} at step {}", options_.checkpoint, global_step_);
 }
 

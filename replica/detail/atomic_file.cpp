@@ -57,7 +57,7 @@ AtomicFileWriter::~AtomicFileWriter() {
 void AtomicFileWriter::fail(std::string_view step, int errno_value) {
   // The destructor removes the temporary; the target is untouched.
   throw IoError(errno_message(fmt::format("{} {}: {} (temporary {}, after {} bytes)", what_, path_,
-                                          step, temp_path_, size_bytes()),
+                                          step, temp_path_, written_),
                               errno_value));
 }
 

@@ -149,6 +149,11 @@ TEST(TrainLmBadInput, ACheckpointOfAnotherModelOrVocabularyIsRefusedByName) {
   const CommandResult vocab = run_command(train(other, ckpt));
   EXPECT_EQ(vocab.exit_code, 2) << vocab.output;
   EXPECT_NE(vocab.output.find("over a 10-character vocabulary"), std::string::npos) << vocab.output;
+  std::string reseeded = train(corpus, ckpt);
+  reseeded.replace(reseeded.find("--seed 3"), 8, "--seed 7");
+  const CommandResult seed = run_command(reseeded);
+  EXPECT_EQ(seed.exit_code, 2) << seed.output;
+  EXPECT_NE(seed.output.find("was trained with --seed 3, this run uses 7"), std::string::npos) << seed.output;
 }
 
 TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
@@ -158,7 +163,12 @@ TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
   for (const auto& [args, says] : {std::pair{"--corpus " + dir.path("empty"), std::string("no text")},
                                    {"--corpus " + dir.path("bin"), "binary"},
                                    {"--buckets 8,16 --batching docs", "ending at --context 128"},
-                                   {"--heads 3", "a divisor of --d-model 128"}}) {
+                                   {"--heads 3", "a divisor of --d-model 128"},
+                                   {"--buckets 32,64,128", "--buckets: expected --batching docs with it"},
+                                   {"--temperature inf", "--temperature: expected a finite value > 0"},
+                                   {"--checkpoint ''", "the required argument for option '--checkpoint' is missing"},
+                                   {"--seed -1", "--seed: expected an integer >= 0, got -1"},
+                                   {"--steps 3 5", "too many positional options"}}) {
     const CommandResult r = run_command(fmt::format("{} {}", XS_TRAIN_LM, args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;

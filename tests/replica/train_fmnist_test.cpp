@@ -107,6 +107,43 @@ TEST(TrainFmnistOptions, BadValuesAreRejectedNamingTheFlag) {
   r = run_command(std::string(XS_TRAIN_FMNIST) + " --resume");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--resume: expected --checkpoint PATH"), std::string::npos) << r.output;
+  for (const auto& [args, says] :
+       {std::pair{"--epochs 3 5", "too many positional options"},
+        {"--seed -1", "--seed: expected an integer >= 0, got -1"},
+        {"--weight-decay inf", "--weight-decay: expected a finite value >= 0, got inf"},
+        {"--checkpoint ''", "the required argument for option '--checkpoint' is missing"},
+        {"--train-samples 60001", "--train-samples 60001: the training set has 60000 samples"}}) {
+    r = run_command(fmt::format("{} {}", XS_TRAIN_FMNIST, args));
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
+  }
+}
+
+// A checkpoint is refused when resuming it would not continue the run it came from (another
+// seed's data order, another training set's epoch), and a checkpoint that cannot be written is
+// reported before the first step, not after an epoch of training.
+TEST(TrainFmnistResume, AnotherSeedOrTrainingSetIsRefusedAndAnUnwritablePathFailsAtStart) {
+  testing::TempDir dir;
+  const std::string ckpt = dir.path("ck");
+  ASSERT_EQ(
+      run_command(spawn_train(1, "", "--max-steps 20 --no-eval --checkpoint " + ckpt)).exit_code, 0);
+  CommandResult r =
+      run_command(spawn_train(1, "", "--seed 7 --no-eval --resume --checkpoint " + ckpt));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("was trained with --seed 0, this run uses 7"), std::string::npos)
+      << r.output;
+  // 256 samples / 8 = 32 batches an epoch; the checkpoint resumes at batch 20 of epoch 0.
+  r = run_command(fmt::format("{} --train-samples 64 --batch-size 8 --no-eval --resume "
+                              "--checkpoint {}",
+                              XS_TRAIN_FMNIST, ckpt));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("resumes at batch 20, but an epoch here has 8 batches"),
+            std::string::npos)
+      << r.output;
+  r = run_command(spawn_train(1, "", "--epochs 1 --no-eval --checkpoint " + dir.path("none/ck")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("create temporary"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "epoch 1/1 ["), 0) << r.output;  // before any training
 }
 
 TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
