@@ -90,6 +90,14 @@ bool JobCoordinator::registered(int node) const {
   return nodes_.at(static_cast<size_t>(node)).registered;
 }
 
+int JobCoordinator::finished_node() const {
+  if (phase_ != Phase::kRunning) return -1;
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    if (nodes_[k].done == 0) return static_cast<int>(k);
+  }
+  return -1;
+}
+
 std::vector<Outgoing> JobCoordinator::on_failed(int node, const Failed& failed,
                                                 Clock::time_point now) {
   if (failed.attempt != static_cast<uint32_t>(attempt_)) return {};  // a stale report

@@ -73,6 +73,10 @@ class JobCoordinator {
   Phase phase() const { return phase_; }
   int attempt() const { return attempt_; }
   bool registered(int node) const;
+  // A node whose replicas all exited 0 in the running attempt while other nodes run on, or -1.
+  // Every store key a replica waits for needs every node (each gloo mesh spans them all), so
+  // such a wait can no longer end: the store fails it at once, naming this node.
+  int finished_node() const;
   // After kEnded: what every node was told.
   int exit_code() const { return exit_code_; }
   const std::string& summary() const { return summary_; }

@@ -22,10 +22,27 @@ NodeLink::NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeL
       token_(std::move(token)),
       options_(std::move(options)) {}
 
-World NodeLink::join(Clock::time_point deadline) {
-  connection_ = connect_to(master_addr_, port_, deadline);
+World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadline) {
+  const auto start = Clock::now();
+  try {
+    connection_ = connect_to(master_addr_, port_, deadline);
+  } catch (const Timeout& e) {
+    throw Timeout(fmt::format(
+        "{} (tried for {:.0f} s, the rendezvous timeout): is node 0's xla-spawn running, and "
+        "is --master-addr its address and --master-port its port?",
+        e.what(), std::chrono::duration<double>(Clock::now() - start).count()));
+  }
   master_text_ = connection_->peer();
-  client_handshake(*connection_, token_, Role::kNode, deadline);
+  try {
+    client_handshake(*connection_, token_, Role::kNode,
+                     std::min(deadline, Clock::now() + kHandshakeTimeout));
+  } catch (const Timeout&) {
+    throw Timeout(fmt::format(
+        "{} accepted the connection but did not answer xla-spawn's handshake: is another "
+        "program listening on port {}?",
+        master_text_, port_));
+  }
+  deadline = verdict_deadline;
   connection_->send_blocking(options_.node, deadline);
   // The wait for the other nodes can be long: heartbeats flow meanwhile, so a master that
   // dies during it is noticed at once rather than at the rendezvous deadline.

@@ -43,10 +43,15 @@ class NodeLink {
   NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeLinkOptions options);
 
   // Connects (retrying until `deadline`: the master may start later), authenticates,
-  // registers and waits for the world. Throws Timeout when the master cannot be reached in
-  // time, PeerFailure when it refuses (with its words) or ends the job during the
-  // rendezvous (e.g. another node never came).
-  World join(Clock::time_point deadline);
+  // registers and waits for the world until `verdict_deadline` (later than `deadline`, so that
+  // the master's word on who never came arrives first). Throws Timeout when the master cannot
+  // be reached in time or a listener does not answer the handshake within
+  // kHandshakeTimeout, PeerFailure when it refuses (with its words) or ends the job during
+  // the rendezvous (e.g. another node never came).
+  World join(Clock::time_point deadline, Clock::time_point verdict_deadline);
+
+  // A master answers a connection at once; a listener silent this long is something else.
+  static constexpr std::chrono::seconds kHandshakeTimeout{10};
 
   int fd() const;
   // When service() must run again at the latest (a heartbeat is due, or the master's

@@ -287,7 +287,9 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
   if (std::holds_alternative<Heartbeat>(m)) return;
   if (const auto* failed = std::get_if<Failed>(&m)) return dispatch(job_.on_failed(c.node, *failed, now));
   if (const auto* done = std::get_if<AttemptDone>(&m)) {
-    return dispatch(job_.on_attempt_done(c.node, *done, now));
+    dispatch(job_.on_attempt_done(c.node, *done, now));
+    for (auto& [fd, other] : clients_) answer_pending(*other, now);
+    return;
   }
   refuse(c, fmt::format("node {} sent {}, which only the master sends", c.node, message_name(m)));
 }
@@ -327,6 +329,13 @@ void RendezvousServer::Impl::answer_pending(Client& c, Clock::time_point now) {
     } else {
       send(c, StoreOk{});
     }
+    c.pending.reset();
+  } else if (const int finished = job_.finished_node(); finished >= 0) {
+    send(c, ErrorReply{fmt::format(
+                "store: key '{}' is missing, and every replica of node {} has exited 0 without "
+                "setting it: the nodes ran different collectives (another program or other "
+                "arguments on some node?)",
+                store_.first_missing(p.keys).value_or(""), finished)});
     c.pending.reset();
   } else if (now >= p.deadline) {
     send(c, ErrorReply{fmt::format("store: key '{}' not set within {} ms",

@@ -39,6 +39,16 @@ bool from_scheduler(NodeOptions& nodes) {
         throw UsageError(fmt::format("SLURM_JOB_NODELIST: {}", e.what()));
       }
     }
+    // Both schedulers' variables (mpirun inside an srun allocation): they must agree.
+    const auto mpi_size = env_int("OMPI_COMM_WORLD_SIZE", 1, INT32_MAX);
+    const auto mpi_rank = env_int("OMPI_COMM_WORLD_RANK", 0, INT32_MAX);
+    if (mpi_size && mpi_rank && (*mpi_size != nodes.nnodes || *mpi_rank != nodes.node)) {
+      throw UsageError(fmt::format(
+          "Slurm says node {} of {} (SLURM_NODEID, SLURM_NNODES), Open MPI says {} of {} "
+          "(OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE): start xla-spawn with one of them, "
+          "one per node, or give --nnodes and --node-rank",
+          nodes.node, nodes.nnodes, *mpi_rank, *mpi_size));
+    }
     return true;
   }
   const auto mpi_size = env_string("OMPI_COMM_WORLD_SIZE");
@@ -71,6 +81,12 @@ NodeOptions resolve_node_options(const NodeFlags& flags) {
   }
   if (flags.node_rank) {
     nodes.node = static_cast<int>(flag_int(*flags.node_rank, 0, kMaxNodes - 1, "--node-rank"));
+  } else if (flags.nnodes && nodes.nnodes > 1) {
+    // A default of 0 would make every host that forgot it a second master.
+    throw UsageError(fmt::format(
+        "--nnodes {} needs --node-rank K on every host (0..{}, node 0 runs the rendezvous); "
+        "under srun or mpirun leave out both to take them from the scheduler",
+        nodes.nnodes, nodes.nnodes - 1));
   }
   if (flags.master_addr) nodes.master_addr = *flags.master_addr;
   if (flags.master_port) {

@@ -91,7 +91,8 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
   // node waits a little longer than the timeout so that it hears the verdict rather than
   // giving up at the same moment without it.
   constexpr auto kVerdictMargin = std::chrono::seconds(5);
-  cluster::World world = link.join(cluster::Clock::now() + o.rdzv_timeout + kVerdictMargin);
+  const auto rendezvous_deadline = cluster::Clock::now() + o.rdzv_timeout;
+  cluster::World world = link.join(rendezvous_deadline, rendezvous_deadline + kVerdictMargin);
   std::unique_ptr<NodeSession> session(new NodeSession(o, std::move(link), std::move(server)));
   session->world_ = std::move(world);
   session->token_text_ = token.text();

@@ -75,7 +75,7 @@ class ServerTest : public ::testing::Test {
     for (int k = 0; k < nnodes; ++k) links.push_back(link(static_cast<uint32_t>(k), static_cast<uint32_t>(nnodes)));
     std::vector<std::future<World>> worlds;
     for (NodeLink& l : links) {
-      worlds.push_back(std::async(std::launch::async, [&l] { return l.join(deadline_in(seconds(10))); }));
+      worlds.push_back(std::async(std::launch::async, [&l] { return l.join(deadline_in(seconds(10)), deadline_in(seconds(10))); }));
     }
     for (auto& w : worlds) EXPECT_EQ(w.get().nodes.size(), static_cast<size_t>(nnodes));
     return links;
@@ -165,7 +165,7 @@ TEST_F(ServerTest, ASecondClaimOnANodeRankIsRefusedNamingTheHolder) {
   first.send_blocking(node_options(0, 2, seconds(3)).node, deadline_in(seconds(5)));
   NodeLink second = link(0, 2);
   try {
-    second.join(deadline_in(seconds(10)));
+    second.join(deadline_in(seconds(10)), deadline_in(seconds(10)));
     FAIL() << "a second claim on node rank 0 was accepted";
   } catch (const PeerFailure& e) {
     EXPECT_NE(std::string(e.what()).find("node rank 0 is already taken by host host0"),
@@ -173,7 +173,7 @@ TEST_F(ServerTest, ASecondClaimOnANodeRankIsRefusedNamingTheHolder) {
         << e.what();
   }
   NodeLink other = link(1, 2);
-  EXPECT_EQ(other.join(deadline_in(seconds(10))).nodes.size(), 2u);
+  EXPECT_EQ(other.join(deadline_in(seconds(10)), deadline_in(seconds(10))).nodes.size(), 2u);
   first.send_blocking(AttemptDone{0, 0}, deadline_in(seconds(5)));
   EXPECT_EQ(other.finish_attempt(0, 0).kind, JobOrder::Kind::kEnd);
   EXPECT_EQ(server_.get(), 0);
@@ -192,6 +192,31 @@ TEST_F(ServerTest, TheStoreAnswersWaitsAndTimesOut) {
   EXPECT_THROW(b.wait({"x", "never"}, milliseconds(100)), Timeout);
   auto links = join_all(1);
   finish_job(links);
+}
+
+// Node 1 ran another program that finished at once: node 0's replica, waiting in the store
+// for node 1's gloo address, used to wait out its whole timeout and then say only that a key
+// was not set.
+TEST_F(ServerTest, AStoreWaitFailsAtOnceWhenANodeHasFinishedWithoutTheKey) {
+  start(2);
+  auto links = join_all(2);
+  StoreClient replica("127.0.0.1", port_, kToken, testing::scaled(seconds(30)));
+  auto wait = std::async(std::launch::async, [&replica] { replica.get("xs-test-1/attempt-0/g/1"); });
+  std::this_thread::sleep_for(milliseconds(100));
+  const auto start = Clock::now();
+  auto node1 = std::async(std::launch::async, [&links] { return links[1].finish_attempt(0, 0); });
+  try {
+    wait.get();
+    FAIL() << "the wait ended without the key";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("every replica of node 1 has exited 0 without setting "
+                                         "it: the nodes ran different collectives"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(Clock::now() - start, seconds(5));
+  EXPECT_EQ(links[0].finish_attempt(0, 1).kind, JobOrder::Kind::kEnd);
+  EXPECT_EQ(node1.get().kind, JobOrder::Kind::kEnd);
 }
 
 TEST_F(ServerTest, ASilentNodeIsLostAndTheOthersAreStopped) {
@@ -225,6 +250,31 @@ TEST_F(ServerTest, AConnectionThatNeverAuthenticatesIsClosed) {
   finish_job(links);
 }
 
+// Two mistakes that used to cost the rendezvous timeout plus a margin and say little: no
+// master at the address, and another program on the port that accepts and stays silent.
+TEST(NodeLinkTest, NoMasterOrASilentListenerFailsAtTheDeadlineSayingWhatToCheck) {
+  Fd listener = listen_on("127.0.0.1", 0);
+  const uint16_t silent_port = bound_port(listener.get());  // accepts (backlog), never answers
+  uint16_t closed_port = 0;
+  {
+    Fd closed = listen_on("127.0.0.1", 0);
+    closed_port = bound_port(closed.get());
+  }
+  for (const auto& [port, says] :
+       {std::pair{closed_port, std::string("is node 0's xla-spawn running")},
+        {silent_port, "accepted the connection but did not answer xla-spawn's handshake"}}) {
+    NodeLink link("127.0.0.1", port, kToken, node_options(1, 2, milliseconds(3000)));
+    const auto start = Clock::now();
+    try {
+      link.join(deadline_in(milliseconds(600)), deadline_in(seconds(30)));
+      FAIL() << "joined nothing at port " << port;
+    } catch (const Timeout& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_LT(Clock::now() - start, seconds(5)) << "port " << port;  // not the verdict's 30 s
+  }
+}
+
 TEST(NodeLinkTest, AMasterThatDiesIsReportedAsTheEndOfTheJob) {
   Fd listener = listen_on("127.0.0.1", 0);
   const uint16_t port = bound_port(listener.get());
@@ -239,7 +289,7 @@ TEST(NodeLinkTest, AMasterThatDiesIsReportedAsTheEndOfTheJob) {
   }
   listener.reset();
   NodeLink link("127.0.0.1", port, kToken, node_options(0, 1, milliseconds(3000)));
-  link.join(deadline_in(seconds(10)));
+  link.join(deadline_in(seconds(10)), deadline_in(seconds(10)));
   ::kill(server, SIGKILL);
   ::waitpid(server, nullptr, 0);
   const auto deadline = deadline_in(seconds(10));

@@ -61,6 +61,25 @@ TEST_F(NodeOptionsTest, BadCombinationsSayWhatIsMissing) {
   EXPECT_NE(usage_error({"0", {}, {}, {}, {}}).find("--nnodes"), std::string::npos);
   EXPECT_NE(usage_error({"2", "0", "a", "70000", {}}).find("--master-port"), std::string::npos);
   EXPECT_NE(usage_error({"2", "0", "a", {}, "0"}).find("--rdzv-timeout"), std::string::npos);
+  // No default node rank: every host that forgot it would claim node 0.
+  EXPECT_NE(usage_error({"3", {}, "a", {}, {}}).find("--nnodes 3 needs --node-rank K on every host"),
+            std::string::npos);
+  EXPECT_EQ(resolve_node_options({"1", {}, {}, {}, {}}).nnodes, 1);
+}
+
+TEST_F(NodeOptionsTest, SlurmAndOpenMpiThatDisagreeAreRefusedNamingBoth) {
+  testing::ScopedEnv nodes("SLURM_NNODES", "3");
+  testing::ScopedEnv procid("SLURM_PROCID", "1");
+  testing::ScopedEnv tasks("SLURM_NTASKS", "3");
+  testing::ScopedEnv node("SLURM_NODEID", "1");
+  testing::ScopedEnv list("SLURM_JOB_NODELIST", "a,b,c");
+  testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "3");
+  testing::ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1");
+  EXPECT_EQ(resolve_node_options({}).node, 1);  // agreeing: fine
+  testing::ScopedEnv other_rank("OMPI_COMM_WORLD_RANK", "0");
+  EXPECT_NE(usage_error({}).find("Slurm says node 1 of 3 (SLURM_NODEID, SLURM_NNODES), Open MPI "
+                                 "says 0 of 3"),
+            std::string::npos);
 }
 
 TEST_F(NodeOptionsTest, SlurmGivesNodesRankAndTheFirstHostAsMaster) {
