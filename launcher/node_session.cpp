@@ -106,10 +106,12 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
     if (k < o.node) p.first_ordinal += n;
     p.world_size += n;
   }
+  const std::string ordinals =
+      nprocs == 1 ? fmt::format("ordinal {}", p.first_ordinal)
+                  : fmt::format("ordinals {}-{}", p.first_ordinal, p.first_ordinal + nprocs - 1);
   write_all(2, fmt::format("xla-spawn: job {} formed: {} nodes, {} replicas (per node: {}); this "
-                           "node runs ordinals {}-{}\n",
-                           p.job_id, o.nnodes, p.world_size, join_sizes(session->world_),
-                           p.first_ordinal, p.first_ordinal + nprocs - 1));
+                           "node runs {}\n",
+                           p.job_id, o.nnodes, p.world_size, join_sizes(session->world_), ordinals));
   if (session->world_.max_restarts != static_cast<uint32_t>(max_restarts)) {
     write_all(2, fmt::format("xla-spawn: node 0 decides restarts: its --max-restarts is {}, "
                              "this node's {} does not count\n",
