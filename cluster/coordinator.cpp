@@ -64,6 +64,7 @@ std::variant<std::string, std::vector<Outgoing>> JobCoordinator::on_register(con
                        reg.node, reg.hostname);
   }
   n.registered = true;
+  n.left.clear();
   n.info = reg;
   if (!std::all_of(nodes_.begin(), nodes_.end(), [](const NodeState& s) { return s.registered; })) {
     return std::vector<Outgoing>{};
@@ -148,6 +149,8 @@ std::vector<Outgoing> JobCoordinator::on_lost(int node, const std::string& reaso
   NodeState& n = nodes_.at(static_cast<size_t>(node));
   if (phase_ == Phase::kJoining) {
     n.registered = false;  // its launcher may come back and register again
+    n.left = fmt::format("node {} (host {}) registered and then left ({})", node, n.info.hostname,
+                         reason);
     return {};
   }
   if (n.lost || phase_ == Phase::kEnded) return {};
@@ -169,20 +172,26 @@ std::vector<Outgoing> JobCoordinator::on_lost(int node, const std::string& reaso
 std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
   if (phase_ != Phase::kJoining || now < joining_deadline_) return {};
   std::vector<int> missing;
+  std::vector<int> never;
+  std::string left;
   std::string present;
   for (int k = 0; k < config_.nnodes; ++k) {
     const NodeState& n = nodes_[static_cast<size_t>(k)];
     if (!n.registered) {
       missing.push_back(k);
+      if (n.left.empty()) never.push_back(k);
+      if (!n.left.empty()) left += fmt::format("{}{}", left.empty() ? "" : "; ", n.left);
     } else {
       present += fmt::format("{}node {} (host {}, {})", present.empty() ? "" : "; ", k,
                              n.info.hostname, n.info.host_addr);
     }
   }
+  std::string absent;
+  if (!never.empty()) absent = fmt::format("node(s) {} never registered", format_int_ranges(never));
+  if (!left.empty()) absent += fmt::format("{}{}", absent.empty() ? "" : "; ", left);
   return end(kJobFailedExitCode,
-             fmt::format("xla-spawn: rendezvous timed out after {:.3g} s: node(s) {} never registered "
-                         "({} of {} did{}{})\n",
-                         config_.rdzv_timeout.count() / 1000.0, format_int_ranges(missing),
+             fmt::format("xla-spawn: rendezvous timed out after {:.3g} s: {} ({} of {} did{}{})\n",
+                         config_.rdzv_timeout.count() / 1000.0, absent,
                          config_.nnodes - static_cast<int>(missing.size()), config_.nnodes,
                          present.empty() ? "" : ": ", present));
 }

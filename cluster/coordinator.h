@@ -84,6 +84,7 @@ class JobCoordinator {
  private:
   struct NodeState {
     bool registered = false;
+    std::string left;  // while joining: why a node that had registered went away
     bool lost = false;
     std::optional<int32_t> done;  // AttemptDone's exit code for the current attempt
     Register info;

@@ -84,6 +84,17 @@ TEST_F(CoordinatorTest, TheRendezvousDeadlineNamesTheNodesThatNeverCame) {
   EXPECT_NE(end->summary.find("node 0 (host host0"), std::string::npos) << end->summary;
 }
 
+TEST_F(CoordinatorTest, AtTheDeadlineANodeThatRegisteredAndLeftIsToldApartFromOneThatNeverCame) {
+  job_.on_register(node(1));
+  job_.on_lost(1, "connection closed", 0, now_);  // its launcher was Ctrl-C'ed
+  const std::optional<End> end = only<End>(job_.on_tick(now_ + milliseconds(1000)));
+  ASSERT_TRUE(end);
+  EXPECT_NE(end->summary.find("node(s) 0 never registered; node 1 (host host1) registered and "
+                              "then left (connection closed) (0 of 2 did)"),
+            std::string::npos)
+      << end->summary;
+}
+
 TEST_F(CoordinatorTest, ANodeThatLeavesBeforeTheWorldFormsMayRegisterAgain) {
   job_.on_register(node(1));
   job_.on_lost(1, "connection closed", 0, now_);
