@@ -144,8 +144,22 @@ std::vector<EnvVar> NodeSession::env() const {
   // torch.distributed's env:// rendezvous: rank 0 hosts its store at MASTER_ADDR:MASTER_PORT,
   // a port that was free on node 0 (unless the user chose them).
   const uint16_t torch_port = static_cast<uint16_t>(world_.torch_port);
-  const std::vector<EnvVar> torch =
+  std::vector<EnvVar> torch =
       torch_store_env(options_.master_addr, [torch_port] { return std::optional<uint16_t>(torch_port); });
+  // A MASTER_PORT exported for torchrun is most often the rendezvous's own --master-port,
+  // which node 0's rendezvous holds: torch's store could not bind it there.
+  const std::string rendezvous_port = std::to_string(options_.master_port);
+  for (EnvVar& var : torch) {
+    if (var.value == rendezvous_port) {
+      if (var.name == env_names::kTorchMasterPort) {
+        write_all(2, fmt::format("xla-spawn: MASTER_PORT={} in the environment is the rendezvous's "
+                                 "--master-port; the replicas get MASTER_PORT={} for "
+                                 "torch.distributed instead\n",
+                                 rendezvous_port, torch_port));
+      }
+      var.value = std::to_string(torch_port);
+    }
+  }
   vars.insert(vars.end(), torch.begin(), torch.end());
   return vars;
 }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <memory>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "xla_spawn/cluster/connection.h"
@@ -84,6 +85,24 @@ TEST_F(MultiNodeTest, ReplicasKnowTheirJobOrdinalTheirNodeAndTheMaster) {
   EXPECT_NE(four.at("MASTER_PORT"), std::to_string(port_));  // torch's own store, elsewhere
   EXPECT_EQ(four.at("XLA_SPAWN_JOB_ID"), zero.at("XLA_SPAWN_JOB_ID"));
   EXPECT_NE(four.at("XLA_SPAWN_SEGMENT"), zero.at("XLA_SPAWN_SEGMENT"));
+}
+
+// MASTER_PORT exported for torchrun is usually --master-port itself, where node 0's
+// rendezvous listens: torch's store on rank 0 could not bind it, so the replicas get another.
+TEST_F(MultiNodeTest, AnInheritedMasterPortThatIsTheRendezvousPortIsReplaced) {
+  ScopedEnv master_port("MASTER_PORT", std::to_string(port_));
+  auto node0 = start_node(0, 2, 1, {"--do", "print-env"});
+  auto node1 = start_node(1, 2, 1, {"--do", "print-env"});
+  ASSERT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  ASSERT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  const std::string torch_port = env_of(node0->out(), 0).at("MASTER_PORT");
+  EXPECT_NE(torch_port, std::to_string(port_));
+  EXPECT_EQ(env_of(node1->out(), 1).at("MASTER_PORT"), torch_port);
+  EXPECT_NE(node0->err().find(fmt::format("MASTER_PORT={} in the environment is the rendezvous's "
+                                          "--master-port; the replicas get MASTER_PORT={}",
+                                          port_, torch_port)),
+            std::string::npos)
+      << node0->err();
 }
 
 // Nodes that share a filesystem (here: one directory) each write a timeline of their own.
