@@ -70,8 +70,8 @@ OutputMux::OutputMux(const OutputOptions& options, int world_size)
   if (options_.log_dir.empty()) return;
   std::error_code ec;
   std::filesystem::create_directories(options_.log_dir, ec);
-  if (ec) {
-    throw IoError(
+  if (ec) {  // a bad value, as a --trace directory that is not one (exit 2)
+    throw InvalidArgument(
         fmt::format("--log-dir {}: cannot create directory: {}", options_.log_dir, ec.message()));
   }
   for (int k = 0; k < world_size; ++k) {

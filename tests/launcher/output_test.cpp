@@ -132,6 +132,16 @@ TEST(OutputTest, LogFilesAreOwnerOnlyAndNeverFollowASymlink) {
   }
 }
 
+TEST(OutputTest, ALogDirThatCannotBeADirectoryIsABadValue) {
+  TempDir dir;
+  const std::string file = dir / "file";
+  std::ofstream(file) << "x\n";
+  const RunResult r = run_xla_spawn({"-n", "1", "--log-dir", file, "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--log-dir " + file + ": cannot create directory"), std::string::npos)
+      << r.err;
+}
+
 TEST(OutputTest, FailureSummaryShowsHiddenRootCauseLines) {
   const RunResult r = run_xla_spawn({"-n", "2", "--show-ordinals", "0", "--", "/bin/sh", "-c",
                                      "if [ $RANK = 1 ]; then echo last words; exit 5; fi"});
