@@ -14,8 +14,10 @@ Tensor cross_entropy_per_sample(const Tensor& given, const Tensor& labels) {
     throw InvalidArgument(fmt::format("cross_entropy: logits {} must be [N, C] and labels {} [N]",
                                       type_str(logits.type()), type_str(labels.type())));
   }
-  // one_hot * log_softmax (elementwise, fuses) rather than gather/scatter on the backward.
-  const Tensor picked = one_hot(labels, logits.shape()[1], logits.dtype()) * log_softmax(logits, 1);
+  // A one-hot select of log_softmax (elementwise, fuses) rather than gather/scatter on the
+  // backward; where() rather than a product, since 0 * -inf (a logit masked with -inf) is NaN.
+  const Tensor hot = one_hot(labels, logits.shape()[1], DType::kBool);
+  const Tensor picked = where(hot, log_softmax(logits, 1), Tensor::zeros({}, logits.dtype()));
   return -sum(picked, {1});
 }
 

@@ -6,6 +6,7 @@
 #include <optional>
 #include <fstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -136,17 +137,22 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   std::shared_ptr<Program> program = lookup_or_compile(graph, is_step);
   std::vector<BufferPtr> outputs;
   try {
-    ScopedTimer timer(metrics_, kTimerExecuteTime);
-    TraceScope run_span("run", "step");
-    const bool collective = communicator_ != nullptr && communicator_->world_size() > 1;
-    outputs = program->run(graph.inputs, {communicator_, &metrics_, collective ? &scratch_ : nullptr});
-  } catch (const PeerFailure& e) {
-    if (!check_skipped) throw;
-    throw PeerFailure(fmt::format(
-        "mark_step: graph {:016x} is the one every replica agreed on at the last check, so this "
-        "replica skipped the check; a peer whose graph changed would be in its graph-hash "
-        "rendezvous: {}",
-        graph.hash, e.what()));
+    try {
+      ScopedTimer timer(metrics_, kTimerExecuteTime);
+      TraceScope run_span("run", "step");
+      const bool collective = communicator_ != nullptr && communicator_->world_size() > 1;
+      outputs = program->run(graph.inputs, {communicator_, &metrics_, collective ? &scratch_ : nullptr});
+    } catch (const PeerFailure& e) {
+      if (!check_skipped) throw;
+      throw PeerFailure(fmt::format(
+          "mark_step: graph {:016x} is the one every replica agreed on at the last check, so this "
+          "replica skipped the check; a peer whose graph changed would be in its graph-hash "
+          "rendezvous: {}",
+          graph.hash, e.what()));
+    }
+  } catch (const std::exception& e) {
+    mark_lost(graph, pending, e.what());
+    throw;
   }
   for (TensorImpl* impl : pending) {
     impl->data = outputs[root_of.at(impl->node.get())];
@@ -156,6 +162,58 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   last_stats_ = program->stats;
   last_hash_ = graph.hash;
   if (is_step && span.active()) last_step_end_ns_ = trace::now_ns();
+}
+
+// A run that failed may have overwritten some of its donated inputs already (an updated
+// parameter reuses its old buffer). Running the pending values again would apply such updates
+// twice, so every pending tensor computed from a donated input is marked lost; the others
+// stay pending and may run again.
+void Runtime::mark_lost(const Graph& graph, std::span<TensorImpl* const> pending,
+                        const char* what) {
+  std::unordered_set<const Buffer*> donated;
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    if (graph.donated[i]) donated.insert(graph.inputs[i].get());
+  }
+  if (donated.empty()) return;
+  std::unordered_map<const Node*, bool> reaches;  // node -> depends on a donated buffer
+  // Iterative post-order over the IR (graphs can be deep).
+  const auto depends = [&reaches, &donated](const Node* root) {
+    std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (reaches.count(node) != 0) {
+        stack.pop_back();
+        continue;
+      }
+      if (node->op == Op::kData) {
+        reaches[node] = donated.count(node->data.get()) != 0;
+        stack.pop_back();
+        continue;
+      }
+      if (next < node->operands.size()) {
+        const Node* operand = node->operands[next++].get();
+        if (reaches.count(operand) == 0) stack.emplace_back(operand, 0);
+        continue;
+      }
+      bool any = false;
+      for (const NodePtr& operand : node->operands) any = any || reaches.at(operand.get());
+      reaches[node] = any;
+      stack.pop_back();
+    }
+    return reaches.at(root);
+  };
+  const auto message = std::make_shared<const std::string>(fmt::format(
+      "this tensor's value was lost: the step that computed it failed ({}) and may have "
+      "overwritten inputs it had taken over for in-place updates; assign the tensor a new value "
+      "(for example from a checkpoint)",
+      what));
+  for (TensorImpl* impl : pending) {
+    if (!impl->node || !depends(impl->node.get())) continue;
+    impl->lost = message;
+    impl->node = nullptr;
+    impl->leaf = nullptr;
+    impl->data = nullptr;
+  }
 }
 
 bool Runtime::check_same_graph_everywhere(const Graph& graph) {

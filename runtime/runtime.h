@@ -108,6 +108,9 @@ class Runtime {
   // The rendezvous runs only when the graph differs from the last one checked (a step that
   // repeats the graph pays no extra collective). Returns true when the check was skipped.
   bool check_same_graph_everywhere(const Graph& graph);
+  // After `graph`'s run failed with `what`: marks the pending tensors computed from its
+  // donated inputs lost (TensorImpl::lost).
+  static void mark_lost(const Graph& graph, std::span<TensorImpl* const> pending, const char* what);
   void dump(const Graph& graph, const Program& program) const;
 
   // All-reduce operand buffers from the communicator, shared by every program (an arena slot

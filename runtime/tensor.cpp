@@ -120,6 +120,7 @@ const ValueType& Tensor::type() const { return checked("type").type; }
 
 NodePtr Tensor::ir() const {
   TensorImpl& impl = checked("ir");
+  if (impl.lost) throw InvalidArgument(*impl.lost);
   if (impl.node) return impl.node;
   if (!impl.leaf) impl.leaf = make_data(impl.data, impl.type);
   return impl.leaf;
@@ -127,6 +128,7 @@ NodePtr Tensor::ir() const {
 
 void Tensor::force() const {
   TensorImpl& impl = checked("force");
+  if (impl.lost) throw InvalidArgument(*impl.lost);
   if (!impl.node) return;
   if (impl.runtime == nullptr) throw InvalidArgument("Tensor: its runtime was destroyed before it was read");
   TensorImpl* p = &impl;
@@ -181,8 +183,9 @@ double Tensor::item() const {
 
 void Tensor::assign(const Tensor& value) {
   TensorImpl& impl = checked("assign");
-  impl.type = value.type();
   impl.node = value.ir();
+  impl.type = value.type();
+  impl.lost = nullptr;
   // In-place semantics: the handle now holds value's history (none under no_grad).
   impl.grad_fn = value.impl_->grad_fn;
   if (impl.grad_fn) impl.requires_grad = true;

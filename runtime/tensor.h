@@ -43,6 +43,11 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
   std::shared_ptr<AutogradNode> grad_fn;
 
+  // Set when a step failed after it had begun to overwrite buffers this tensor's pending value
+  // was computed from (donated inputs): the value cannot be recomputed, so using or reading
+  // the tensor throws this message until a new value is assigned.
+  std::shared_ptr<const std::string> lost;
+
   Runtime* runtime;  // null once the runtime is gone
   std::list<TensorImpl*>::iterator registry_pos;
 };

@@ -1,6 +1,9 @@
 // Losses against host references: cross-entropy (stable for large logits, weighted/masked with
 // a tensor divisor) and MSE, values and gradients.
 #include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -43,6 +46,24 @@ TEST(Loss, CrossEntropyIsFiniteForHugeLogits) {
   const double l = cross_entropy(logits, labels).item();
   EXPECT_TRUE(std::isfinite(l));
   EXPECT_NEAR(l, 1000, 1e-3);  // sample 0: 2000 nats; sample 1: 0
+}
+
+// x - logsumexp(x) cancelled in f32 for large logits (1.54254 for the first row, 0 for the
+// second), and one_hot * log_softmax made a logit masked with -inf a NaN loss (0 * -inf).
+TEST(Loss, CrossEntropyKeepsItsDigitsForLargeLogitsAndTakesMinusInfinityLogits) {
+  ScopedRuntime rt;
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<std::vector<float>, int>> rows = {
+      {{1000, 1000.1f, 1000.2f, 1000.3f}, 0}, {{1e8f, 1e8f, 1e8f, 1e8f}, 1},
+      {{3e38f, 3e38f, -3e38f, 0}, 0}, {{-inf, 0, 1, 2}, 3}};
+  for (const auto& [row, label] : rows) {
+    Tensor logits = Tensor::from_vector<float>(row, {1, 4}).set_requires_grad(true);
+    const Tensor loss = cross_entropy(logits, Tensor::from_vector<int64_t>({label}, {1}));
+    backward(loss);
+    const std::vector<double> exact(row.begin(), row.end());
+    EXPECT_NEAR(loss.item(), ref_nll(exact, label), 2e-6) << row[0];
+    for (float g : logits.grad().to_vector<float>()) EXPECT_TRUE(std::isfinite(g)) << row[0];
+  }
 }
 
 TEST(Loss, WeightedCrossEntropyMasksPaddedSamplesWithATensorDivisor) {

@@ -73,6 +73,31 @@ TEST(Tensor, OutOfRangeIndexFailsTheStepNamingTheIndex) {
   EXPECT_NE(msg.find("gather: index 5"), std::string::npos) << msg;
 }
 
+// The failed step may have written a donated buffer already (w's update reuses w's old
+// buffer): running w's pending value again would double it twice. It is lost instead, until
+// assigned; a value that did not depend on a donated buffer stays pending and runs again.
+TEST(Tensor, AStepThatFailsAfterAnInPlaceUpdateLosesTheUpdatedTensorRatherThanApplyItTwice) {
+  ScopedRuntime rt;
+  Tensor w = Tensor::from_vector<float>({1, 2}, {2});
+  w.assign(w * 2.0);
+  const Tensor base = Tensor::from_vector<float>({3}, {1});  // held: not donated
+  const Tensor unrelated = base + 1.0;
+  Tensor bad = gather(Tensor::from_vector<float>({1, 2}, {2, 1}), 0,
+                      cast(Tensor::from_vector<float>({5}, {1, 1}) * 2.0, DType::kI32));
+  EXPECT_NE(error_of([] { mark_step(); }).find("gather: index 10"), std::string::npos);
+  bad = Tensor();
+  const std::string read = error_of([&] { w.to_vector<float>(); });
+  EXPECT_NE(read.find("this tensor's value was lost: the step that computed it failed (gather: "
+                      "index 10"),
+            std::string::npos)
+      << read;
+  EXPECT_NE(error_of([&] { w + 1.0; }).find("value was lost"), std::string::npos);
+  EXPECT_EQ(unrelated.to_vector<float>(), std::vector<float>{4});
+  w.assign(Tensor::from_vector<float>({5, 6}, {2}));
+  mark_step();
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{5, 6}));
+}
+
 TEST(Tensor, ItemAndPrintingForceTheValue) {
   ScopedRuntime rt;
   const Tensor s = sum(Tensor::from_vector<double>({1.5, 2.5}, {2}));
