@@ -1,5 +1,7 @@
 #include "xla_spawn/runtime/node.h"
 
+#include "xla_spawn/runtime/shape.h"
+
 #include "xla_spawn/runtime/hash.h"
 
 namespace xs {
@@ -25,6 +27,7 @@ NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs) {
   for (const NodePtr& o : operands) types.push_back(o->type);
   auto node = std::make_shared<Node>();
   node->type = infer_type(op, types, attrs);
+  numel(node->type.shape);  // refuses a negative dimension or an overflowing element count
   uint64_t h = hash_combine(kHashSeed, static_cast<uint64_t>(op));
   h = hash_attrs(h, attrs);
   for (const NodePtr& o : operands) h = hash_combine(h, o->hash);
@@ -46,6 +49,7 @@ NodePtr make_data(BufferPtr data, ValueType type) {
 }
 
 NodePtr make_const(double value, ValueType type) {
+  numel(type.shape);  // as in make_node
   auto node = std::make_shared<Node>();
   node->op = Op::kConst;
   node->attrs.scalar = value;

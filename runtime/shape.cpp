@@ -9,7 +9,17 @@ namespace xs {
 
 int64_t numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  bool empty = false;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d < 0) throw InvalidArgument(fmt::format("shape {}: dimension {} is negative", shape_str(shape), d));
+    empty = empty || d == 0;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n) || n > kMaxNumel;
+  }
+  if (empty) return 0;
+  if (overflow) {
+    throw InvalidArgument(fmt::format("shape {}: more than 2^56 elements", shape_str(shape)));
+  }
   return n;
 }
 

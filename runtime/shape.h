@@ -14,7 +14,10 @@ namespace xs {
 
 using Shape = std::vector<int64_t>;
 
+// Throws xs::InvalidArgument for a negative dimension or more than kMaxNumel elements (far
+// beyond any memory: the byte counts computed from it cannot overflow).
 int64_t numel(const Shape& shape);
+inline constexpr int64_t kMaxNumel = int64_t{1} << 56;
 std::string shape_str(const Shape& shape);  // "[4, 5, 3]"
 // Row-major strides in elements.
 std::vector<int64_t> contiguous_strides(const Shape& shape);

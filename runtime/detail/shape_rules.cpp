@@ -96,22 +96,24 @@ ValueType rule_reduce(Op op, std::span<const ValueType> in, const Attrs& attrs) 
       fail(op, in, fmt::format("axes [{}] must be sorted, unique and < rank {}",
                                fmt::join(attrs.ints, ", "), rank));
   }
-  if ((op == Op::kMax || op == Op::kMin) && numel(in[0].shape) == 0)
-    fail(op, in, "max/min of an empty tensor is undefined");
+  for (int64_t axis : attrs.ints) {  // an empty tensor is fine as long as no reduced axis is
+    if ((op == Op::kMax || op == Op::kMin) && in[0].shape[axis] == 0)
+      fail(op, in, fmt::format("max/min over the empty axis {} is undefined", axis));
+  }
   return {out, in[0].dtype};
 }
 
 ValueType rule_argmax(Op op, std::span<const ValueType> in, const Attrs& attrs) {
   if (attrs.ints.size() != 1) fail(op, in, "needs exactly one axis");
   Attrs one = attrs;
-  ValueType t = rule_reduce(Op::kMax, in, one);
+  ValueType t = rule_reduce(op, in, one);
   if (in[0].shape[attrs.ints[0]] == 0) fail(op, in, "argmax over an empty axis");
   return {t.shape, DType::kI64};
 }
 
 ValueType rule_reshape(Op op, std::span<const ValueType> in, const Attrs& attrs) {
-  if (numel(attrs.ints) != numel(in[0].shape) ||
-      std::any_of(attrs.ints.begin(), attrs.ints.end(), [](int64_t d) { return d < 0; }))
+  if (std::any_of(attrs.ints.begin(), attrs.ints.end(), [](int64_t d) { return d < 0; }) ||
+      numel(attrs.ints) != numel(in[0].shape))
     fail(op, in, fmt::format("cannot reshape to {}", shape_str(attrs.ints)));
   return {attrs.ints, in[0].dtype};
 }

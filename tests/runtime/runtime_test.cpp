@@ -98,6 +98,29 @@ TEST(Tensor, AStepThatFailsAfterAnInPlaceUpdateLosesTheUpdatedTensorRatherThanAp
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{5, 6}));
 }
 
+TEST(Tensor, NegativeAndOverflowingShapesAreRefusedAndEmptyAxesOnlyWhenReduced) {
+  ScopedRuntime rt;
+  constexpr int64_t k32 = int64_t{1} << 32;
+  EXPECT_NE(error_of([] { Tensor::full({k32, k32}, 2.0); }).find("more than 2^56 elements"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Tensor::from_vector<float>(std::vector<float>{}, {k32, k32}); })
+                .find("more than 2^56 elements"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Tensor::full_data({-2, 3}, 1.0); }).find("dimension -2 is negative"),
+            std::string::npos);
+  EXPECT_EQ(Tensor::zeros({k32, k32, 0}).numel(), 0);  // empty, whatever the other dimensions
+  // An empty batch: reducing the non-empty axis is fine, the empty one is not.
+  const Tensor empty = Tensor::from_vector<float>(std::vector<float>{}, {0, 4});
+  const Tensor m = max(empty, {1});
+  const Tensor ls = log_softmax(empty, 1);
+  mark_step();
+  EXPECT_EQ(m.shape(), (Shape{0}));
+  EXPECT_EQ(ls.shape(), (Shape{0, 4}));
+  EXPECT_NE(error_of([&] { max(empty, {0}); }).find("max/min over the empty axis 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { argmax(empty, 0); }).find("argmax"), std::string::npos);
+}
+
 TEST(Tensor, ItemAndPrintingForceTheValue) {
   ScopedRuntime rt;
   const Tensor s = sum(Tensor::from_vector<double>({1.5, 2.5}, {2}));
