@@ -319,7 +319,12 @@ void Runtime::note_compile(const GraphSummary& summary) {
 }
 
 void Runtime::dump(const Graph& graph, const Program& program) const {
-  std::filesystem::create_directories(*options_.dump_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(*options_.dump_dir, ec);
+  if (ec) {
+    throw IoError(fmt::format("XLA_SPAWN_DUMP_GRAPHS={}: cannot create the directory: {}",
+                              *options_.dump_dir, ec.message()));
+  }
   const std::string base = fmt::format("{}/graph_{:016x}", *options_.dump_dir, graph.hash);
   std::ofstream txt(base + ".txt");
   txt << graph_text(graph) << program.text();

@@ -214,6 +214,22 @@ TEST(Runtime, DumpsEachCompiledGraphAsTextAndDotNamedByHash) {
     EXPECT_NE(d.str().find("->"), std::string::npos);
   }
   std::filesystem::remove_all(dir);
+  // A directory that cannot be made (a file is in the way) is an error naming the variable.
+  std::ofstream(dir.string()) << "a file\n";
+  {
+    ScopedRuntime rt;
+    Tensor y = relu(Tensor::from_vector<float>({1, 2}, {2}) + 3.0);
+    try {
+      mark_step();
+      ADD_FAILURE() << "dumped into a file";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("XLA_SPAWN_DUMP_GRAPHS=" + dir.string() +
+                                           ": cannot create the directory"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::filesystem::remove(dir);
 }
 
 TEST(Runtime, TensorsOutlivingTheirRuntimeFailClearly) {
