@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
@@ -26,6 +27,35 @@
 #include "xla_spawn/launcher/supervisor.h"
 
 namespace {
+
+// While a node waits in the rendezvous (before any replica exists), Ctrl-C, SIGTERM or SIGHUP
+// end xla-spawn as they would by default, but say so first. The master sees this node's
+// connection close and names it as having left.
+class RendezvousInterrupt {
+ public:
+  RendezvousInterrupt() {
+    struct sigaction action {};
+    action.sa_handler = &RendezvousInterrupt::on_signal;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  }
+  ~RendezvousInterrupt() {
+    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+  }
+  RendezvousInterrupt(const RendezvousInterrupt&) = delete;
+  RendezvousInterrupt& operator=(const RendezvousInterrupt&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  static void on_signal(int signal) {  // async-signal-safe: write, then the default death
+    static constexpr char kMessage[] =
+        "xla-spawn: interrupted during the rendezvous; no replica was started\n";
+    [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+    ::signal(signal, SIG_DFL);
+    ::raise(signal);
+  }
+  struct sigaction previous_[std::size(kSignals)] = {};
+};
 
 int run(int argc, const char* const* argv) {
   // The hang report's signal must not end xla-spawn before the supervisor listens for it (a
@@ -48,6 +78,7 @@ int run(int argc, const char* const* argv) {
   // no replica.
   std::unique_ptr<xs::NodeSession> session;
   if (cl.nodes.multi_node()) {
+    const RendezvousInterrupt interrupt;
     session = xs::NodeSession::join(cl.nodes, cl.nprocs, cl.supervisor.max_restarts);
   }
   xs::SupervisorOptions options = cl.supervisor;

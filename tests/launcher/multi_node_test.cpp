@@ -229,6 +229,28 @@ TEST_F(MultiNodeTest, SigusrOneDuringTheRendezvousKillsNeitherTheLauncherNorItsS
   EXPECT_NE(node0->err().find("node(s) 1 never registered"), std::string::npos) << node0->err();
 }
 
+// Ctrl-C on a node waiting in the rendezvous: it says so and dies by the signal; the master,
+// at its deadline, names the node as one that registered and left.
+TEST_F(MultiNodeTest, CtrlCDuringTheRendezvousIsSaidAndTheMasterNamesTheNodeThatLeft) {
+  auto node0 = start_node(0, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "5"});
+  auto node1 = start_node(1, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "5"});
+  ASSERT_TRUE(wait_until([&] { return node1->err().find("joining the job") != std::string::npos; },
+                         scaled(seconds(10))))
+      << node1->err();
+  std::this_thread::sleep_for(milliseconds(1000));  // registered by now (it takes milliseconds)
+  ASSERT_EQ(::kill(node1->pid(), SIGINT), 0);
+  const int status1 = node1->wait_or_fail(scaled(seconds(10)));
+  EXPECT_TRUE(WIFSIGNALED(status1) && WTERMSIG(status1) == SIGINT) << status1;
+  EXPECT_NE(node1->err().find("interrupted during the rendezvous; no replica was started"),
+            std::string::npos)
+      << node1->err();
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  EXPECT_EQ(WEXITSTATUS(status0), 1) << node0->err();
+  EXPECT_NE(node0->err().find("node(s) 2 never registered; node 1 (host "), std::string::npos)
+      << node0->err();
+  EXPECT_NE(node0->err().find("registered and then left"), std::string::npos) << node0->err();
+}
+
 TEST_F(MultiNodeTest, AWrongTokenAndATakenNodeRankAreRefusedWithAClearError) {
   auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
