@@ -27,6 +27,18 @@ class NodeOptionsTest : public ::testing::Test {
   testing::ScopedEnv mpi_local_{"OMPI_COMM_WORLD_LOCAL_SIZE", std::nullopt};
 };
 
+// What srun sets in a task: node `node` of `nnodes`, `tasks` tasks in all.
+struct SrunEnv {
+  SrunEnv(const std::string& nnodes, const std::string& node, const std::string& tasks,
+          const std::string& nodelist)
+      : nodes("SLURM_NNODES", nnodes),
+        procid("SLURM_PROCID", node),
+        tasks("SLURM_NTASKS", tasks),
+        node("SLURM_NODEID", node),
+        list("SLURM_JOB_NODELIST", nodelist) {}
+  testing::ScopedEnv nodes, procid, tasks, node, list;
+};
+
 std::string usage_error(const NodeFlags& flags) {
   try {
     resolve_node_options(flags);
@@ -68,11 +80,7 @@ TEST_F(NodeOptionsTest, BadCombinationsSayWhatIsMissing) {
 }
 
 TEST_F(NodeOptionsTest, SlurmAndOpenMpiThatDisagreeAreRefusedNamingBoth) {
-  testing::ScopedEnv nodes("SLURM_NNODES", "3");
-  testing::ScopedEnv procid("SLURM_PROCID", "1");
-  testing::ScopedEnv tasks("SLURM_NTASKS", "3");
-  testing::ScopedEnv node("SLURM_NODEID", "1");
-  testing::ScopedEnv list("SLURM_JOB_NODELIST", "a,b,c");
+  const SrunEnv srun("3", "1", "3", "a,b,c");
   testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "3");
   testing::ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1");
   EXPECT_EQ(resolve_node_options({}).node, 1);  // agreeing: fine
@@ -83,11 +91,7 @@ TEST_F(NodeOptionsTest, SlurmAndOpenMpiThatDisagreeAreRefusedNamingBoth) {
 }
 
 TEST_F(NodeOptionsTest, SlurmGivesNodesRankAndTheFirstHostAsMaster) {
-  testing::ScopedEnv nodes("SLURM_NNODES", "3");
-  testing::ScopedEnv procid("SLURM_PROCID", "2");
-  testing::ScopedEnv tasks("SLURM_NTASKS", "3");
-  testing::ScopedEnv node("SLURM_NODEID", "2");
-  testing::ScopedEnv list("SLURM_JOB_NODELIST", "gpu[07-09]");
+  const SrunEnv srun("3", "2", "3", "gpu[07-09]");
   const NodeOptions o = resolve_node_options({});
   EXPECT_EQ(o.source, "Slurm");
   EXPECT_EQ(o.nnodes, 3);
@@ -98,11 +102,7 @@ TEST_F(NodeOptionsTest, SlurmGivesNodesRankAndTheFirstHostAsMaster) {
 }
 
 TEST_F(NodeOptionsTest, SlurmWithSeveralTasksPerNodeIsRefused) {
-  testing::ScopedEnv nodes("SLURM_NNODES", "2");
-  testing::ScopedEnv procid("SLURM_PROCID", "0");
-  testing::ScopedEnv tasks("SLURM_NTASKS", "8");
-  testing::ScopedEnv node("SLURM_NODEID", "0");
-  testing::ScopedEnv list("SLURM_JOB_NODELIST", "a,b");
+  const SrunEnv srun("2", "0", "8", "a,b");
   EXPECT_NE(usage_error({}).find("--ntasks-per-node=1"), std::string::npos);
 }
 
