@@ -131,6 +131,7 @@ std::vector<Outgoing> JobCoordinator::on_attempt_done(int node, const AttemptDon
     return {};
   }
   nodes_[static_cast<size_t>(node)].done = done.exit_code;
+  nodes_[static_cast<size_t>(node)].finished_first = done.exit_code == 0 && phase_ == Phase::kRunning;
   // After Stop a non-zero end is expected (its replicas were stopped). Before it, a node that
   // ends non-zero without a report is a failure too, though the least likely root cause.
   if (done.exit_code != 0 && phase_ == Phase::kRunning) {
@@ -213,7 +214,10 @@ std::vector<Outgoing> JobCoordinator::maybe_end_attempt(Clock::time_point now) {
   std::string cause = describe(root, now);
   ++attempt_;
   candidates_.clear();
-  for (NodeState& n : nodes_) n.done.reset();
+  for (NodeState& n : nodes_) {
+    n.done.reset();
+    n.finished_first = false;
+  }
   phase_ = Phase::kRunning;
   attempt_started_ = now;
   return {{Outgoing::kEveryNode, Next{static_cast<uint32_t>(attempt_), std::move(cause)}}};
@@ -275,6 +279,14 @@ std::string JobCoordinator::describe(const Candidate& root, Clock::time_point no
   }
   if (candidates_.size() - 1 > shown) {
     text += fmt::format("xla-spawn: also: {} more failure report(s)\n", candidates_.size() - 1 - shown);
+  }
+  // A node that was done before anything failed did fewer collectives than the others.
+  for (size_t k = 0; k < nodes_.size(); ++k) {
+    if (!nodes_[k].finished_first) continue;
+    text += fmt::format("xla-spawn: node {} (host {}) had finished, every replica exiting 0, before "
+                        "this failure (if that was in a collective, the nodes may have run "
+                        "different programs or arguments)\n",
+                        k, nodes_[k].info.hostname);
   }
   return text;
 }

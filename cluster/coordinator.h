@@ -87,6 +87,7 @@ class JobCoordinator {
     std::string left;  // while joining: why a node that had registered went away
     bool lost = false;
     std::optional<int32_t> done;  // AttemptDone's exit code for the current attempt
+    bool finished_first = false;  // done with 0 before the attempt's first failure
     Register info;
     int first_ordinal = 0;
   };

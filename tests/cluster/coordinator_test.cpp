@@ -102,6 +102,26 @@ TEST_F(CoordinatorTest, ANodeThatLeavesBeforeTheWorldFormsMayRegisterAgain) {
   EXPECT_TRUE(std::holds_alternative<std::vector<Outgoing>>(job_.on_register(node(1))));
 }
 
+// Hosts ran different arguments: node 1's replicas finished (exit 0) while node 0's were in a
+// collective, which then failed on a reset connection. The cause says node 1 was done first.
+TEST_F(CoordinatorTest, ANodeThatFinishedBeforeTheFailureIsNamedWithTheCause) {
+  join_all();
+  EXPECT_TRUE(job_.on_attempt_done(1, {0, 0}, now_).empty());
+  EXPECT_TRUE(only<Stop>(job_.on_failed(0, failure(FailureKind::kExited, 0, 100, 2), now_)));
+  const std::optional<Next> next = only<Next>(job_.on_attempt_done(0, {0, 2}, now_));
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->cause.find("node 1 (host host1) had finished, every replica exiting 0, before "
+                             "this failure"),
+            std::string::npos)
+      << next->cause;
+  // A node that ends 0 only after the failure (its replicas stopped cleanly) is not named.
+  job_.on_failed(0, failure(FailureKind::kExited, 0, 200, 2, 1), now_);
+  job_.on_attempt_done(1, {1, 0}, now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(0, {1, 2}, now_));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->summary.find("had finished"), std::string::npos) << end->summary;
+}
+
 TEST_F(CoordinatorTest, TheFirstFailureStopsEveryNodeAndTheSignalIsTheRootCause) {
   join_all();
   // Node 0's replica exits 1 (the echo of its peer's death) before node 1 reports the SIGKILL.
