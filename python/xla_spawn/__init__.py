@@ -4,7 +4,8 @@ Run a script with the launcher, one process per replica::
 
     xla-spawn -n 4 -- python3 train.py
 
-and in the script::
+and in the script (or start the job from Python, as torch_xla's ``xmp.spawn``:
+``xla_spawn.spawn(fn, args=(...), nprocs=4)`` runs ``fn(ordinal, *args)`` in each replica)::
 
     import numpy as np
     import xla_spawn as xs
@@ -48,13 +49,14 @@ from xla_spawn._core import (
     shutdown,
 )
 from xla_spawn import _core
+from xla_spawn._spawn import JobFailed, spawn
 
 __all__ = [
-    "Error", "InternalError", "InvalidArgument", "IoError", "PeerFailure", "ReplicaContext",
-    "Timeout", "REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX", "REDUCE_MIN", "alloc_buffer",
+    "Error", "InternalError", "InvalidArgument", "IoError", "JobFailed", "PeerFailure",
+    "ReplicaContext", "Timeout", "REDUCE_SUM", "REDUCE_MEAN", "REDUCE_MAX", "REDUCE_MIN", "alloc_buffer",
     "all_gather", "all_reduce", "barrier", "broadcast", "context", "get_local_ordinal",
     "get_ordinal", "init", "is_master_ordinal", "local_world_size", "mesh_reduce",
-    "reduce_scatter", "rendezvous", "shutdown", "world_size",
+    "reduce_scatter", "rendezvous", "shutdown", "spawn", "world_size",
 ]
 
 # torch_xla.core.xla_model's names for the reduce ops.

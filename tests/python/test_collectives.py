@@ -299,6 +299,68 @@ def test_mesh_reduce_and_rendezvous_carry_python_values():
         assert lines_of(result.stdout, k) == ["[(0, ''), (1, 'x'), (2, 'xx')]"]
 
 
+SPAWN_SCRIPT = """
+import sys
+import numpy as np
+import xla_spawn as xs
+
+print("main module imported as", __name__, flush=True)
+
+
+def _mp_fn(ordinal, base, fail):
+    data = np.full(4, base + ordinal, np.float32)
+    xs.all_reduce(data)
+    print(f"ordinal {ordinal} of {xs.world_size()}: sum {data[0]:g}", flush=True)
+    if ordinal == fail:
+        raise ValueError(f"ordinal {ordinal} fails")
+
+
+if __name__ == "__main__":
+    try:
+        xs.spawn(_mp_fn, args=(int(sys.argv[1]), int(sys.argv[2])), nprocs=3)
+        print("spawn returned", flush=True)
+    except xs.JobFailed as e:
+        print("JobFailed", e.exit_code, flush=True)
+"""
+
+
+def test_spawn_runs_fn_in_every_replica_as_xmp_spawn_and_raises_when_the_job_fails(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SPAWN_SCRIPT)
+    env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1")
+    ok = subprocess.run([sys.executable, str(script), "1", "-1"], capture_output=True, text=True,
+                        timeout=120, env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # The parent ran the main block once; each replica imported the script as __mp_main__.
+    assert ok.stdout.count("main module imported as __main__") == 1, ok.stdout
+    for k in range(3):
+        assert lines_of(ok.stdout, k) == ["main module imported as __mp_main__",
+                                          f"ordinal {k} of 3: sum 6"], ok.stdout
+    assert ok.stdout.rstrip().endswith("spawn returned"), ok.stdout
+    failed = subprocess.run([sys.executable, str(script), "1", "2"], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert failed.returncode == 0, failed.stdout + failed.stderr
+    assert failed.stdout.rstrip().endswith("JobFailed 1"), failed.stdout
+    assert "ValueError: ordinal 2 fails" in failed.stderr, failed.stderr
+
+
+def test_spawn_refuses_inside_a_replica_and_an_unpicklable_fn():
+    result, _ = run_job(1, """
+        import xla_spawn as xs
+        try:
+            xs.spawn(print, nprocs=1)
+        except xs.Error as e:
+            print("refused:", e, flush=True)
+    """)
+    assert result.returncode == 0, result.stderr
+    [line] = lines_of(result.stdout, 0)
+    assert "spawn: this process is already ordinal 0 of job" in line, line
+    with pytest.raises(ValueError, match=r"fn and args must be picklable"):
+        xs.spawn(lambda ordinal: None, nprocs=1)
+    with pytest.raises(ValueError, match=r"nprocs must be an int >= 1, got 0"):
+        xs.spawn(print, nprocs=0)
+
+
 def test_python_m_xla_spawn_runs_the_launcher():
     env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1")
     result = subprocess.run(

@@ -1,0 +1,107 @@
+"""``xla_spawn.spawn(fn, args, nprocs)``: torch_xla's ``xmp.spawn`` over the xla-spawn launcher.
+
+The launcher starts ``nprocs`` fresh interpreters; each prepares itself as multiprocessing's
+"spawn" start method does (the parent's sys.path, working directory and main module, imported
+as ``__mp_main__`` so that its ``if __name__ == "__main__":`` block does not run again), then
+calls ``fn(ordinal, *args)``. ``fn`` and ``args`` travel pickled in a private file.
+"""
+
+import multiprocessing.spawn as mp_spawn
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+
+from xla_spawn._core import Error
+from xla_spawn._launcher import NoLauncher, find_launcher
+
+_PAYLOAD_ENV = "XLA_SPAWN_SPAWN_PAYLOAD"
+_BOOTSTRAP = "from xla_spawn._spawn import _replica_main; _replica_main()"
+# After Ctrl-C the launcher stops the replicas within its grace period (3 s by default) and
+# reports; this long without that, it did not get the signal (only this process did).
+_INTERRUPT_WAIT_S = 10
+
+
+class JobFailed(Error):
+    """The job that ``spawn`` ran failed; the launcher printed its summary on stderr.
+    ``exit_code`` is the launcher's exit status (the root cause's)."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def spawn(fn, args=(), nprocs=None, launcher_args=()):
+    """Runs ``fn(ordinal, *args)`` in ``nprocs`` replicas of a new job and returns when every
+    one has finished, as torch_xla's ``xmp.spawn``.
+
+    The replicas are fresh processes started by the xla-spawn launcher, with its supervision:
+    the first that fails stops the others, and ``JobFailed`` is raised here with the
+    launcher's exit status. ``fn`` must be importable by name (a module-level function of a
+    module or of the main script) and ``args`` picklable, as with multiprocessing's "spawn"
+    start method; call ``spawn`` under ``if __name__ == "__main__":``. ``nprocs`` defaults to
+    the CPUs this process may run on; ``launcher_args`` are more xla-spawn options (e.g.
+    ``["--max-restarts", "1"]``).
+    """
+    if os.environ.get("XLA_SPAWN_JOB_ID"):
+        raise Error(
+            f"spawn: this process is already ordinal {os.environ.get('XLA_SPAWN_ORDINAL')} of job "
+            f"{os.environ['XLA_SPAWN_JOB_ID']}: call spawn() only under "
+            "`if __name__ == \"__main__\":` in the script that starts the job")
+    if nprocs is None:
+        nprocs = len(os.sched_getaffinity(0))
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise ValueError(f"spawn: nprocs must be an int >= 1, got {nprocs!r}")
+    try:
+        payload = pickle.dumps((fn, tuple(args)))
+    except Exception as e:
+        raise ValueError(f"spawn: fn and args must be picklable (a module-level function): {e}") from e
+    try:
+        launcher = find_launcher()
+    except NoLauncher as e:
+        raise Error(f"spawn: {e}") from None
+    prep = mp_spawn.get_preparation_data("xla_spawn replica")
+    prep.pop("authkey", None)  # multiprocessing's connection key: not needed, not picklable
+    with tempfile.TemporaryDirectory(prefix="xla-spawn-") as private:  # mode 0700
+        path = os.path.join(private, "payload")
+        with open(path, "wb") as f:
+            pickle.dump((prep, payload), f)
+        command = [launcher, "-n", str(nprocs), *map(str, launcher_args), "--", sys.executable,
+                   "-c", _BOOTSTRAP]
+        code = _run(command, dict(os.environ, **{_PAYLOAD_ENV: path}))
+    if code != 0:
+        raise JobFailed(f"spawn: the job failed: xla-spawn exited with status {code} (its "
+                        "summary is above, on stderr)", code)
+
+
+def _run(command, env):
+    """Runs the launcher and returns its exit status. On Ctrl-C (which reaches the launcher
+    too: it shares this process group) it lets the launcher stop the job and report, forwards
+    the signal if the launcher did not get it, then re-raises KeyboardInterrupt."""
+    launcher = subprocess.Popen(command, env=env)
+    try:
+        return launcher.wait()
+    except KeyboardInterrupt:
+        try:
+            try:
+                launcher.wait(timeout=_INTERRUPT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                launcher.send_signal(signal.SIGINT)
+                launcher.wait()
+        except KeyboardInterrupt:  # a second Ctrl-C: now
+            launcher.kill()  # the replicas die with it
+            launcher.wait()
+        raise
+
+
+def _replica_main():
+    path = os.environ.pop(_PAYLOAD_ENV)
+    with open(path, "rb") as f:
+        prep, payload = pickle.load(f)
+    mp_spawn.prepare(prep)  # sys.path, cwd, and the main module as __mp_main__
+    fn, args = pickle.loads(payload)
+    import xla_spawn
+
+    fn(xla_spawn.get_ordinal(), *args)
