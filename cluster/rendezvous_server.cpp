@@ -333,8 +333,8 @@ void RendezvousServer::Impl::answer_pending(Client& c, Clock::time_point now) {
   } else if (const int finished = job_.finished_node(); finished >= 0) {
     send(c, ErrorReply{fmt::format(
                 "store: key '{}' is missing, and every replica of node {} has exited 0 without "
-                "setting it: the nodes ran different collectives (another program or other "
-                "arguments on some node?)",
+                "setting it (a replica that left a collective early, or nodes that ran different "
+                "collectives: another program or other arguments)",
                 store_.first_missing(p.keys).value_or(""), finished)});
     c.pending.reset();
   } else if (now >= p.deadline) {

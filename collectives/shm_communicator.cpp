@@ -185,6 +185,7 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
   span.arg("schedule", direct ? "direct (arena)" : all_reduce_algorithm_name(base).data());
   rounds_->begin_call("all_reduce",
                       CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, direct});
+  const detail::CallEnd end(*rounds_);
   // CMA permission is a collective of its own, negotiated once, by everyone at once.
   const bool wants_cma =
       base == AllReduceAlgorithm::kCma || (forced_direct && segment().spin_allowed());
@@ -237,6 +238,7 @@ void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int roo
   span.arg("bytes", static_cast<int64_t>(n_elems * dtype_size(dtype)));
   rounds_->begin_call("broadcast",
                       CallHeader{CallKind::kBroadcast, dtype, ReduceOp::kSum, n_elems, root});
+  const detail::CallEnd end(*rounds_);
   detail::broadcast(*rounds_, static_cast<std::byte*>(data), n_elems * dtype_size(dtype), root);
 }
 
@@ -262,6 +264,7 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
   span.arg("bytes", static_cast<int64_t>(total_bytes));
   rounds_->begin_call("all_gather", CallHeader{CallKind::kAllGather, dtype, ReduceOp::kSum,
                                                n_elems, 0, placed.in_arena});
+  const detail::CallEnd end(*rounds_);
   const auto* from = static_cast<const std::byte*>(in);
   const int parity = publish(placed, in, bytes);
   if (rounds_->all_in_arena(parity))
@@ -290,6 +293,7 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
   span.arg("bytes", static_cast<int64_t>(in_bytes));
   rounds_->begin_call("reduce_scatter",
                       CallHeader{CallKind::kReduceScatter, dtype, op, n_elems, 0, placed.in_arena});
+  const detail::CallEnd end(*rounds_);
   const auto* from = static_cast<const std::byte*>(in);
   auto* to = static_cast<std::byte*>(out);
   const int parity = publish(placed, in, in_bytes);
@@ -315,6 +319,7 @@ void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, Red
   span.arg("bytes", static_cast<int64_t>(n_bytes));
   rounds_->begin_call("reduce_ranges", CallHeader{CallKind::kReduceRanges, dtype, op, n_elems,
                                                   digest, placed.in_arena});
+  const detail::CallEnd end(*rounds_);
   const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
     detail::reduce_ranges_direct(*rounds_, parity, placed.direct, dtype, op, bounds);
@@ -338,6 +343,7 @@ void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
   span.arg("bytes", static_cast<int64_t>(n_bytes));
   rounds_->begin_call("gather_ranges", CallHeader{CallKind::kGatherRanges, dtype, ReduceOp::kSum,
                                                   n_elems, digest, placed.in_arena});
+  const detail::CallEnd end(*rounds_);
   const int parity = publish(placed, data, n_bytes);
   if (rounds_->all_in_arena(parity)) {
     detail::gather_ranges_direct(*rounds_, parity, placed.direct, dtype_size(dtype), bounds);
@@ -350,6 +356,7 @@ void ShmCommunicator::barrier() {
   if (world_size() == 1) return;
   TraceScope span("barrier", "collective");
   rounds_->begin_call("barrier", CallHeader{});
+  const detail::CallEnd end(*rounds_);
   rounds_->sync();
 }
 
@@ -363,6 +370,7 @@ std::vector<std::vector<std::byte>> ShmCommunicator::rendezvous(
   span.arg("bytes", static_cast<int64_t>(payload.size()));
   rounds_->begin_call("rendezvous",
                       CallHeader{CallKind::kRendezvous, DType::kBool, ReduceOp::kSum, 0, 0});
+  const detail::CallEnd end(*rounds_);
   return detail::rendezvous(*rounds_, tag, payload);
 }
 

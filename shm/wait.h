@@ -60,7 +60,9 @@ inline constexpr int64_t kDefaultYieldNs = 200'000;
 // collective. nullptr (the default): none.
 using InterruptCheck = void (*)();
 void set_thread_interrupt_check(InterruptCheck check);
-inline constexpr std::chrono::milliseconds kInterruptCheckInterval{1000};
+// Short enough that a signal taken while spinning (no EINTR to see) is heard at once to a
+// person; long enough that a wait rarely pays for a check (the Python module's takes the GIL).
+inline constexpr std::chrono::milliseconds kInterruptCheckInterval{100};
 
 // XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (1 ms .. 1 day) or kDefaultCollectiveTimeoutMs.
 int64_t collective_timeout_ms_from_env();

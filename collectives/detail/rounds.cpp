@@ -67,6 +67,16 @@ Rounds::Rounds(Segment segment, int64_t timeout_ms)
       sources_(static_cast<size_t>(segment_.world_size()), nullptr),
       fork_epoch_(fork_epoch()) {}
 
+void Rounds::check_not_poisoned() const {
+  // Every read of peers' data comes before the poison word's load (the peer poisons before it
+  // returns, and only then may change its operand).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (auto poisoned = segment_.poison_message()) {
+    throw PeerFailure(fmt::format("{} on ordinal {}: {} (this call's result is not used)",
+                                  operation_, ordinal(), *poisoned));
+  }
+}
+
 void Rounds::begin_call(const char* operation, const CallHeader& header) {
   // A forked child shares the parent's mailboxes: a call of its own would take the parent's
   // turn and leave the replicas reducing different rounds, silently.

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "xla_spawn/base/dtype.h"
@@ -90,6 +91,8 @@ class Rounds {
   void begin_call(const char* operation, const CallHeader& header);
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
+  // Throws xs::PeerFailure if the segment is poisoned: called as a call returns (CallEnd).
+  void check_not_poisoned() const;
   // After a sync() of this call: did every ordinal publish in_arena with round `parity`?
   bool all_in_arena(int parity) const;
   bool any_in_arena(int parity) const;
@@ -124,6 +127,25 @@ class Rounds {
   std::vector<const void*> sources_;
   std::vector<std::byte> scratch_;
   uint64_t fork_epoch_;  // detail::fork_epoch() when made: a forked child's calls are refused
+};
+
+// Declared after begin_call: when the call returns normally, it fails instead if the segment
+// was poisoned meanwhile. A peer that gave its call up (a timeout; Ctrl-C in Python) left while
+// this ordinal may still have been reading its operand, which it may change at once after
+// leaving (it poisons first, then returns): what was read then cannot be trusted.
+class CallEnd {
+ public:
+  explicit CallEnd(const Rounds& rounds)
+      : rounds_(rounds), exceptions_(std::uncaught_exceptions()) {}
+  ~CallEnd() noexcept(false) {
+    if (std::uncaught_exceptions() == exceptions_) rounds_.check_not_poisoned();
+  }
+  CallEnd(const CallEnd&) = delete;
+  CallEnd& operator=(const CallEnd&) = delete;
+
+ private:
+  const Rounds& rounds_;
+  int exceptions_;
 };
 
 }  // namespace xs::detail

@@ -174,6 +174,43 @@ TEST(StopTest, AReplicaArrivingAfterItsPeerGaveUpFailsInsteadOfCompleting) {
       << result.describe();
 }
 
+// Ordinal 1 is stopped inside a barrier it has posted; ordinal 0 completes the barrier, then
+// gives the job up (as a Ctrl-C'ed Python replica does, which may then change the operand a
+// peer is still reading). Ordinal 1, continued, sees the round complete, but its call must
+// fail rather than return a result read while the job was failing.
+TEST(StopTest, ACallThatCompletesAfterAPeerGaveUpFailsAsItReturns) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    auto* pids = reinterpret_cast<std::atomic<pid_t>*>(child.scratch);
+    pids[child.ordinal].store(::getpid());
+    comm.barrier();
+    if (child.ordinal == 1) {
+      try {
+        comm.barrier();
+      } catch (const PeerFailure& e) {
+        return std::string(e.what());
+      }
+      return std::string("completed");
+    }
+    ::usleep(200'000);  // ordinal 1 is inside its barrier, waiting for this one
+    const pid_t peer = pids[1].load();
+    ::kill(peer, SIGSTOP);
+    for (int i = 0; i < 1000 && process_stat_fields(peer).value_or("T")[0] != 'T'; ++i) ::usleep(1000);
+    comm.barrier();  // completes: ordinal 1 posted before it stopped
+    comm.segment().poison("ordinal 0 gave the job up");
+    ::kill(peer, SIGCONT);
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  ASSERT_FALSE(result.timed_out) << result.describe();
+  EXPECT_NE(result.children[1].message.find("barrier on ordinal 1: segment poisoned by ordinal 0: "
+                                            "ordinal 0 gave the job up (this call's result is not "
+                                            "used)"),
+            std::string::npos)
+      << result.describe();
+}
+
 TEST(MismatchTest, DifferentElementCountsAreReportedWithBothSides) {
   ForkJob job(3, kStagingBytes);
   job.start([](Child& child) {
