@@ -10,6 +10,7 @@
 //   float* p = buf->as<float>();
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace xs {
@@ -34,6 +35,10 @@ class Buffer {
     return static_cast<const T*>(data_);
   }
   size_t size_bytes() const { return size_bytes_; }
+  // Counts the runs that were allowed to overwrite this block in place (a donated input): IR
+  // that captured an earlier version (runtime/node.h) no longer describes its contents.
+  uint64_t version() const { return version_; }
+  void bump_version() { ++version_; }
 
   // Bytes currently cached in the pool, and a way to release them all.
   static size_t pooled_bytes();
@@ -43,6 +48,7 @@ class Buffer {
   Buffer(void* data, size_t size_bytes) : data_(data), size_bytes_(size_bytes) {}
   void* data_;
   size_t size_bytes_;
+  uint64_t version_ = 0;
 };
 
 using BufferPtr = std::shared_ptr<Buffer>;

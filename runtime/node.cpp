@@ -21,10 +21,25 @@ uint64_t hash_type(uint64_t h, const ValueType& type) {
   return h;
 }
 
+void check_data_current(const Node& node) {
+  if (node.op != Op::kData || node.data == nullptr || node.data_version == node.data->version()) {
+    return;
+  }
+  throw InvalidArgument(fmt::format(
+      "a {} value recorded before a step updated it in place is used after that step, which "
+      "would read the new values (for example: backward() through a loss recorded before "
+      "mark_step() ran an optimizer step or an assign() on one of its inputs); record it again "
+      "after the update",
+      type_str(node.type)));
+}
+
 NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs) {
   std::vector<ValueType> types;
   types.reserve(operands.size());
-  for (const NodePtr& o : operands) types.push_back(o->type);
+  for (const NodePtr& o : operands) {
+    check_data_current(*o);
+    types.push_back(o->type);
+  }
   auto node = std::make_shared<Node>();
   node->type = infer_type(op, types, attrs);
   numel(node->type.shape);  // refuses a negative dimension or an overflowing element count
@@ -42,6 +57,7 @@ NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs) {
 NodePtr make_data(BufferPtr data, ValueType type) {
   auto node = std::make_shared<Node>();
   node->op = Op::kData;
+  node->data_version = data != nullptr ? data->version() : 0;
   node->hash = hash_type(hash_combine(kHashSeed, static_cast<uint64_t>(Op::kData)), type);
   node->type = std::move(type);
   node->data = std::move(data);

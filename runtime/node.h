@@ -26,6 +26,7 @@ struct Node {
   ValueType type;
   uint64_t hash = 0;
   BufferPtr data;  // kData only: the materialised value
+  uint64_t data_version = 0;  // kData only: data->version() when the node was made
   RecordSite site;  // who recorded it (XLA_SPAWN_IR_DEBUG=1); never part of the hash
 
   const Shape& shape() const { return type.shape; }
@@ -37,6 +38,10 @@ struct Node {
 // thread's current recording site (runtime/site.h).
 NodePtr make_node(Op op, std::vector<NodePtr> operands, Attrs attrs);
 NodePtr make_data(BufferPtr data, ValueType type);
+// Throws xs::InvalidArgument when `node` is a kData node whose buffer a step has overwritten in
+// place since (its version moved on): using it would read the new values as the old. make_node
+// checks its operands; autograd's saved values reach it this way.
+void check_data_current(const Node& node);
 // A compile-time constant filled with `value` (its value is part of the hash).
 NodePtr make_const(double value, ValueType type);
 

@@ -135,6 +135,11 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   } done;
   const bool check_skipped = check_same_graph_everywhere(graph);
   std::shared_ptr<Program> program = lookup_or_compile(graph, is_step);
+  // From here the run may overwrite its donated inputs: IR still holding them (autograd's
+  // saved values) is stale, whether the run succeeds or not.
+  for (size_t i = 0; i < graph.inputs.size(); ++i) {
+    if (graph.donated[i]) graph.inputs[i]->bump_version();
+  }
   std::vector<BufferPtr> outputs;
   try {
     try {
@@ -203,9 +208,9 @@ void Runtime::mark_lost(const Graph& graph, std::span<TensorImpl* const> pending
     return reaches.at(root);
   };
   const auto message = std::make_shared<const std::string>(fmt::format(
-      "this tensor's value was lost: the step that computed it failed ({}) and may have "
-      "overwritten inputs it had taken over for in-place updates; assign the tensor a new value "
-      "(for example from a checkpoint)",
+      "this tensor's value was lost: the step that computed it failed ({}), and buffers it is "
+      "computed from were given to that step to overwrite in place; assign the tensor a new "
+      "value (for example from a checkpoint)",
       what));
   for (TensorImpl* impl : pending) {
     if (!impl->node || !depends(impl->node.get())) continue;

@@ -28,7 +28,10 @@ std::shared_ptr<TensorImpl> new_impl(ValueType type) {
 }  // namespace
 
 Tensor Tensor::from_ir(NodePtr node) {
-  if (node->op == Op::kData) return from_buffer(node->data, node->type);
+  if (node->op == Op::kData) {
+    check_data_current(*node);
+    return from_buffer(node->data, node->type);
+  }
   auto impl = new_impl(node->type);
   impl->node = std::move(node);
   return Tensor(std::move(impl));

@@ -14,6 +14,7 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/collectives/communicator.h"
+#include "xla_spawn/runtime/autograd.h"
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "tests/support/scoped_env.h"
@@ -96,6 +97,30 @@ TEST(Tensor, AStepThatFailsAfterAnInPlaceUpdateLosesTheUpdatedTensorRatherThanAp
   w.assign(Tensor::from_vector<float>({5, 6}, {2}));
   mark_step();
   EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{5, 6}));
+}
+
+// backward() through a loss recorded before a step that updated one of its inputs in place
+// read the updated values (grad [2, 8] for sum(p * p) at p = [1, 2]); PyTorch refuses this
+// ("modified by an inplace operation"), and so does the runtime now.
+TEST(Tensor, BackwardThroughValuesAStepOverwroteInPlaceIsRefused) {
+  ScopedRuntime rt;
+  Tensor p = Tensor::from_vector<float>({1, 2}, {2});
+  p.set_requires_grad(true);
+  mark_step();
+  const Tensor loss = sum(p * p);
+  {
+    NoGradGuard no_grad;
+    p.assign(p * 2.0);  // p's buffer is donated: the step overwrites it
+  }
+  mark_step();
+  EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{2, 4}));
+  EXPECT_NE(error_of([&] { backward(loss); })
+                .find("a f32[2] value recorded before a step updated it in place is used after "
+                      "that step"),
+            std::string::npos);
+  // Recorded after the update, it is fine.
+  backward(sum(p * p));
+  EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{4, 8}));
 }
 
 TEST(Tensor, NegativeAndOverflowingShapesAreRefusedAndEmptyAxesOnlyWhenReduced) {
