@@ -15,6 +15,15 @@ struct Cutter {
   std::unordered_map<const Node*, int> index_of;
   std::unordered_map<const Buffer*, int> input_of;       // buffer -> its kData node index
   std::unordered_map<const Buffer*, int> leaf_nodes_of;  // distinct leaf nodes per buffer
+  // Per node: its holders (use count) and how many of them this graph accounts for (its
+  // nodes' operand lists; for a root, the caller's references). A node held from outside
+  // (autograd's saved values, IR a caller kept) may be computed again after the step, from
+  // the leaves under it: those buffers must not be overwritten.
+  struct Refs {
+    long holders = 0;
+    long in_graph = 0;
+  };
+  std::unordered_map<const Node*, Refs> refs;
 
   int add_leaf(const Node* n) {
     ++leaf_nodes_of[n->data.get()];
@@ -44,7 +53,12 @@ struct Cutter {
         idx = add_leaf(n);
       } else {
         GNode g{n->op, n->attrs, n->type, {}, -1, n->site};
-        for (const NodePtr& o : n->operands) g.operands.push_back(index_of.at(o.get()));
+        for (const NodePtr& o : n->operands) {
+          g.operands.push_back(index_of.at(o.get()));
+          Refs& r = refs[o.get()];
+          r.holders = o.use_count();
+          ++r.in_graph;
+        }
         graph.nodes.push_back(std::move(g));
         idx = static_cast<int>(graph.nodes.size()) - 1;
       }
@@ -57,15 +71,43 @@ struct Cutter {
 
 }  // namespace
 
-Graph cut_graph(std::span<const NodePtr> roots, bool allow_donation) {
+Graph cut_graph(std::span<const NodePtr> roots, bool allow_donation,
+                std::span<const int> root_owners) {
   Cutter c;
   for (const NodePtr& r : roots) c.graph.roots.push_back(c.visit(r.get()));
   c.graph.donated.assign(c.graph.inputs.size(), 0);
-  for (size_t i = 0; allow_donation && i < c.graph.inputs.size(); ++i) {
+  if (!allow_donation) {
+    c.graph.hash = hash_graph(c.graph);
+    return std::move(c.graph);
+  }
+  for (size_t k = 0; k < roots.size(); ++k) {
+    Cutter::Refs& r = c.refs[roots[k].get()];
+    r.holders = roots[k].use_count();
+    r.in_graph += 1 + (k < root_owners.size() ? root_owners[k] : 1);  // `roots` and its owners
+  }
+  // Inputs under a node held from outside stay as they are.
+  std::vector<uint8_t> kept(c.graph.nodes.size(), 0);
+  std::vector<int> stack;
+  for (const auto& [node, r] : c.refs) {
+    if (r.holders > r.in_graph) stack.push_back(c.index_of.at(node));
+  }
+  while (!stack.empty()) {
+    const int i = stack.back();
+    stack.pop_back();
+    if (kept[static_cast<size_t>(i)]) continue;
+    kept[static_cast<size_t>(i)] = 1;
+    for (int o : c.graph.nodes[static_cast<size_t>(i)].operands) stack.push_back(o);
+  }
+  std::vector<uint8_t> input_kept(c.graph.inputs.size(), 0);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const GNode& g = c.graph.nodes[i];
+    if (kept[i] && g.op == Op::kData) input_kept[static_cast<size_t>(g.input)] = 1;
+  }
+  for (size_t i = 0; i < c.graph.inputs.size(); ++i) {
     // Holders: each distinct leaf node, plus graph.inputs itself. Anything more is a live
     // tensor (or user code) still reading the buffer.
     const BufferPtr& b = c.graph.inputs[i];
-    c.graph.donated[i] = b.use_count() == 1 + c.leaf_nodes_of.at(b.get());
+    c.graph.donated[i] = b.use_count() == 1 + c.leaf_nodes_of.at(b.get()) && !input_kept[i];
   }
   c.graph.hash = hash_graph(c.graph);
   return std::move(c.graph);

@@ -29,15 +29,20 @@ struct Graph {
   std::vector<GNode> nodes;
   std::vector<int> roots;  // one node index per requested root, in request order
   std::vector<BufferPtr> inputs;
-  // Per input: nothing outside this graph holds the buffer, so the program may overwrite it
-  // (an updated parameter then reuses its old buffer).
+  // Per input: nothing outside this graph holds the buffer, nor any leaf node wrapping it
+  // (autograd's saved values, IR a caller kept), so the program may overwrite it (an updated
+  // parameter then reuses its old buffer).
   std::vector<uint8_t> donated;
   uint64_t hash = 0;
 };
 
 // Flattens the IR under `roots`. Donation is only sound when every pending use of the
-// inputs is in this graph (mark_step), not for a partial sync.
-Graph cut_graph(std::span<const NodePtr> roots, bool allow_donation);
+// inputs is in this graph (mark_step), not for a partial sync. root_owners[k]: how many
+// tensors hold roots[k] as their pending node (1 each when empty); a node with holders beyond
+// those, the graph's own references and the `roots` span is held from outside, and no input
+// under it is donated.
+Graph cut_graph(std::span<const NodePtr> roots, bool allow_donation,
+                std::span<const int> root_owners = {});
 // Recomputes the hash of `graph` from its contents.
 uint64_t hash_graph(const Graph& graph);
 

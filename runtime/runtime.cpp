@@ -118,11 +118,17 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
   if (span.active()) span.arg("step", metrics_.counter(kCounterMarkStep));
   std::optional<TraceScope> cut_span(std::in_place, "cut and hash", "step");
   std::vector<NodePtr> roots;
+  std::vector<int> owners;  // per root: the pending tensors holding it
   std::unordered_map<const Node*, size_t> root_of;
   for (TensorImpl* impl : pending) {
-    if (root_of.emplace(impl->node.get(), roots.size()).second) roots.push_back(impl->node);
+    const auto [it, added] = root_of.emplace(impl->node.get(), roots.size());
+    if (added) {
+      roots.push_back(impl->node);
+      owners.push_back(0);
+    }
+    ++owners[it->second];
   }
-  Graph graph = cut_graph(roots, /*allow_donation=*/is_step);
+  Graph graph = cut_graph(roots, /*allow_donation=*/is_step, owners);
   roots.clear();  // the graph's inputs and the tensors' nodes keep what is needed
   cut_span.reset();
   span.arg("graph", static_cast<int64_t>(graph.hash), /*hex=*/true);

@@ -15,6 +15,8 @@
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/collectives/communicator.h"
 #include "xla_spawn/runtime/autograd.h"
+#include "xla_spawn/runtime/buffer.h"
+#include "xla_spawn/runtime/node.h"
 #include "xla_spawn/runtime/ops.h"
 #include "xla_spawn/runtime/runtime.h"
 #include "tests/support/scoped_env.h"
@@ -100,27 +102,44 @@ TEST(Tensor, AStepThatFailsAfterAnInPlaceUpdateLosesTheUpdatedTensorRatherThanAp
 }
 
 // backward() through a loss recorded before a step that updated one of its inputs in place
-// read the updated values (grad [2, 8] for sum(p * p) at p = [1, 2]); PyTorch refuses this
-// ("modified by an inplace operation"), and so does the runtime now.
-TEST(Tensor, BackwardThroughValuesAStepOverwroteInPlaceIsRefused) {
+// read the updated values: the step donated the input's buffer although autograd still held
+// IR over it (directly, or under a computed value such as s * 3). Such buffers are no longer
+// donated, so the gradient is the recorded loss's: d/dw sum(w * (s * 3)) = 3 s at the old s.
+TEST(Tensor, BackwardAfterAStepUpdatedAnInputInPlaceUsesTheRecordedValues) {
   ScopedRuntime rt;
   Tensor p = Tensor::from_vector<float>({1, 2}, {2});
   p.set_requires_grad(true);
+  Tensor w = Tensor::from_vector<float>({1, 1}, {2});
+  w.set_requires_grad(true);
+  Tensor s = Tensor::from_vector<float>({1, 2}, {2});
   mark_step();
-  const Tensor loss = sum(p * p);
+  const Tensor loss = sum(p * p) + sum(w * (s * 3.0));
+  EXPECT_DOUBLE_EQ(loss.item(), 14.0);  // a host read, as a training loop logs its loss
   {
     NoGradGuard no_grad;
-    p.assign(p * 2.0);  // p's buffer is donated: the step overwrites it
+    p.assign(p * 2.0);
+    s.assign(s * 10.0);
   }
   mark_step();
   EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{2, 4}));
-  EXPECT_NE(error_of([&] { backward(loss); })
-                .find("a f32[2] value recorded before a step updated it in place is used after "
-                      "that step"),
+  EXPECT_EQ(s.to_vector<float>(), (std::vector<float>{10, 20}));
+  backward(loss);
+  EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{2, 4}));
+  EXPECT_EQ(w.grad().to_vector<float>(), (std::vector<float>{3, 6}));
+}
+
+// The safety net under that rule: a leaf whose buffer a run has overwritten since it was made
+// is refused when used again.
+TEST(Tensor, IrOverABufferOverwrittenSinceIsRefused) {
+  ScopedRuntime rt;
+  BufferPtr buffer = Buffer::allocate(2 * sizeof(float));
+  const NodePtr leaf = make_data(buffer, {{2}, DType::kF32});
+  buffer->bump_version();  // what a run that was given the buffer to overwrite does
+  EXPECT_NE(error_of([&] { make_node(Op::kExp, {leaf}, {}); })
+                .find("a f32[2] value recorded before a step updated it in place"),
             std::string::npos);
-  // Recorded after the update, it is fine.
-  backward(sum(p * p));
-  EXPECT_EQ(p.grad().to_vector<float>(), (std::vector<float>{4, 8}));
+  EXPECT_NE(error_of([&] { Tensor::from_ir(leaf); }).find("recorded before a step"),
+            std::string::npos);
 }
 
 TEST(Tensor, NegativeAndOverflowingShapesAreRefusedAndEmptyAxesOnlyWhenReduced) {
