@@ -6,6 +6,7 @@ as ``__mp_main__`` so that its ``if __name__ == "__main__":`` block does not run
 calls ``fn(ordinal, *args)``. ``fn`` and ``args`` travel pickled in a private file.
 """
 
+import ctypes
 import multiprocessing.spawn as mp_spawn
 import os
 import pickle
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 from xla_spawn._core import Error
 from xla_spawn._launcher import NoLauncher, find_launcher
@@ -54,6 +56,12 @@ def spawn(fn, args=(), nprocs=None, launcher_args=()):
         nprocs = len(os.sched_getaffinity(0))
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn: nprocs must be an int >= 1, got {nprocs!r}")
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if getattr(fn, "__module__", None) == "__main__" and not (main_file and os.path.isfile(main_file)):
+        raise ValueError(
+            "spawn: fn is defined in a main module the replicas cannot import (python3 -c, stdin "
+            "or an interactive session): define it in a script file or a module")
     try:
         payload = pickle.dumps((fn, tuple(args)))
     except Exception as e:
@@ -71,18 +79,44 @@ def spawn(fn, args=(), nprocs=None, launcher_args=()):
         command = [launcher, "-n", str(nprocs), *map(str, launcher_args), "--", sys.executable,
                    "-c", _BOOTSTRAP]
         code = _run(command, dict(os.environ, **{_PAYLOAD_ENV: path}))
+    if code == 2:  # the launcher's usage error: no job ran
+        raise JobFailed(f"spawn: xla-spawn refused its command line {command[1:-4]} (status 2; "
+                        "its message is above, on stderr)", code)
     if code != 0:
         raise JobFailed(f"spawn: the job failed: xla-spawn exited with status {code} (its "
                         "summary is above, on stderr)", code)
 
 
+def _die_with_parent():
+    """In the launcher, before exec: SIGTERM when this process dies (its replicas follow)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class _Terminated(BaseException):
+    pass
+
+
 def _run(command, env):
     """Runs the launcher and returns its exit status. On Ctrl-C (which reaches the launcher
     too: it shares this process group) it lets the launcher stop the job and report, forwards
-    the signal if the launcher did not get it, then re-raises KeyboardInterrupt."""
-    launcher = subprocess.Popen(command, env=env)
+    the signal if the launcher did not get it, then re-raises KeyboardInterrupt. SIGTERM to
+    this process is passed on to the launcher, which stops the job; this process then exits
+    as SIGTERM would have made it (the temporary directory removed); if it dies outright, the
+    launcher gets SIGTERM from the kernel."""
+    previous = None
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        def on_term(signum, frame):
+            raise _Terminated()
+        previous = signal.signal(signal.SIGTERM, on_term)
+    launcher = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
     try:
         return launcher.wait()
+    except _Terminated:
+        launcher.send_signal(signal.SIGTERM)
+        launcher.wait()
+        raise SystemExit(128 + signal.SIGTERM) from None
     except KeyboardInterrupt:
         try:
             try:
@@ -94,6 +128,9 @@ def _run(command, env):
             launcher.kill()  # the replicas die with it
             launcher.wait()
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _replica_main():

@@ -5,6 +5,7 @@ XS_LAUNCHER and PYTHONPATH pointing into the build tree.
 """
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -359,6 +360,68 @@ def test_spawn_refuses_inside_a_replica_and_an_unpicklable_fn():
         xs.spawn(lambda ordinal: None, nprocs=1)
     with pytest.raises(ValueError, match=r"nprocs must be an int >= 1, got 0"):
         xs.spawn(print, nprocs=0)
+
+
+def test_spawn_passes_sigterm_on_and_leaves_nothing_behind(tmp_path):
+    # SIGTERM to the script that called spawn stops the job (the replicas would otherwise run
+    # on) and removes spawn's private directory (here under TMPDIR).
+    script = tmp_path / "sleepy.py"
+    script.write_text(textwrap.dedent("""
+        import os, time
+        import xla_spawn as xs
+
+        def _mp_fn(ordinal, where):
+            open(os.path.join(where, f"pid.{ordinal}"), "w").write(str(os.getpid()))
+            time.sleep(60)
+
+        if __name__ == "__main__":
+            xs.spawn(_mp_fn, args=(os.environ["PIDS"],), nprocs=2)
+    """))
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1", PIDS=str(pids),
+               TMPDIR=str(temp))
+    parent = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    replicas = [int(p.read_text()) for p in pids.iterdir()]
+    assert len(replicas) == 2, parent.communicate(timeout=30)
+    parent.send_signal(signal.SIGTERM)
+    _, err = parent.communicate(timeout=30)
+    assert parent.returncode == 128 + signal.SIGTERM, err
+    time.sleep(0.5)
+    for pid in replicas:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert list(temp.iterdir()) == [], list(temp.iterdir())
+
+
+def test_spawn_refuses_a_fn_from_python_c_and_names_a_launcher_usage_error(tmp_path):
+    env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1")
+    inline = subprocess.run(
+        [sys.executable, "-c", "import xla_spawn as xs\ndef f(o): pass\nxs.spawn(f, nprocs=1)"],
+        capture_output=True, text=True, timeout=60, env=env)
+    assert inline.returncode != 0
+    assert "fn is defined in a main module the replicas cannot import" in inline.stderr, inline.stderr
+    script = tmp_path / "bad_flag.py"
+    script.write_text(textwrap.dedent("""
+        import xla_spawn as xs
+
+        def _mp_fn(ordinal):
+            pass
+
+        if __name__ == "__main__":
+            try:
+                xs.spawn(_mp_fn, nprocs=1, launcher_args=["--bogus"])
+            except xs.JobFailed as e:
+                print(e.exit_code, e, flush=True)
+    """))
+    bad = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert bad.stdout.startswith("2 spawn: xla-spawn refused its command line"), bad.stdout
 
 
 def test_python_m_xla_spawn_runs_the_launcher():
