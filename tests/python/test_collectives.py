@@ -362,16 +362,21 @@ def test_spawn_refuses_inside_a_replica_and_an_unpicklable_fn():
         xs.spawn(print, nprocs=0)
 
 
-def test_spawn_passes_sigterm_on_and_leaves_nothing_behind(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_spawn_passes_sigterm_on_and_leaves_nothing_behind(tmp_path, sig):
     # SIGTERM to the script that called spawn stops the job (the replicas would otherwise run
-    # on) and removes spawn's private directory (here under TMPDIR).
+    # on) and removes spawn's private directory (here under TMPDIR). SIGKILL leaves the
+    # directory, but the launcher dies with the script (PR_SET_PDEATHSIG) and its replicas too.
     script = tmp_path / "sleepy.py"
     script.write_text(textwrap.dedent("""
         import os, time
         import xla_spawn as xs
 
         def _mp_fn(ordinal, where):
-            open(os.path.join(where, f"pid.{ordinal}"), "w").write(str(os.getpid()))
+            path = os.path.join(where, f"pid.{ordinal}")
+            with open(path + ".tmp", "w") as f:
+                f.write(str(os.getpid()))
+            os.rename(path + ".tmp", path)  # whole, as the test reads it
             time.sleep(60)
 
         if __name__ == "__main__":
@@ -386,17 +391,26 @@ def test_spawn_passes_sigterm_on_and_leaves_nothing_behind(tmp_path):
     parent = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+    while len(list(pids.glob("pid.?"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    replicas = [int(p.read_text()) for p in pids.iterdir()]
+    replicas = [int(p.read_text()) for p in pids.glob("pid.?")]
     assert len(replicas) == 2, parent.communicate(timeout=30)
-    parent.send_signal(signal.SIGTERM)
+    parent.send_signal(sig)
     _, err = parent.communicate(timeout=30)
-    assert parent.returncode == 128 + signal.SIGTERM, err
-    time.sleep(0.5)
-    for pid in replicas:
-        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
-    assert list(temp.iterdir()) == [], list(temp.iterdir())
+    assert parent.returncode == (128 + sig if sig == signal.SIGTERM else -sig), err
+
+    def gone(pid):
+        try:
+            return open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+        except FileNotFoundError:
+            return True
+
+    deadline = time.monotonic() + 10  # the launcher's grace period is 3 s
+    while not all(gone(pid) for pid in replicas) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(pid) for pid in replicas), replicas
+    if sig == signal.SIGTERM:
+        assert list(temp.iterdir()) == [], list(temp.iterdir())
 
 
 def test_spawn_refuses_a_fn_from_python_c_and_names_a_launcher_usage_error(tmp_path):
