@@ -180,8 +180,11 @@ std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
     const NodeState& n = nodes_[static_cast<size_t>(k)];
     if (!n.registered) {
       missing.push_back(k);
-      if (n.left.empty()) never.push_back(k);
-      if (!n.left.empty()) left += fmt::format("{}{}", left.empty() ? "" : "; ", n.left);
+      if (n.left.empty()) {
+        never.push_back(k);
+      } else {
+        left += fmt::format("{}{}", left.empty() ? "" : "; ", n.left);
+      }
     } else {
       present += fmt::format("{}node {} (host {}, {})", present.empty() ? "" : "; ", k,
                              n.info.hostname, n.info.host_addr);

@@ -6,7 +6,6 @@
 #include <optional>
 #include <fstream>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -152,7 +151,8 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
       ScopedTimer timer(metrics_, kTimerExecuteTime);
       TraceScope run_span("run", "step");
       const bool collective = communicator_ != nullptr && communicator_->world_size() > 1;
-      outputs = program->run(graph.inputs, {communicator_, &metrics_, collective ? &scratch_ : nullptr});
+      outputs = program->run(graph.inputs,
+                             {communicator_, &metrics_, collective ? &scratch_ : nullptr});
     } catch (const PeerFailure& e) {
       if (!check_skipped) throw;
       throw PeerFailure(fmt::format(
@@ -162,7 +162,7 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
           graph.hash, e.what()));
     }
   } catch (const std::exception& e) {
-    mark_lost(graph, pending, e.what());
+    mark_lost(graph, pending, root_of, e.what());
     throw;
   }
   for (TensorImpl* impl : pending) {
@@ -180,46 +180,24 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
 // twice, so every pending tensor computed from a donated input is marked lost; the others
 // stay pending and may run again.
 void Runtime::mark_lost(const Graph& graph, std::span<TensorImpl* const> pending,
-                        const char* what) {
-  std::unordered_set<const Buffer*> donated;
-  for (size_t i = 0; i < graph.inputs.size(); ++i) {
-    if (graph.donated[i]) donated.insert(graph.inputs[i].get());
+                        const std::unordered_map<const Node*, size_t>& root_of, const char* what) {
+  // graph.nodes are in post-order: a node's operands come before it.
+  std::vector<uint8_t> depends(graph.nodes.size(), 0);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const GNode& g = graph.nodes[i];
+    const auto operand_depends = [&](int o) { return depends[static_cast<size_t>(o)] != 0; };
+    depends[i] = g.op == Op::kData
+                     ? graph.donated[static_cast<size_t>(g.input)]
+                     : std::any_of(g.operands.begin(), g.operands.end(), operand_depends);
   }
-  if (donated.empty()) return;
-  std::unordered_map<const Node*, bool> reaches;  // node -> depends on a donated buffer
-  // Iterative post-order over the IR (graphs can be deep).
-  const auto depends = [&reaches, &donated](const Node* root) {
-    std::vector<std::pair<const Node*, size_t>> stack{{root, 0}};
-    while (!stack.empty()) {
-      auto& [node, next] = stack.back();
-      if (reaches.count(node) != 0) {
-        stack.pop_back();
-        continue;
-      }
-      if (node->op == Op::kData) {
-        reaches[node] = donated.count(node->data.get()) != 0;
-        stack.pop_back();
-        continue;
-      }
-      if (next < node->operands.size()) {
-        const Node* operand = node->operands[next++].get();
-        if (reaches.count(operand) == 0) stack.emplace_back(operand, 0);
-        continue;
-      }
-      bool any = false;
-      for (const NodePtr& operand : node->operands) any = any || reaches.at(operand.get());
-      reaches[node] = any;
-      stack.pop_back();
-    }
-    return reaches.at(root);
-  };
   const auto message = std::make_shared<const std::string>(fmt::format(
       "this tensor's value was lost: the step that computed it failed ({}), and buffers it is "
       "computed from were given to that step to overwrite in place; assign the tensor a new "
       "value (for example from a checkpoint)",
       what));
   for (TensorImpl* impl : pending) {
-    if (!impl->node || !depends(impl->node.get())) continue;
+    const int root = graph.roots[root_of.at(impl->node.get())];
+    if (!depends[static_cast<size_t>(root)]) continue;
     impl->lost = message;
     impl->node = nullptr;
     impl->leaf = nullptr;

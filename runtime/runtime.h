@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -110,7 +111,9 @@ class Runtime {
   bool check_same_graph_everywhere(const Graph& graph);
   // After `graph`'s run failed with `what`: marks the pending tensors computed from its
   // donated inputs lost (TensorImpl::lost).
-  static void mark_lost(const Graph& graph, std::span<TensorImpl* const> pending, const char* what);
+  // root_of: each pending tensor's node -> its index in graph.roots.
+  static void mark_lost(const Graph& graph, std::span<TensorImpl* const> pending,
+                        const std::unordered_map<const Node*, size_t>& root_of, const char* what);
   void dump(const Graph& graph, const Program& program) const;
 
   // All-reduce operand buffers from the communicator, shared by every program (an arena slot

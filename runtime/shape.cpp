@@ -12,7 +12,9 @@ int64_t numel(const Shape& shape) {
   bool empty = false;
   bool overflow = false;
   for (int64_t d : shape) {
-    if (d < 0) throw InvalidArgument(fmt::format("shape {}: dimension {} is negative", shape_str(shape), d));
+    if (d < 0) {
+      throw InvalidArgument(fmt::format("shape {}: dimension {} is negative", shape_str(shape), d));
+    }
     empty = empty || d == 0;
     overflow = overflow || __builtin_mul_overflow(n, d, &n) || n > kMaxNumel;
   }
