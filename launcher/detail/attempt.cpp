@@ -251,8 +251,14 @@ int Attempt::timeout_ms_until_next_deadline() const {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
 }
 
+// A parent that passes a signal on (xla_spawn.spawn, when the signal did not come from the
+// terminal) may send a copy of one this process got too (`timeout -s INT` signals the group as
+// well): the same signal from the parent and from elsewhere, this close, is one interrupt.
+constexpr auto kPassedOnWindow = std::chrono::seconds(1);
+
 void Attempt::handle_signals() {
-  for (int signo : job_.signals->drain()) {
+  for (const SignalPipe::Delivery& delivery : job_.signals->drain()) {
+    const int signo = delivery.signo;
     if (signo == SIGTSTP) {
       suspend();
     } else if (signo == SIGUSR1) {
@@ -260,12 +266,20 @@ void Attempt::handle_signals() {
     } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
       stop_signal_ = signo;
+      stop_signal_from_parent_ = delivery.from_parent;
+      stop_signal_at_ = Clock::now();
       tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
                  fmt::format("was interrupted by {}", signal_name(signo)));
       job_.mux->message(fmt::format(
           "received {}; forwarding it to {} replica(s), SIGKILL after {} ms (again: kill now)",
           signal_name(signo), running(), job_.options->grace.count()));
       stop_all(signo);
+    } else if (reason_ == StopReason::kSignal && signo == stop_signal_ &&
+               delivery.from_parent != stop_signal_from_parent_ &&
+               Clock::now() - stop_signal_at_ < kPassedOnWindow) {
+      job_.mux->message(fmt::format("received {} again, passed on by the parent process: the "
+                                    "same interrupt, still stopping",
+                                    signal_name(signo)));
     } else {
       job_.mux->message(fmt::format("received {} again; killing {} replica(s) now",
                                     signal_name(signo), running()));

@@ -21,9 +21,6 @@ from xla_spawn._launcher import NoLauncher, find_launcher
 
 _PAYLOAD_ENV = "XLA_SPAWN_SPAWN_PAYLOAD"
 _BOOTSTRAP = "from xla_spawn._spawn import _replica_main; _replica_main()"
-# After Ctrl-C the launcher stops the replicas within its grace period (3 s by default) and
-# reports; this long without that, it did not get the signal (only this process did).
-_INTERRUPT_WAIT_S = 10
 
 
 class JobFailed(Error):
@@ -97,40 +94,61 @@ class _Terminated(BaseException):
     pass
 
 
+_SI_KERNEL = 0x80  # siginfo's si_code for a signal the terminal sent (Ctrl-C)
+_POLL_S = 0.05
+
+
 def _run(command, env):
-    """Runs the launcher and returns its exit status. On Ctrl-C (which reaches the launcher
-    too: it shares this process group) it lets the launcher stop the job and report, forwards
-    the signal if the launcher did not get it, then re-raises KeyboardInterrupt. SIGTERM to
-    this process is passed on to the launcher, which stops the job; this process then exits
-    as SIGTERM would have made it (the temporary directory removed); if it dies outright, the
-    launcher gets SIGTERM from the kernel."""
-    previous = None
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        def on_term(signum, frame):
-            raise _Terminated()
-        previous = signal.signal(signal.SIGTERM, on_term)
-    launcher = subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
+    """Runs the launcher and returns its exit status. SIGINT and SIGTERM to this process stop
+    the job: the launcher stops the replicas (within its grace period) and reports, then
+    SIGINT raises KeyboardInterrupt here and SIGTERM exits as it would have (the temporary
+    directory removed). If this process dies outright, the launcher gets SIGTERM from the
+    kernel. A Ctrl-C from the terminal reaches the launcher too (it shares this process
+    group); a SIGINT sent to this process alone is passed on. A second SIGINT kills the job at
+    once."""
+    on_main = threading.current_thread() is threading.main_thread()
+    watched = set()
+    if on_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        watched.add(signal.SIGINT)
+    if on_main and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        watched.add(signal.SIGTERM)
+    if not watched:
+        return subprocess.Popen(command, env=env, preexec_fn=_die_with_parent).wait()
+    # Taken with sigtimedwait, whose siginfo tells a Ctrl-C from a kill(), instead of handlers.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, watched)
     try:
-        return launcher.wait()
-    except _Terminated:
-        launcher.send_signal(signal.SIGTERM)
-        launcher.wait()
-        raise SystemExit(128 + signal.SIGTERM) from None
-    except KeyboardInterrupt:
-        try:
-            try:
-                launcher.wait(timeout=_INTERRUPT_WAIT_S)
-            except subprocess.TimeoutExpired:
-                launcher.send_signal(signal.SIGINT)
+        launcher = subprocess.Popen(command, env=env,
+                                    preexec_fn=lambda: _launcher_preexec(watched - blocked))
+        interrupted = False
+        while True:
+            code = launcher.poll()
+            if code is not None:
+                break
+            info = signal.sigtimedwait(watched, _POLL_S)
+            if info is None:
+                continue
+            if info.si_signo == signal.SIGTERM:
+                launcher.send_signal(signal.SIGTERM)
                 launcher.wait()
-        except KeyboardInterrupt:  # a second Ctrl-C: now
-            launcher.kill()  # the replicas die with it
-            launcher.wait()
-        raise
+                raise SystemExit(128 + signal.SIGTERM)
+            if interrupted:  # a second Ctrl-C: now
+                launcher.kill()  # the replicas die with it
+                launcher.wait()
+                break
+            interrupted = True
+            if info.si_code != _SI_KERNEL:
+                launcher.send_signal(signal.SIGINT)
+        if interrupted:
+            raise KeyboardInterrupt
+        return code
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _launcher_preexec(unblock):
+    if unblock:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, unblock)
+    _die_with_parent()
 
 
 def _replica_main():

@@ -413,6 +413,85 @@ def test_spawn_passes_sigterm_on_and_leaves_nothing_behind(tmp_path, sig):
         assert list(temp.iterdir()) == [], list(temp.iterdir())
 
 
+@pytest.mark.parametrize("how", ["terminal", "kill"])
+def test_spawn_stops_the_job_gracefully_on_one_ctrl_c_from_the_terminal_or_a_kill(tmp_path, how):
+    # Ctrl-C at a terminal reaches the script and the launcher (one process group): the script
+    # must not pass it on as well, which the launcher would take for a second Ctrl-C (kill at
+    # once). A SIGINT sent to the script alone (kill, Jupyter's interrupt) is passed on at once.
+    # Either way the replicas get one SIGINT and finish their clean-up.
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent("""
+        import os, time
+        import xla_spawn as xs
+
+        def _mp_fn(ordinal, where):
+            try:
+                with open(os.path.join(where, f"pid.{ordinal}.tmp"), "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(os.path.join(where, f"pid.{ordinal}.tmp"),
+                          os.path.join(where, f"pid.{ordinal}"))
+                time.sleep(60)
+            except KeyboardInterrupt:
+                time.sleep(1)  # cleaning up: a second SIGINT (SIGKILL) now would cut this
+                open(os.path.join(where, f"clean.{ordinal}"), "w").close()
+
+        if __name__ == "__main__":
+            try:
+                xs.spawn(_mp_fn, args=(os.environ["PIDS"],), nprocs=2)
+            except KeyboardInterrupt:
+                print("KeyboardInterrupt", flush=True)
+    """))
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1", PIDS=str(pids))
+    if how == "terminal":
+        import fcntl
+        import pty
+        import termios
+        try:
+            master, slave = pty.openpty()
+        except OSError as e:
+            pytest.skip(f"no pseudo-terminal to send Ctrl-C from: {e}")
+        parent = subprocess.Popen(
+            [sys.executable, str(script)], env=env, stdin=slave, stdout=slave, stderr=slave,
+            start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+        os.close(slave)
+    else:
+        parent = subprocess.Popen([sys.executable, str(script)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.glob("pid.?"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(list(pids.glob("pid.?"))) == 2
+        sent = time.monotonic()
+        if how == "terminal":
+            os.write(master, b"\x03")
+        else:
+            parent.send_signal(signal.SIGINT)
+        parent.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    if how == "terminal":
+        output = b""
+        try:
+            while chunk := os.read(master, 65536):
+                output += chunk
+        except OSError:  # EIO: the other side is closed
+            pass
+        os.close(master)
+    else:
+        output = parent.stdout.read()
+    output = output.decode(errors="replace")
+    assert parent.returncode == 0 and output.rstrip().endswith("KeyboardInterrupt"), output
+    assert sorted(p.name for p in pids.glob("clean.?")) == ["clean.0", "clean.1"], output
+    assert "killing" not in output, output
+    assert took < 8, (took, output)  # the replicas' 1 s clean-up, well inside the 3 s grace
+
+
 def test_spawn_refuses_a_fn_from_python_c_and_names_a_launcher_usage_error(tmp_path):
     env = dict(os.environ, XLA_SPAWN_LAUNCHER=LAUNCHER, XLA_SPAWN_NO_TORCH="1")
     inline = subprocess.run(
