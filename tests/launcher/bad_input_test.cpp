@@ -59,7 +59,15 @@ INSTANTIATE_TEST_SUITE_P(
             "ShowOrdinalsGarbage", {"-n", "2", "--show-ordinals", "a-b"}, 2, "--show-ordinals='a'"},
         BadInput{"NegativeGrace", {"--grace-period", "-1"}, 2, "--grace-period='-1'"},
         BadInput{"NonNumericTimeout", {"--timeout", "soon"}, 2, "--timeout='soon'"},
-        BadInput{"NegativeRestarts", {"--max-restarts", "-1"}, 2, "--max-restarts='-1'"}),
+        BadInput{"NegativeRestarts", {"--max-restarts", "-1"}, 2, "--max-restarts='-1'"},
+        BadInput{"AbsurdRestarts", {"--max-restarts", "1001"}, 2, "[0, 1000]"},
+        BadInput{"ZeroNodes", {"--nnodes", "0"}, 2, "--nnodes='0': out of range"},
+        BadInput{"AbsurdNodes", {"--nnodes", "4097"}, 2, "[1, 4096]"},
+        BadInput{"NodeRankPastNodes", {"--nnodes", "2", "--node-rank", "2"}, 2,
+                 "must be less than --nnodes 2"},
+        BadInput{"PortZero", {"--master-port", "0"}, 2, "--master-port='0': out of range"},
+        BadInput{"PortPastRange", {"--master-port", "65536"}, 2, "[1, 65535]"},
+        BadInput{"ZeroRendezvousTimeout", {"--rdzv-timeout", "0"}, 2, "[1, 86400]"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(BadInputTest, NoCommandIsAUsageError) {

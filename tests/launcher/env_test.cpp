@@ -2,6 +2,7 @@
 // one job id shared by the job and unique to it, attempt 0, no inherited segment.
 
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -52,8 +53,16 @@ TEST_P(EnvTest, EachReplicaGetsItsOrdinalWorldSizeAndTheSharedJobId) {
     EXPECT_EQ(vars.at("XLA_SPAWN_ATTEMPT"), "0");
     EXPECT_EQ(vars.at("XLA_SPAWN_SEGMENT").rfind("/xla-spawn-", 0), 0u)
         << vars.at("XLA_SPAWN_SEGMENT");
-    EXPECT_EQ(vars.at("XLA_SPAWN_JOB_ID").rfind("xs-", 0), 0u) << vars.at("XLA_SPAWN_JOB_ID");
+    EXPECT_TRUE(std::regex_match(vars.at("XLA_SPAWN_JOB_ID"), std::regex("xs-[0-9]+-[0-9a-f]{8}")))
+        << vars.at("XLA_SPAWN_JOB_ID");
     job_ids.insert(vars.at("XLA_SPAWN_JOB_ID"));
+    EXPECT_EQ(vars.at("TORCHELASTIC_RUN_ID"), vars.at("XLA_SPAWN_JOB_ID"));
+    EXPECT_EQ(vars.at("TORCHELASTIC_RESTART_COUNT"), "0");
+    // One machine: node 0 of 1.
+    EXPECT_EQ(vars.at("XLA_SPAWN_NODE"), "0");
+    EXPECT_EQ(vars.at("GROUP_RANK"), "0");
+    EXPECT_EQ(vars.at("XLA_SPAWN_NNODES"), "1");
+    EXPECT_EQ(vars.at("GROUP_WORLD_SIZE"), "1");
     // torch.distributed's env://: the same loopback store address for every replica.
     EXPECT_EQ(vars.at("MASTER_ADDR"), "127.0.0.1");
     EXPECT_EQ(vars.at("MASTER_PORT"), env.at(0).at("MASTER_PORT"));
@@ -96,6 +105,30 @@ TEST(EnvTest, MathLibrariesDefaultToOneThreadPerReplica) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[0] [0] ENV OMP_NUM_THREADS=1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[1] [0] ENV OPENBLAS_NUM_THREADS=1"), std::string::npos) << r.out;
+}
+
+// OpenBLAS under a hypervisor often misses the CPU and runs its SSE3 kernels: the launcher
+// names the kernels the CPU can run.
+TEST(EnvTest, OpenblasCoretypeDefaultsToTheKernelsTheCpuRuns) {
+  const RunResult r = run_xla_spawn({"-n", "1", "--", "/usr/bin/env", "-u", "OPENBLAS_CORETYPE",
+                                     xla_spawn_path(), "-n", "1", "--", helper_path(), "--do",
+                                     "print-env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const std::string want = avx512 ? "SkylakeX" : avx2 ? "Haswell" : "<unset>";
+  EXPECT_NE(r.out.find("[0] [0] ENV OPENBLAS_CORETYPE=" + want + "\n"), std::string::npos)
+      << r.out;
+}
+
+// Replicas never read the terminal: their stdin is /dev/null.
+TEST(EnvTest, ReplicasReadStdinFromDevNull) {
+  const RunResult r =
+      run_xla_spawn({"-n", "2", "--", "/bin/sh", "-c", "readlink /proc/self/fd/0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] /dev/null\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] /dev/null\n"), std::string::npos) << r.out;
 }
 
 TEST(EnvTest, UserSettingsOfMathLibrariesWin) {

@@ -7,7 +7,9 @@
 #include <csignal>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/launcher/launch_support.h"
@@ -213,6 +215,46 @@ TEST(RestartTest, ReplicaFailingOnAttemptZeroSucceedsAfterOneRestart) {
   EXPECT_NE(r.out.find("[1] attempt 0: fail"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[1] attempt 1: ok"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("restarting all 3 replica(s): attempt 1"), std::string::npos) << r.err;
+}
+
+// Every attempt keeps the job id; the restart count follows the attempt, in both spellings.
+TEST(RestartTest, EachAttemptKeepsTheJobIdAndCountsItsRestarts) {
+  const RunResult r = run_xla_spawn({"-n", "2", "--max-restarts", "2", "--", helper_path(), "--do",
+                                     "exit:0", "--for", "0=fail-attempts:2:3"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = lines_with(r.out, "[0] restart count ");
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  const std::string job = lines[0].substr(lines[0].find(" of job ") + 8);
+  EXPECT_EQ(job.rfind("xs-", 0), 0u) << lines[0];
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    EXPECT_EQ(lines[attempt], fmt::format("[0] restart count {} of job {}", attempt, job));
+    EXPECT_NE(r.out.find(fmt::format("[0] attempt {}: {}", attempt, attempt < 2 ? "fail" : "ok")),
+              std::string::npos)
+        << r.out;
+  }
+}
+
+// --timeout bounds the whole job, restarts included: attempts failing after 0.7 s each would
+// go on for 7.7 s under --max-restarts 10.
+TEST(RestartTest, TheJobTimeoutCoversTheRestarts) {
+  const auto start = Clock::now();
+  const RunResult r = run_xla_spawn({"-n", "1", "--timeout", "2", "--max-restarts", "10", "--",
+                                     "/bin/sh", "-c", "sleep 0.7; exit 3"});
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_NE(r.err.find("timed out (--timeout 2 s)"), std::string::npos) << r.err;
+  EXPECT_LT(took, 6.0) << r.err;
+}
+
+// The summary shows the root cause's last 20 lines, not more.
+TEST(SummaryTest, ShowsTheLastTwentyLinesOfTheRootCause) {
+  const RunResult r = run_xla_spawn(
+      {"-n", "1", "--", "/bin/sh", "-c", "for i in $(seq 1 30); do echo line $i; done; exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_NE(r.err.find("last 20 line(s) of ordinal 0:\n  [0] line 11\n"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("  [0] line 30\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("  [0] line 10\n"), std::string::npos) << r.err;
 }
 
 TEST(RestartTest, WithoutRestartsTheFirstFailureIsFinal) {

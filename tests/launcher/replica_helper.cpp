@@ -88,7 +88,7 @@ void print_env() {
         "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE", "XLA_SPAWN_NODE", "XLA_SPAWN_NNODES",
         "XLA_SPAWN_NODE_SIZES", "XLA_SPAWN_MASTER_ADDR", "XLA_SPAWN_MASTER_PORT",
         "XLA_SPAWN_HOST_ADDR", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-        "XLA_SPAWN_TRACE"}) {
+        "XLA_SPAWN_TRACE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"}) {
     const char* value = std::getenv(name);
     std::printf("ENV %s=%s\n", name, value != nullptr ? value : "<unset>");
   }
@@ -158,6 +158,10 @@ int run_action(const std::string& action, const std::string& pid_dir) {
   } else if (a[0] == "fail-attempts") {
     const bool fail = env_number("XLA_SPAWN_ATTEMPT", 0) < static_cast<int>(arg(1));
     std::printf("attempt %d: %s\n", env_number("XLA_SPAWN_ATTEMPT", 0), fail ? "fail" : "ok");
+    const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    const char* job = std::getenv("XLA_SPAWN_JOB_ID");
+    std::printf("restart count %s of job %s\n", restarts ? restarts : "<unset>",
+                job ? job : "<unset>");
     return fail ? static_cast<int>(arg(2)) : 0;
   } else if (a[0] == "affinity") {
     print_affinity();
