@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 #include <string>
 
 #include <fmt/format.h>
@@ -36,6 +37,9 @@ int main(int argc, char** argv) try {
 } catch (const xs::InvalidArgument& e) {
   fmt::print(stderr, "train_fmnist: {}\n", e.what());
   return 2;
+} catch (const std::bad_alloc&) {
+  fmt::print(stderr, "train_fmnist: out of memory\n");
+  return EXIT_FAILURE;
 } catch (const std::exception& e) {
   fmt::print(stderr, "train_fmnist: {}\n", e.what());
   return EXIT_FAILURE;

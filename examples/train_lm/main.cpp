@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -35,6 +36,9 @@ int main(int argc, char** argv) try {
 } catch (const xs::InvalidArgument& e) {
   fmt::print(stderr, "train_lm: {}\n", e.what());
   return 2;
+} catch (const std::bad_alloc&) {
+  fmt::print(stderr, "train_lm: out of memory (a smaller --d-model, --layers, --context or --batch-size needs less)\n");
+  return EXIT_FAILURE;
 } catch (const std::exception& e) {
   fmt::print(stderr, "train_lm: {}\n", e.what());
   return EXIT_FAILURE;

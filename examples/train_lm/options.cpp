@@ -1,5 +1,7 @@
 #include "examples/train_lm/options.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <sstream>
 
@@ -14,6 +16,8 @@ namespace xs::lm {
 namespace po = boost::program_options;
 using examples::require;
 namespace {
+
+constexpr double kMaxVocab = 256;  // byte-level at most
 
 std::vector<int64_t> parse_buckets(const std::string& text, int64_t context) {
   if (text == "none") return {};
@@ -88,6 +92,20 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
   }
   require(o.d_model % o.heads == 0, "heads", fmt::format("a divisor of --d-model {}", o.d_model),
           std::to_string(o.heads));
+  // Training keeps four f32 copies of every parameter (weights, gradients, Adam's two moments):
+  // a model whose copies alone exceed this machine's memory is refused here, not by bad_alloc.
+  const double width = static_cast<double>(o.d_model);
+  const double parameters = (2.0 * kMaxVocab + static_cast<double>(o.context)) * width +
+                            static_cast<double>(o.layers) * (12 * width * width + 13 * width) +
+                            2 * width;
+  const double bytes = 16 * parameters;
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(::sysconf(_SC_PAGESIZE));
+  require(memory <= 0 || bytes < memory, "d-model",
+          fmt::format("a model whose weights, gradients and Adam state fit in this machine's "
+                      "{:.1f} GiB (with --layers {}: about {:.3g} parameters, {:.3g} GiB)",
+                      memory / (1 << 30), o.layers, parameters, bytes / (1 << 30)),
+          std::to_string(o.d_model));
   require(o.dropout >= 0 && o.dropout < 1, "dropout", "[0, 1)", fmt::format("{}", o.dropout));
   require(o.lr > 0 && o.lr < 10, "lr", "(0, 10)", fmt::format("{}", o.lr));
   require(o.min_lr_factor >= 0 && o.min_lr_factor <= 1, "min-lr-factor", "[0, 1]", fmt::format("{}", o.min_lr_factor));

@@ -168,7 +168,8 @@ TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
                                    {"--temperature inf", "--temperature: expected a finite value > 0"},
                                    {"--checkpoint ''", "the required argument for option '--checkpoint' is missing"},
                                    {"--seed -1", "--seed: expected an integer >= 0, got -1"},
-                                   {"--steps 3 5", "too many positional options"}}) {
+                                   {"--steps 3 5", "too many positional options"},
+                                   {"--d-model 1000000 --heads 4", "fit in this machine's"}}) {
     const CommandResult r = run_command(fmt::format("{} {}", XS_TRAIN_LM, args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
