@@ -72,6 +72,7 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
       c.state = fields && !fields->empty() ? (*fields)[0] : '\0';
     }
     c.seq = r.seq.load(std::memory_order_acquire);
+    c.returned = r.returned.load(std::memory_order_acquire) == 1;
     char name[sizeof r.name + 1] = {};
     std::memcpy(name, r.name, sizeof r.name);
     c.name.assign(name, strnlen(name, sizeof r.name));
@@ -118,8 +119,8 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
   };
   std::vector<bool> holds_up(calls.size(), false);
   for (const OrdinalCall& w : calls) {
-    if (w.seconds_waiting < 0 || w.awaited < 0 || w.state == 'T' || w.state == 't' ||
-        static_cast<size_t>(w.awaited) >= calls.size()) {
+    if (w.returned || w.seconds_waiting < 0 || w.awaited < 0 || w.state == 'T' ||
+        w.state == 't' || static_cast<size_t>(w.awaited) >= calls.size()) {
       continue;
     }
     const OrdinalCall& x = calls[static_cast<size_t>(w.awaited)];
@@ -135,17 +136,23 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
       out += "no collective call yet\n";
       continue;
     }
-    out += fmt::format("{} #{} ({}{} elements", c.name, c.seq,
-                       c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
-    if (c.graph_hash != 0) out += fmt::format(", graph {:016x}", c.graph_hash);
-    out += ")";
-    if (c.seconds_in_call >= 0) out += fmt::format(" for {:.1f} s", c.seconds_in_call);
-    if (c.seconds_waiting >= 0) {
-      out += fmt::format(", waiting {:.1f} s for ", c.seconds_waiting);
-      out += c.awaited >= 0 ? fmt::format("ordinal {}", first_ordinal + c.awaited)
-                            : std::string("its peers");
+    std::string what = fmt::format("{} #{} ({}{} elements", c.name, c.seq,
+                                   c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
+    if (c.graph_hash != 0) what += fmt::format(", graph {:016x}", c.graph_hash);
+    what += ")";
+    if (c.returned) {  // computing, loading data, stuck outside the collectives
+      out += "between collective calls, the latest " + what;
+      if (c.seconds_in_call >= 0) out += fmt::format(" began {:.1f} s ago", c.seconds_in_call);
     } else {
-      out += ", not waiting";
+      out += what;
+      if (c.seconds_in_call >= 0) out += fmt::format(" for {:.1f} s", c.seconds_in_call);
+      if (c.seconds_waiting >= 0) {
+        out += fmt::format(", waiting {:.1f} s for ", c.seconds_waiting);
+        out += c.awaited >= 0 ? fmt::format("ordinal {}", first_ordinal + c.awaited)
+                              : std::string("its peers");
+      } else {
+        out += ", not waiting";
+      }
     }
     const OrdinalCall::Arrivals all = combined(c);
     if (calls.size() > 1 && all.calls > 0) {

@@ -11,6 +11,9 @@
 //       39839d245a2d16aa) for 1.0 s, waiting 1.0 s for ordinal 1        (one line each)
 //     ordinal 1 (pid 1802, stopped): reduce_scatter #22 (...) for 1.0 s, not waiting
 //     held up by ordinal(s) 1 (stopped)
+//   or, for an ordinal whose latest call has returned (computing, loading data):
+//     ordinal 1 (pid 1802, running): between collective calls, the latest reduce_scatter #21
+//       (...) began 1.2 s ago
 //
 // Reads racily what running replicas write: a torn or scribbled record garbles one line, never
 // more (what becomes an index, a name or a dtype is range-checked; a time need only be past).
@@ -39,11 +42,12 @@ struct OrdinalCall {
   bool dumps_stack = false;   // slot_pid handles stack_dump_signal()
   char state = '\0';  // /proc/<pid>/stat's letter, '\0' when the process is gone
   uint64_t seq = 0;   // 0: no collective call yet
+  bool returned = false;  // call `seq` has returned: the ordinal is between calls
   std::string name;
   std::string dtype;  // empty when the record's dtype is out of range
   uint64_t n_elems = 0;
   uint64_t graph_hash = 0;
-  double seconds_in_call = 0;
+  double seconds_in_call = 0;  // since call `seq` began
   double seconds_waiting = -1;  // < 0: not inside a wait's sleep (or was not when it died)
   int awaited = -1;
   // Arrivals (shm::ArrivalCounts): at each training step's first collective, and at the

@@ -112,7 +112,12 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   const int64_t now_ns = record_time_ns(std::chrono::steady_clock::now());
   record.started_ns.store(now_ns, std::memory_order_relaxed);
   started_us_ = static_cast<uint64_t>(now_ns) / 1000;
+  record.returned.store(0, std::memory_order_relaxed);
   record.seq.store(call_seq_, std::memory_order_release);
+}
+
+void Rounds::end_call() const {
+  segment_.slot(ordinal()).call.returned.store(1, std::memory_order_release);
 }
 
 void Rounds::sync() {

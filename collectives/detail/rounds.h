@@ -91,6 +91,8 @@ class Rounds {
   void begin_call(const char* operation, const CallHeader& header);
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
+  // Marks the call returned in the hang report's record (CallEnd, when the call succeeds).
+  void end_call() const;
   // Throws xs::PeerFailure if the segment is poisoned: called as a call returns (CallEnd).
   void check_not_poisoned() const;
   // After a sync() of this call: did every ordinal publish in_arena with round `parity`?
@@ -137,8 +139,11 @@ class CallEnd {
  public:
   explicit CallEnd(const Rounds& rounds)
       : rounds_(rounds), exceptions_(std::uncaught_exceptions()) {}
+  // A call that fails keeps its record as it was: the hang report shows the wait it died in.
   ~CallEnd() noexcept(false) {
-    if (std::uncaught_exceptions() == exceptions_) rounds_.check_not_poisoned();
+    if (std::uncaught_exceptions() != exceptions_) return;
+    rounds_.check_not_poisoned();
+    rounds_.end_call();
   }
   CallEnd(const CallEnd&) = delete;
   CallEnd& operator=(const CallEnd&) = delete;

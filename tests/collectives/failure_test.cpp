@@ -430,6 +430,38 @@ TEST(ArrivalCountsTest, TheOrdinalThatComesLateIsCountedLastWithItsLateness) {
   EXPECT_NE(line->find(" collective calls that waited"), std::string::npos) << *line;
 }
 
+// The hang report's records tell a replica inside a call from one that has returned from
+// its latest: ordinal 0 waits in the second barrier while ordinal 1, back from the first,
+// looks at both records before it comes.
+TEST(CallRecordTest, ACallThatReturnedIsMarkedSoAndTheNextClearsIt) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    namespace bip = boost::interprocess;
+    bip::shared_memory_object shm(bip::open_only, child.segment_name.c_str(), bip::read_only);
+    bip::mapped_region region(shm, bip::read_only);
+    const auto records = [&] {
+      return read_calls(region.get_address(), region.get_size(), 2, {});
+    };
+    ShmCommunicator comm = child.communicator();
+    comm.barrier();
+    if (child.ordinal == 1) {
+      if (!records()[1].returned) return std::string("back from barrier #1 but not marked so");
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (records()[0].seq < 2 && std::chrono::steady_clock::now() < deadline) ::usleep(500);
+      const OrdinalCall zero = records()[0];
+      if (zero.seq != 2 || zero.returned) {
+        return fmt::format("ordinal 0 should be inside barrier #2: seq {}, returned {}", zero.seq,
+                           zero.returned);
+      }
+    }
+    comm.barrier();
+    const OrdinalCall mine = records()[static_cast<size_t>(child.ordinal)];
+    return mine.seq == 2 && mine.returned ? std::string() : std::string("#2 not marked returned");
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
 TEST(JobIsolationTest, TwoJobsAtOnceDoNotSeeEachOther) {
   ForkJob first(3, kStagingBytes);
   ForkJob second(2, kStagingBytes);

@@ -67,6 +67,24 @@ TEST(CallReport, AnOrdinalWithoutCallsAndOneThatIsGone) {
   EXPECT_NE(report.find("held up by ordinal(s) 1 (running)"), std::string::npos) << report;
 }
 
+// Ordinal 1 has returned from call #1204 and computes: it is not in the call, and it holds up
+// the others waiting for it in #1205. A returned ordinal's own record blames nobody.
+TEST(CallReport, AnOrdinalBetweenCallsIsNotShownInsideItsLatest) {
+  OrdinalCall between = call(1, 'R', 1204, -1, -1);
+  between.returned = true;
+  between.seconds_in_call = 1.93;
+  OrdinalCall stale = call(2, 'R', 1205, 3.0, 0);  // a wait that ended with the call
+  stale.returned = true;
+  const std::string report = format_calls({call(0, 'S', 1205, 1.5, 1), between, stale}, 0);
+  EXPECT_NE(report.find("  ordinal 1 (pid 101, running): between collective calls, the latest "
+                        "all_reduce #1204 (f32, 669706 elements, graph 3fa2c1d09e8b7a6f) began "
+                        "1.9 s ago\n"),
+            std::string::npos)
+      << report;
+  EXPECT_EQ(report.find("waiting 3.0 s"), std::string::npos) << report;
+  EXPECT_NE(report.find("  held up by ordinal(s) 1 (running)\n"), std::string::npos) << report;
+}
+
 // Ordinal 1 was stopped inside its wait for ordinal 0; ordinal 0 then arrived, waited for 1
 // and died of the timeout. Only the stopped one holds the job up: its wait is stale.
 TEST(CallReport, AWaitOfAStoppedOrdinalBlamesNobody) {
