@@ -161,6 +161,7 @@ void apply_values(const po::variables_map& vm, CommandLine& cl) {
   if (vm.count("log-dir")) s.output.log_dir = vm["log-dir"].as<std::string>();
   if (vm.count("log-dir") && s.output.log_dir.empty()) throw UsageError("--log-dir: empty path");
   if (vm.count("trace")) s.trace_file = vm["trace"].as<std::string>();
+  if (s.trace_file && s.trace_file->empty()) throw UsageError("--trace: empty path");
   const auto flag = [&vm](const char* name) -> std::optional<std::string> {
     return vm.count(name) ? std::optional(vm[name].as<std::string>()) : std::nullopt;
   };

@@ -74,6 +74,7 @@ OutputMux::OutputMux(const OutputOptions& options, int world_size)
     throw InvalidArgument(
         fmt::format("--log-dir {}: cannot create directory: {}", options_.log_dir, ec.message()));
   }
+  log_failed_.assign(static_cast<size_t>(world_size), false);
   for (int k = 0; k < world_size; ++k) {
     try {
       log_files_.push_back(open_log(options_.log_dir, options_.first_ordinal + k));
@@ -138,9 +139,19 @@ void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::s
   if (!console.empty()) {
     write_all(stream == ReplicaStream::kStdout ? options_.stdout_fd : options_.stderr_fd, console);
   }
-  if (!file_text.empty()) {
-    std::fwrite(file_text.data(), 1, file_text.size(), log_files_[k]);
-    std::fflush(log_files_[k]);
+  if (!file_text.empty() && !log_failed_[k]) {
+    errno = 0;
+    const size_t written = std::fwrite(file_text.data(), 1, file_text.size(), log_files_[k]);
+    if (std::fflush(log_files_[k]) != 0 || written != file_text.size()) {
+      // A full disk: said once, and the log ends there rather than with a gap in the middle.
+      log_failed_[k] = true;
+      message(fmt::format("{}; ordinal {}'s later lines are not in it",
+                          errno_message(fmt::format("cannot write log file {}/ordinal-{}.log",
+                                                    options_.log_dir,
+                                                    options_.first_ordinal + ordinal),
+                                        errno),
+                          options_.first_ordinal + ordinal));
+    }
   }
 }
 

@@ -72,6 +72,7 @@ class OutputMux {
   std::vector<LineSplitter> splitters_;  // [2 * ordinal + stream]
   std::vector<std::deque<std::string>> tails_;
   std::vector<FILE*> log_files_;  // empty without --log-dir
+  std::vector<bool> log_failed_;  // a write to the ordinal's log failed: it is written no more
   std::vector<std::string> scratch_;
   int stacks_begun_ = 0;
   int frames_pending_ = 0;

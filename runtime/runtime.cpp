@@ -1,10 +1,12 @@
 #include "xla_spawn/runtime/runtime.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <fstream>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -12,6 +14,7 @@
 
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/base/running_graph.h"
 #include "xla_spawn/base/trace.h"
 #include "xla_spawn/collectives/communicator.h"
@@ -307,19 +310,50 @@ void Runtime::note_compile(const GraphSummary& summary) {
       why.empty() ? "" : " The last: ", why);
 }
 
+namespace {
+
+// Writes `text` to `path` through a temporary renamed over it: no half-written dump is left.
+bool write_dump_file(const std::string& path, std::string_view text) {
+  const std::string temp = path + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const bool written = write_all(fd, text);
+  const int error = errno;
+  if (::close(fd) != 0 || !written || ::rename(temp.c_str(), path.c_str()) != 0) {
+    const int first = written ? errno : error;
+    ::unlink(temp.c_str());
+    errno = first;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// The first dump failing is a bad setting, found at the first compile; a later one (the disk
+// filled up) must not end a run for a debugging aid: it is said once and dumping stops.
 void Runtime::dump(const Graph& graph, const Program& program) const {
+  if (dump_failed_) return;
+  std::string failure;
   std::error_code ec;
   std::filesystem::create_directories(*options_.dump_dir, ec);
-  if (ec) {
-    throw IoError(fmt::format("XLA_SPAWN_DUMP_GRAPHS={}: cannot create the directory: {}",
-                              *options_.dump_dir, ec.message()));
-  }
   const std::string base = fmt::format("{}/graph_{:016x}", *options_.dump_dir, graph.hash);
-  std::ofstream txt(base + ".txt");
-  txt << graph_text(graph) << program.text();
-  std::ofstream dot(base + ".dot");
-  dot << graph_dot(graph);
-  if (!txt || !dot) throw IoError(errno_message("writing graph dump " + base, errno));
+  if (ec) {
+    failure = "cannot create the directory: " + ec.message();
+  } else if (!write_dump_file(base + ".txt", graph_text(graph) + program.text())) {
+    failure = errno_message("writing " + base + ".txt", errno);
+  } else if (!write_dump_file(base + ".dot", graph_dot(graph))) {
+    failure = errno_message("writing " + base + ".dot", errno);
+    ::unlink((base + ".txt").c_str());  // a graph's dump is both files or neither
+  }
+  if (failure.empty()) {
+    ++graphs_dumped_;
+    return;
+  }
+  const std::string what = fmt::format("XLA_SPAWN_DUMP_GRAPHS={}: {}", *options_.dump_dir, failure);
+  if (graphs_dumped_ == 0) throw IoError(what);
+  dump_failed_ = true;
+  spdlog::warn("{}; dumping stops after {} graph(s)", what, graphs_dumped_);
 }
 
 Runtime& runtime() {

@@ -143,6 +143,8 @@ class Runtime {
   uint64_t seed_state_ = 0x853c49e6748fea9bull;  // PCG's default increment: any odd constant
   std::vector<uint64_t> late_compiles_;          // hashes compiled after warm-up
   bool warned_ = false;
+  mutable int graphs_dumped_ = 0;
+  mutable bool dump_failed_ = false;  // a dump after the first failed: no more are tried
   GraphHistory history_;  // summaries of compiled graphs, for the recompile explanations
 };
 

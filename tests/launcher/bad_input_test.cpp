@@ -67,7 +67,9 @@ INSTANTIATE_TEST_SUITE_P(
                  "must be less than --nnodes 2"},
         BadInput{"PortZero", {"--master-port", "0"}, 2, "--master-port='0': out of range"},
         BadInput{"PortPastRange", {"--master-port", "65536"}, 2, "[1, 65535]"},
-        BadInput{"ZeroRendezvousTimeout", {"--rdzv-timeout", "0"}, 2, "[1, 86400]"}),
+        BadInput{"ZeroRendezvousTimeout", {"--rdzv-timeout", "0"}, 2, "[1, 86400]"},
+        BadInput{"EmptyTracePath", {"--trace", ""}, 2, "--trace: empty path"},
+        BadInput{"EmptyLogDir", {"--log-dir", ""}, 2, "--log-dir: empty path"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(BadInputTest, NoCommandIsAUsageError) {
