@@ -77,7 +77,11 @@ if(XS_BUILD_PYTHON)
   set(CPACK_DEBIAN_UNSPECIFIED_PACKAGE_NAME xla-spawn)
   set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-xla-spawn)
   set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
-  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "xla-spawn (= ${PROJECT_VERSION}), python3, python3-numpy")
+  # The extension is built for one minor version of Python.
+  math(EXPR xs_python_next_minor "${Python3_VERSION_MINOR} + 1")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+      "xla-spawn (= ${PROJECT_VERSION}), python3 (>= 3.${Python3_VERSION_MINOR}), \
+python3 (<< 3.${xs_python_next_minor}), python3-numpy")
   set(CPACK_DEBIAN_PYTHON_DESCRIPTION
       "Python package of xla-spawn: collectives on NumPy arrays, a torch.distributed backend")
 endif()

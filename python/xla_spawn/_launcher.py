@@ -18,7 +18,8 @@ def find_launcher():
     here = os.path.dirname(os.path.abspath(__file__))
     for candidate in (
         os.path.join(here, "..", "..", "launcher", "xla-spawn"),  # build tree: build/python/xla_spawn
-        os.path.join(here, "..", "..", "..", "..", "bin", "xla-spawn"),  # <prefix>/lib/python3/dist-packages
+        # <prefix>/lib/python3[.X]/dist-packages/xla_spawn
+        os.path.join(here, "..", "..", "..", "..", "bin", "xla-spawn"),
         shutil.which("xla-spawn"),
     ):
         if candidate and os.access(candidate, os.X_OK) and os.path.isfile(candidate):

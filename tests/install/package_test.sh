@@ -35,6 +35,10 @@ build_and_run() {
   cmake --build "$scratch/$name" >>"$scratch/$name.log" 2>&1 ||
     { cat "$scratch/$name.log" >&2; fail "$name: building the example failed"; }
   run_example "$prefix" "$scratch/$name/sum_replicas" "$name"
+  out=$("$scratch/$name/spawn_replicas" 2>&1) ||
+    { echo "$out" >&2; fail "$name: spawn_replicas (xla_spawn::launcher alone) failed"; }
+  grep -q "child 1 of 2" <<<"$out" || { echo "$out" >&2; fail "$name: spawn_replicas' child 1 did not report"; }
+  echo "package_test: $name: spawn(fn) linked with xla_spawn::launcher alone ran 2 children"
 }
 
 run_example() {
@@ -82,7 +86,7 @@ check_depends() {
 }
 
 # run_python ROOT SITE NAME: when the Python package was built, the one installed under SITE
-# (ROOT's lib/python3/dist-packages) runs the NumPy example as 2 replicas through
+# (ROOT's lib/python3.X/dist-packages) runs the NumPy example as 2 replicas through
 # `python3 -m xla_spawn`, which must find ROOT/bin/xla-spawn beside the package.
 run_python() {
   local prefix=$1 site=$2 name=$3 out
@@ -96,6 +100,7 @@ run_python() {
   echo "package_test: $name: the Python package ran under $prefix/bin/xla-spawn"
 }
 
+site=lib/python3.$(/usr/bin/python3 -c 'import sys; print(sys.version_info.minor)' 2>/dev/null || true)/dist-packages
 case $mode in
   install)
     prefix=$scratch/prefix
@@ -128,7 +133,23 @@ case $mode in
       $(pkg-config --cflags --libs xla_spawn) -o "$scratch/sum_pc" ||
       fail "building the example with pkg-config failed"
     run_example "$prefix" "$scratch/sum_pc" pkg-config
-    run_python "$prefix" "$prefix/lib/python3/dist-packages" install
+    # The README's ordinal-aware binary, as printed there, builds and runs.
+    sed -n '/^### An ordinal-aware binary/,/^```$/p' "$source/README.md" |
+      sed -n '/^```cpp$/,/^```$/p' | grep -v '^```' >"$scratch/readme_ordinal.cpp"
+    grep -q "int main" "$scratch/readme_ordinal.cpp" || fail "no program under the README's 'An ordinal-aware binary'"
+    # shellcheck disable=SC2046
+    g++ -O1 "$scratch/readme_ordinal.cpp" $(pkg-config --cflags --libs xla_spawn) -o "$scratch/readme_ordinal" ||
+      fail "the README's ordinal-aware binary does not build as printed"
+    out=$("$prefix/bin/xla-spawn" -n 2 -- "$scratch/readme_ordinal" 2>&1) ||
+      { echo "$out" >&2; fail "the README's ordinal-aware binary failed"; }
+    grep -q "replica 1 of 2" <<<"$out" || { echo "$out" >&2; fail "the README's binary did not log 'replica 1 of 2'"; }
+    echo "package_test: the README's ordinal-aware binary builds as printed and runs"
+    # Where Debian's python3 looks under /usr/local (and /usr): the README installs there.
+    if [[ -d $build/python/xla_spawn ]]; then
+      /usr/bin/python3 -c "import site, sys; sys.exit('/usr/local/$site' not in site.getsitepackages())" ||
+        fail "Debian's python3 does not read /usr/local/$site, where the package installs"
+    fi
+    run_python "$prefix" "$prefix/$site" install
     ;;
   deb)
     deb=$build/xla-spawn_${version}_amd64.deb
@@ -141,6 +162,9 @@ case $mode in
     if [[ -d $build/python/xla_spawn ]]; then
       [[ -f $python_deb ]] || fail "scripts/package wrote no $(basename "$python_deb")"
       check_depends "$python_deb"
+      minor=$(/usr/bin/python3 -c 'import sys; print(sys.version_info.minor)')
+      dpkg-deb -f "$python_deb" Depends | grep -qF "python3 (<< 3.$((minor + 1)))" ||
+        fail "python3-xla-spawn does not pin the Python 3.$minor its extension is built for"
     fi
     root=$scratch/root
     dpkg-deb -x "$deb" "$root"
@@ -161,7 +185,7 @@ case $mode in
     ((listed >= 15)) || fail "only $listed options found in --help"
     [[ -f $root/usr/share/bash-completion/completions/xla-spawn ]] || fail "no bash completion"
     build_and_run "$root/usr" deb
-    run_python "$root/usr" "$root/usr/lib/python3/dist-packages" deb
+    run_python "$root/usr" "$root/usr/$site" deb
     ;;
   completion)
     # shellcheck disable=SC1091
