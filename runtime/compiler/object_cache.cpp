@@ -64,6 +64,8 @@ class Fd {
 }  // namespace
 
 ObjectCache::ObjectCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
+  // "cache/" would make lstat follow a symlink named cache.
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     spdlog::warn("compile cache: cannot create {}: {}; compiling without a disk cache", dir_, std::strerror(errno));
     return;

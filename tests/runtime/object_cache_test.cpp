@@ -180,6 +180,22 @@ TEST(ObjectCache, ADirectoryOthersCanWriteIsRefusedWithAWarning) {
   EXPECT_NE(log.text().find("not writable by group or others"), std::string::npos) << log.text();
 }
 
+// The directory itself must not be a symlink (its target's owner and mode are not what the
+// user chose), with or without a trailing slash, which would make lstat follow it.
+TEST(ObjectCache, ASymlinkedDirectoryIsRefusedWithOrWithoutATrailingSlash) {
+  TempDir dir;
+  fs::create_directories(dir.cache() + ".real");
+  fs::permissions(dir.cache() + ".real", fs::perms::owner_all, fs::perm_options::replace);
+  fs::create_directory_symlink(dir.cache() + ".real", dir.cache());
+  for (const std::string& path : {dir.cache(), dir.cache() + "/", dir.cache() + "//"}) {
+    CapturedLog log;
+    const StepRun r = run_step(path);
+    EXPECT_EQ(r.native_compiles, 1) << path;
+    EXPECT_TRUE(fs::is_empty(dir.cache() + ".real")) << path;
+    EXPECT_NE(log.text().find("a symlink is not followed"), std::string::npos) << path << log.text();
+  }
+}
+
 TEST(ObjectCache, ReplicasStoringTheSameEntryAtOnceLeaveOneWholeEntry) {
   TempDir dir;
   const std::vector<float> reference = interpreted_step();
