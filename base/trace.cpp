@@ -71,6 +71,10 @@ struct Recorder {
   std::set<int> named_tids;  // threads whose name line is written
   std::unordered_set<std::string> names;
   bool hooks = false;    // the exit and fork hooks are installed
+  // A process traced outside any xla-spawn job (XLA_SPAWN_TRACE set, no job id): no launcher
+  // merges its part, so its exit hook does, into solo_file.
+  std::string solo_file;
+  std::string solo_job;
   pid_t writer = 0;      // the process whose writer thread runs (threads do not survive fork)
 };
 
@@ -215,7 +219,19 @@ void write_batch(Recorder& r, const std::vector<Span>& batch) {
   }
 }
 
-void flush_at_exit() { flush(); }
+void flush_at_exit() {
+  flush();
+  Recorder& r = recorder();
+  if (r.solo_file.empty() || r.owner != ::getpid()) return;
+  try {
+    const size_t spans = merge(r.solo_file, r.solo_job, -1, /*remove_parts=*/true);
+    std::fprintf(stderr, "xla-spawn: trace of %zu span(s) written to %s\n", spans,
+                 r.solo_file.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "xla-spawn: trace not written: %s (the part %s is kept)\n", e.what(),
+                 r.path.c_str());
+  }
+}
 
 // Writes the buffer every kFlushIntervalMs, whatever the replica does: a replica stuck in a
 // sleep, a loop or a wait, then killed, keeps what it recorded up to then. Detached: it never
@@ -301,8 +317,12 @@ void start_from_env(int ordinal, int attempt) {
   if (!file) return;
   try {
     const int64_t t0 = env_int(kT0Env, 0, INT64_MAX).value_or(now_ns());
-    const std::string job = env_string("XLA_SPAWN_JOB_ID").value_or("nojob");
+    const std::optional<std::string> job_id = env_string("XLA_SPAWN_JOB_ID");
+    const std::string job = job_id.value_or(fmt::format("solo-{}", ::getpid()));
     start(*file, job, ordinal, attempt, t0);
+    Recorder& r = recorder();
+    r.solo_file = job_id ? std::string() : *file;
+    r.solo_job = job_id ? std::string() : job;
   } catch (const std::exception& e) {  // a timeline is never worth the job
     std::fprintf(stderr, "xla-spawn: ordinal %d runs without tracing: %s\n", ordinal, e.what());
     trace_on.store(false, std::memory_order_relaxed);

@@ -196,6 +196,32 @@ TEST(TimelineTest, AReplicaThatCannotWriteItsPartRunsUntraced) {
       << out;
 }
 
+// A program traced alone, outside any xla-spawn job, has no launcher to merge its part: it
+// writes the trace itself at exit, and leaves no part behind.
+TEST(TimelineTest, AProgramTracedAloneWritesItsTraceAtExit) {
+  if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
+  TempDir dir;
+  const std::string file = dir.path() + "/alone.json";
+  const std::string command = fmt::format(
+      "env -u XLA_SPAWN_JOB_ID XLA_SPAWN_TRACE={} {} --model mlp --batch-size 16 --epochs 1 "
+      "--max-steps 3 --train-samples 4096 --no-eval 2>&1",
+      file, train_fmnist_path());
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find(" span(s) written to " + file), std::string::npos) << out;
+  const auto [checked, report] =
+      check_trace(fmt::format("'{}' --ordinals 1 --require mark_step --require run", file));
+  EXPECT_EQ(checked, 0) << report;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_FALSE(entry.path().string().ends_with(".part")) << entry.path() << " left behind";
+  }
+}
+
 // A device, a directory or a link is never replaced by the merged file.
 TEST(TimelineTest, ATraceFileThatIsNotARegularFileIsRefusedBeforeAnythingStarts) {
   TempDir dir;
