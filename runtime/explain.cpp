@@ -167,6 +167,23 @@ std::string explain_same_nodes(const GraphSummary& old, const GraphSummary& now)
   return "no difference in nodes, results or donation flags";
 }
 
+// How many of `now`'s ops `old` has too, counted by kind whatever their order: a graph of the
+// same computation with a changed shape, op or input keeps most; evaluation against a
+// training step, or generation against either, keeps few.
+size_t shared_ops(const GraphSummary& old, const GraphSummary& now) {
+  std::vector<size_t> count(kNumOps, 0);
+  for (const GNode& n : old.nodes) ++count[static_cast<size_t>(n.op)];
+  size_t shared = 0;
+  for (const GNode& n : now.nodes) {
+    size_t& left = count[static_cast<size_t>(n.op)];
+    if (left > 0) {
+      --left;
+      ++shared;
+    }
+  }
+  return shared;
+}
+
 }  // namespace
 
 size_t common_prefix(const GraphSummary& a, const GraphSummary& b) {
@@ -185,6 +202,12 @@ std::string explain_recompile(const GraphSummary& old, const GraphSummary& now) 
     what =
         "the same graph was compiled before and its program evicted from the compile cache "
         "(more distinct graphs than XLA_SPAWN_COMPILE_CACHE_SIZE)";
+  } else if (const size_t shared = shared_ops(old, now); 2 * shared < std::max(on, nn)) {
+    what = fmt::format(
+        "a different computation, not a changed step: the closest cached graph has only {} of "
+        "its {} ops (evaluation, generation or another part of a program compiles a graph of "
+        "its own, once)",
+        shared, nn);
   } else if (k == on && k == nn) {
     what = explain_same_nodes(old, now);
   } else if (k < on && k < nn && leaf(old.nodes[k]) && leaf(now.nodes[k])) {

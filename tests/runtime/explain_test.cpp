@@ -69,6 +69,20 @@ TEST(Explain, ChangedBatchSizeNamesTheInputBothShapesAndTheLineThatUsedIt) {
       << "no hint when sites are kept: " << why;
 }
 
+// Evaluation after training steps (or generation) is a graph of its own: comparing its
+// inputs with the training step's would be noise, so it is named as a different computation.
+TEST(Explain, AnUnrelatedGraphIsNamedADifferentComputationNotAChangedStep) {
+  ScopedRuntime rt(with_debug());
+  const Tensor w = Tensor::full_data({3, 4}, 0.5);
+  const Tensor images = Tensor::full_data({8, 3}, 1);
+  const GraphSummary train = trace({exp(matmul(images, w)) * 2.0 + 1.0}, 1);
+  const GraphSummary other = trace({sqrt(abs(neg(tanh(sigmoid(images)))))}, 2);
+  const std::string why = explain_recompile(train, other);
+  EXPECT_HAS(why, "step 2 recompiled: a different computation, not a changed step: the closest "
+                  "cached graph has only 1 of its 6 ops");
+  EXPECT_EQ(why.find("input 0"), std::string::npos) << why;
+}
+
 TEST(Explain, ChangedInputDtypeNamesBothDtypesAndTheOpThatReadsIt) {
   ScopedRuntime rt(with_debug());
   int line = 0;
