@@ -7,7 +7,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,42 +18,50 @@
 namespace xs::testing {
 namespace {
 
-// Runs `script` (sh) in a new mount namespace after mounting a tmpfs of `size` on `dir`.
-// Returns nullopt (and skips) when that cannot be done here.
-std::optional<Launch> in_small_tmpfs(const std::string& dir, const std::string& size,
-                                     const std::string& script) {
-  if (::geteuid() != 0) return std::nullopt;
-  if (!std::filesystem::exists("/usr/bin/unshare")) return std::nullopt;
-  const std::string job = "mount -t tmpfs -o size=" + size + " tmpfs " + dir + " && " + script;
-  const std::vector<std::string> args{"/usr/bin/unshare", "-m", "/bin/sh", "-c", job};
-  return std::optional<Launch>(std::in_place, args, true);
-}
+struct SmallDiskRun {
+  std::string skipped;  // why it could not run here; empty when it ran
+  int status = 0;
+  std::string out, err;
+};
 
-constexpr const char* kNeeds =
-    "needs root and /usr/bin/unshare: mounts a small tmpfs in a private mount namespace";
+// Runs `script` (sh) in a new mount namespace after mounting a tmpfs of `size` on `dir`, for
+// at most `limit`.
+SmallDiskRun in_small_tmpfs(const std::string& dir, const std::string& size,
+                            const std::string& script, std::chrono::seconds limit) {
+  SmallDiskRun r;
+  if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/unshare")) {
+    r.skipped = "needs root and /usr/bin/unshare: mounts a small tmpfs in a private mount "
+                "namespace";
+    return r;
+  }
+  const std::string job = "mount -t tmpfs -o size=" + size + " tmpfs " + dir + " && " + script;
+  Launch run({"/usr/bin/unshare", "-m", "/bin/sh", "-c", job}, true);
+  r.status = run.wait_or_fail(limit);
+  r.out = run.out();
+  r.err = run.err();
+  if (r.err.find("mount:") != std::string::npos) r.skipped = "cannot mount a tmpfs: " + r.err;
+  return r;
+}
 
 TEST(FullDiskTest, ALogFileThatStopsFittingIsSaidAndTheJobGoesOn) {
   TempDir dir;
   const std::string mnt = dir / "mnt";
   std::filesystem::create_directory(mnt);
-  std::optional<Launch> run = in_small_tmpfs(
+  const SmallDiskRun r = in_small_tmpfs(
       mnt, "8k",
       xla_spawn_path() + " -n 2 --log-dir " + mnt +
-          "/logs -- /bin/sh -c 'for i in $(seq 3000); do echo line $RANK $i; done'");
-  if (!run) GTEST_SKIP() << kNeeds;
-  const int status = run->wait_or_fail(std::chrono::seconds(60));
-  if (run->err().find("mount:") != std::string::npos) {
-    GTEST_SKIP() << "cannot mount a tmpfs: " << run->err();
-  }
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << run->err();
-  EXPECT_NE(run->err().find("cannot write log file " + mnt + "/logs/ordinal-"), std::string::npos)
-      << run->err();
-  EXPECT_NE(run->err().find("No space left on device"), std::string::npos) << run->err();
-  EXPECT_NE(run->err().find("'s later lines are not in it"), std::string::npos) << run->err();
+          "/logs -- /bin/sh -c 'for i in $(seq 3000); do echo line $RANK $i; done'",
+      std::chrono::seconds(60));
+  if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_EQ(WEXITSTATUS(r.status), 0) << r.err;
+  EXPECT_NE(r.err.find("cannot write log file " + mnt + "/logs/ordinal-"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'s later lines are not in it"), std::string::npos) << r.err;
   // The console still has every line.
-  EXPECT_EQ(lines_with(run->out(), "[0] line 0 ").size(), 3000u);
-  EXPECT_EQ(lines_with(run->out(), "[1] line 1 ").size(), 3000u);
+  EXPECT_EQ(lines_with(r.out, "[0] line 0 ").size(), 3000u);
+  EXPECT_EQ(lines_with(r.out, "[1] line 1 ").size(), 3000u);
 }
 
 TEST(FullDiskTest, GraphDumpsThatStopFittingAreSaidAndTrainingGoesOn) {
@@ -62,25 +69,22 @@ TEST(FullDiskTest, GraphDumpsThatStopFittingAreSaidAndTrainingGoesOn) {
   const std::string mnt = dir / "mnt";
   std::filesystem::create_directory(mnt);
   // The training step's graph fits in 32 KiB; the evaluation's, compiled after epoch 1, not.
-  std::optional<Launch> run = in_small_tmpfs(
+  const SmallDiskRun r = in_small_tmpfs(
       mnt, "32k",
       "XLA_SPAWN_DUMP_GRAPHS=" + mnt + "/g " + train_fmnist_path() +
           " --epochs 2 --train-samples 2048 --test-samples 512; echo \"exit $?\"; "
-          "echo \"files $(find " + mnt + "/g -type f | wc -l)\"");
-  if (!run) GTEST_SKIP() << kNeeds;
-  const int status = run->wait_or_fail(std::chrono::seconds(120));
-  if (run->err().find("mount:") != std::string::npos) {
-    GTEST_SKIP() << "cannot mount a tmpfs: " << run->err();
-  }
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_NE(run->out().find("exit 0\n"), std::string::npos) << run->out() << run->err();
-  EXPECT_NE(run->err().find("XLA_SPAWN_DUMP_GRAPHS=" + mnt + "/g: writing " + mnt + "/g/graph_"),
+          "echo \"files $(find " + mnt + "/g -type f | wc -l)\"",
+      std::chrono::seconds(120));
+  if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_NE(r.out.find("exit 0\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("XLA_SPAWN_DUMP_GRAPHS=" + mnt + "/g: writing " + mnt + "/g/graph_"),
             std::string::npos)
-      << run->err();
-  EXPECT_NE(run->err().find("dumping stops after 1 graph(s)"), std::string::npos) << run->err();
+      << r.err;
+  EXPECT_NE(r.err.find("dumping stops after 1 graph(s)"), std::string::npos) << r.err;
   // The training graph's two files, nothing of the evaluation's, no temporaries.
-  EXPECT_NE(run->out().find("files 2\n"), std::string::npos) << run->out();
-  EXPECT_NE(run->out().find("epoch 2"), std::string::npos) << run->out();
+  EXPECT_NE(r.out.find("files 2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epoch 2"), std::string::npos) << r.out;
 }
 
 }  // namespace

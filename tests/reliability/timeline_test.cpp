@@ -19,16 +19,20 @@
 namespace xs::testing {
 namespace {
 
-// The checker's output and exit status (-1 when python3 cannot run it).
-std::pair<int, std::string> check_trace(const std::string& args) {
-  const std::string command = fmt::format("python3 {} {} 2>&1", XS_CHECK_TRACE_SCRIPT, args);
-  FILE* pipe = ::popen(command.c_str(), "r");
+// A shell command's exit status (-1 when it did not exit) and its output, stderr included.
+std::pair<int, std::string> run_shell(const std::string& command) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return {-1, "popen failed"};
   std::string out;
   char buffer[4096];
   while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
   const int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The checker's output and exit status (-1 when python3 cannot run it).
+std::pair<int, std::string> check_trace(const std::string& args) {
+  return run_shell(fmt::format("python3 {} {}", XS_CHECK_TRACE_SCRIPT, args));
 }
 
 bool has_python3() { return std::system("python3 -c pass >/dev/null 2>&1") == 0; }
@@ -180,17 +184,11 @@ TEST(TimelineTest, AnInheritedXlaSpawnTraceIsNotPassedOn) {
 // A replica that cannot create its part (here: a directory that is not there) says so and
 // trains untraced: a timeline is never worth the job.
 TEST(TimelineTest, AReplicaThatCannotWriteItsPartRunsUntraced) {
-  const std::string command = fmt::format(
+  const auto [status, out] = run_shell(fmt::format(
       "XLA_SPAWN_TRACE=/nonexistent-xs-dir/t.json {} --model mlp --batch-size 16 --epochs 1 "
-      "--max-steps 3 --train-samples 4096 --no-eval 2>&1",
-      train_fmnist_path());
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+      "--max-steps 3 --train-samples 4096 --no-eval",
+      train_fmnist_path()));
+  EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("ordinal 0 runs without tracing: tracing: creating /nonexistent-xs-dir/t.json."),
             std::string::npos)
       << out;
@@ -202,17 +200,11 @@ TEST(TimelineTest, AProgramTracedAloneWritesItsTraceAtExit) {
   if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
   TempDir dir;
   const std::string file = dir.path() + "/alone.json";
-  const std::string command = fmt::format(
+  const auto [status, out] = run_shell(fmt::format(
       "env -u XLA_SPAWN_JOB_ID XLA_SPAWN_TRACE={} {} --model mlp --batch-size 16 --epochs 1 "
-      "--max-steps 3 --train-samples 4096 --no-eval 2>&1",
-      file, train_fmnist_path());
-  FILE* pipe = ::popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buffer[4096];
-  while (size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+      "--max-steps 3 --train-samples 4096 --no-eval",
+      file, train_fmnist_path()));
+  EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find(" span(s) written to " + file), std::string::npos) << out;
   const auto [checked, report] =
       check_trace(fmt::format("'{}' --ordinals 1 --require mark_step --require run", file));
