@@ -17,6 +17,7 @@ namespace xs {
 // kDirect: the zero-copy two-shot on operands from Communicator::alloc_buffer (every
 // replica's operand in its buffer arena); for other operands it runs as kCma or kTwoShot.
 enum class AllReduceAlgorithm { kRing, kOneShot, kTwoShot, kCma, kDirect };
+inline constexpr int kNumAllReduceAlgorithms = 5;
 
 inline constexpr const char* kAllReduceAlgorithmEnv = "XLA_SPAWN_ALLREDUCE_ALGO";
 

@@ -18,6 +18,7 @@ BufferArena::BufferArena(std::byte* base, size_t bytes)
 }
 
 void* BufferArena::allocate(size_t bytes) {
+  if (bytes > bytes_) return nullptr;  // also keeps the rounding below from wrapping to 0
   const size_t want = shm::round_up(bytes == 0 ? 1 : bytes, kAlignBytes);
   std::lock_guard lock(mutex_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <span>
 #include <string>
@@ -54,6 +55,18 @@ inline void copy_to_pieces(std::span<const GatherPiece> pieces, size_t at_bytes,
     const std::byte* src = static_cast<const std::byte*>(from) + (begin - at_bytes);
     if (to != src) std::memmove(to, src, end - begin);
   }
+}
+
+// Throws InvalidArgument for a null buffer with elements, or `copies` times n_elems elements
+// of dtype that overflow a byte count (every communicator checks each operand so).
+inline void check_operand(const char* operation, const void* data, size_t n_elems, DType dtype,
+                          int copies) {
+  XS_CHECK_ARG(data != nullptr || n_elems == 0, "{}: null buffer for {} elements", operation,
+               n_elems);
+  XS_CHECK_ARG(n_elems <= std::numeric_limits<size_t>::max() / dtype_size(dtype) /
+                              static_cast<size_t>(copies),
+               "{}: {} x {} elements of {} overflow a byte count", operation, copies, n_elems,
+               dtype_name(dtype));
 }
 
 // Throws InvalidArgument unless every piece lies inside `total_bytes` gathered bytes.
@@ -137,6 +150,8 @@ class Communicator {
   // same communicator. This default is the heap.
   static constexpr size_t kBufferAlignBytes = 4096;
   virtual void* alloc_buffer(size_t bytes) {
+    // libstdc++'s aligned new rounds the size up to the alignment first, which wraps to 0.
+    if (bytes > std::numeric_limits<size_t>::max() - kBufferAlignBytes) throw std::bad_alloc();
     return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{kBufferAlignBytes});
   }
   virtual void free_buffer(void* data) {

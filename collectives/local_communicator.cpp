@@ -7,15 +7,20 @@
 
 namespace xs {
 
-void LocalCommunicator::all_reduce(void*, size_t, DType dtype, ReduceOp) {
-  check_reducible("all_reduce", dtype);  // same contract as a job, so bugs show up alone too
+// The same checks as a job's communicator, so bugs show up alone too.
+void LocalCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp) {
+  check_reducible("all_reduce", dtype);
+  check_operand("all_reduce", data, n_elems, dtype, 1);
 }
 
-void LocalCommunicator::broadcast(void*, size_t, DType, int root) {
+void LocalCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int root) {
   XS_CHECK_ARG(root == 0, "broadcast: root {} outside 0..0 (world size 1)", root);
+  check_operand("broadcast", data, n_elems, dtype, 1);
 }
 
 void LocalCommunicator::all_gather(const void* in, void* out, size_t n_elems, DType dtype) {
+  check_operand("all_gather", in, n_elems, dtype, 1);
+  check_operand("all_gather", out, n_elems, dtype, 1);
   const size_t bytes = n_elems * dtype_size(dtype);
   check_chunk_overlap("all_gather", in, bytes, out, 1, 0);
   if (bytes != 0 && in != out) std::memmove(out, in, bytes);
@@ -23,6 +28,7 @@ void LocalCommunicator::all_gather(const void* in, void* out, size_t n_elems, DT
 
 void LocalCommunicator::all_gather_pieces(const void* in, std::span<const GatherPiece> pieces,
                                           size_t n_elems, DType dtype) {
+  check_operand("all_gather", in, n_elems, dtype, 1);
   const size_t bytes = n_elems * dtype_size(dtype);
   check_gather_pieces(pieces, bytes);
   check_chunk_overlap("all_gather", in, bytes, pieces, 0);
@@ -32,6 +38,8 @@ void LocalCommunicator::all_gather_pieces(const void* in, std::span<const Gather
 void LocalCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                        ReduceOp op) {
   check_reducible("reduce_scatter", dtype);
+  check_operand("reduce_scatter", in, n_elems, dtype, 1);
+  check_operand("reduce_scatter", out, n_elems, dtype, 1);
   const size_t bytes = n_elems * dtype_size(dtype);
   check_chunk_overlap("reduce_scatter", out, bytes, in, 1, 0);
   if (bytes != 0 && in != out) std::memmove(out, in, bytes);

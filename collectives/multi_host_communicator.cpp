@@ -16,18 +16,6 @@
 namespace xs {
 namespace {
 
-// Throws InvalidArgument for a null buffer with elements, or `copies` times n_elems elements
-// of dtype that overflow a byte count.
-void check_operand(const char* operation, const void* data, size_t n_elems, DType dtype,
-                   int copies) {
-  XS_CHECK_ARG(data != nullptr || n_elems == 0, "{}: null buffer for {} elements", operation,
-               n_elems);
-  XS_CHECK_ARG(n_elems <= std::numeric_limits<size_t>::max() / dtype_size(dtype) /
-                              static_cast<size_t>(copies),
-               "{}: {} x {} elements of {} overflow a byte count", operation, copies, n_elems,
-               dtype_name(dtype));
-}
-
 void check_local(const NodeTopology& t, const ShmCommunicator* local) {
   if (t.local_world_size() == 1) {
     XS_CHECK_ARG(local == nullptr,

@@ -168,7 +168,7 @@ AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in
 // Forced schedules other than kDirect ignore the arena.
 void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
   check_reducible("all_reduce", dtype);
-  XS_CHECK_ARG(data != nullptr || n_elems == 0, "all_reduce: null buffer for {} elements", n_elems);
+  check_operand("all_reduce", data, n_elems, dtype, 1);
   if (world_size() == 1) return;  // sum, mean, max and min of one replica: the input
   auto* bytes = static_cast<std::byte*>(data);
   const size_t n_bytes = n_elems * dtype_size(dtype);
@@ -183,8 +183,11 @@ void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, Reduce
   TraceScope span("all_reduce", "collective");
   span.arg("bytes", static_cast<int64_t>(n_bytes));
   span.arg("schedule", direct ? "direct (arena)" : all_reduce_algorithm_name(base).data());
+  // A forced schedule is part of the call: replicas forcing different ones (their own
+  // XLA_SPAWN_ALLREDUCE_ALGO) would run rounds that do not pair up.
+  const int32_t schedule = forced_ ? 1 + static_cast<int32_t>(*forced_) : 0;
   rounds_->begin_call("all_reduce",
-                      CallHeader{CallKind::kAllReduce, dtype, op, n_elems, 0, direct});
+                      CallHeader{CallKind::kAllReduce, dtype, op, n_elems, schedule, direct});
   const detail::CallEnd end(*rounds_);
   // CMA permission is a collective of its own, negotiated once, by everyone at once.
   const bool wants_cma =
@@ -232,7 +235,7 @@ void ShmCommunicator::all_reduce_in_place(std::byte* data, size_t n_elems, DType
 void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int root) {
   XS_CHECK_ARG(root >= 0 && root < world_size(), "broadcast: root {} outside 0..{}", root,
                world_size() - 1);
-  XS_CHECK_ARG(data != nullptr || n_elems == 0, "broadcast: null buffer for {} elements", n_elems);
+  check_operand("broadcast", data, n_elems, dtype, 1);
   if (world_size() == 1) return;
   TraceScope span("broadcast", "collective");
   span.arg("bytes", static_cast<int64_t>(n_elems * dtype_size(dtype)));
@@ -246,6 +249,7 @@ void ShmCommunicator::broadcast(void* data, size_t n_elems, DType dtype, int roo
 // in-place schedules do): when every input is in its owner's arena the zero-copy direct form
 // runs, else the staging schedule (one round later).
 void ShmCommunicator::all_gather(const void* in, void* out, size_t n_elems, DType dtype) {
+  check_operand("all_gather", out, n_elems, dtype, world_size());
   const GatherPiece whole{0, n_elems * dtype_size(dtype) * static_cast<size_t>(world_size()), out};
   all_gather_pieces(in, std::span<const GatherPiece>(&whole, 1), n_elems, dtype);
 }
@@ -254,6 +258,7 @@ void ShmCommunicator::all_gather(const void* in, void* out, size_t n_elems, DTyp
 // writes one buffer, so pieces other than one whole output go through a private one.
 void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPiece> pieces,
                                         size_t n_elems, DType dtype) {
+  check_operand("all_gather", in, n_elems, dtype, world_size());
   const size_t bytes = n_elems * dtype_size(dtype);
   const size_t total_bytes = bytes * static_cast<size_t>(world_size());
   check_gather_pieces(pieces, total_bytes);
@@ -280,6 +285,8 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
 void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                      ReduceOp op) {
   check_reducible("reduce_scatter", dtype);
+  check_operand("reduce_scatter", in, n_elems, dtype, world_size());
+  check_operand("reduce_scatter", out, n_elems, dtype, 1);
   check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in, world_size(),
                       ordinal());
   if (world_size() == 1) {

@@ -12,19 +12,14 @@
 namespace xs {
 namespace {
 
-// The handler's state: the write end of the live SignalPipe (-1: none), and the process that
-// started this one.
+// The handler's only state: the write end of the live SignalPipe (-1: none).
 std::atomic<int> g_write_fd{-1};
-std::atomic<pid_t> g_parent{-1};
-constexpr unsigned char kFromParent = 0x80;  // above every signal number
 
-extern "C" void on_signal(int signo, siginfo_t* info, void*) {
+extern "C" void on_signal(int signo) {
   const int saved_errno = errno;
   const int fd = g_write_fd.load(std::memory_order_relaxed);
   if (fd >= 0) {
-    const bool from_parent =
-        info != nullptr && info->si_code == SI_USER && info->si_pid == g_parent.load();
-    const auto byte = static_cast<char>(signo | (from_parent ? kFromParent : 0));
+    const char byte = static_cast<char>(signo);
     // Non-blocking: if 64 KiB of signals are already pending, dropping more loses nothing.
     [[maybe_unused]] const ssize_t n = ::write(fd, &byte, 1);
   }
@@ -45,11 +40,10 @@ SignalPipe::SignalPipe() {
     XS_CHECK(false, "a supervisor is already running in this process (signal pipe fd {})",
              expected);
   }
-  g_parent.store(::getppid());
   struct sigaction action {};
-  action.sa_sigaction = on_signal;
+  action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | SA_SIGINFO;
+  action.sa_flags = SA_RESTART;
   for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
   struct sigaction child_default {};
   child_default.sa_handler = SIG_DFL;
@@ -65,15 +59,12 @@ SignalPipe::~SignalPipe() {
   ::close(write_fd_);
 }
 
-std::vector<SignalPipe::Delivery> SignalPipe::drain() {
-  std::vector<Delivery> signals;
+std::vector<int> SignalPipe::drain() {
+  std::vector<int> signals;
   char bytes[64];
   ssize_t n;
   while ((n = ::read(read_fd_, bytes, sizeof bytes)) > 0) {
-    for (ssize_t i = 0; i < n; ++i) {
-      const auto byte = static_cast<unsigned char>(bytes[i]);
-      signals.push_back({byte & ~kFromParent, (byte & kFromParent) != 0});
-    }
+    for (ssize_t i = 0; i < n; ++i) signals.push_back(static_cast<unsigned char>(bytes[i]));
   }
   return signals;
 }

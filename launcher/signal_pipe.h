@@ -7,7 +7,7 @@
 // replicas itself and their exit statuses would be lost.
 //
 //   xs::SignalPipe signals;                  // handlers installed
-//   pollfd p{signals.read_fd(), POLLIN, 0};  ... for (auto d : signals.drain()) forward(d.signo);
+//   pollfd p{signals.read_fd(), POLLIN, 0};  ... for (int s : signals.drain()) forward(s);
 //                                            // previous handlers restored on destruction
 
 #include <csignal>
@@ -27,12 +27,8 @@ class SignalPipe {
   int read_fd() const { return read_fd_; }
   int write_fd() const { return write_fd_; }  // children close both ends
 
-  struct Delivery {
-    int signo = 0;
-    bool from_parent = false;  // kill()ed by the process that started this one
-  };
   // The signals delivered since the last call, in order (empty if none).
-  std::vector<Delivery> drain();
+  std::vector<int> drain();
 
   static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1};
   static constexpr int kCount = 5;

@@ -1,5 +1,6 @@
 #include "xla_spawn/replica/xm_collectives.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -46,23 +47,41 @@ std::vector<std::vector<std::byte>> rendezvous(const std::string& tag,
 }
 
 double mesh_reduce(const std::string& tag, double value, ReduceOp op) {
-  // Through rendezvous (not all_reduce) so the tag catches replicas at different call sites.
-  const auto all = rendezvous(tag, std::as_bytes(std::span<const double>(&value, 1)));
+  // Through rendezvous (not all_reduce) so the tag catches replicas at different call sites;
+  // its own tag space, so a rendezvous of the same tag is a mismatch on both sides; the op
+  // travels with the value, so replicas reducing differently all fail.
+  struct Payload {
+    double value;
+    int32_t op;
+    int32_t zero = 0;
+  };
+  const Payload mine{value, static_cast<int32_t>(op)};
+  const auto all =
+      rendezvous("mesh_reduce:" + tag, std::as_bytes(std::span<const Payload>(&mine, 1)));
   double result = 0;
   for (size_t k = 0; k < all.size(); ++k) {
-    XS_CHECK_EQ(all[k].size(), sizeof(double), "mesh_reduce payload of ordinal {}", k);
-    double v;
-    std::memcpy(&v, all[k].data(), sizeof v);
+    XS_CHECK_EQ(all[k].size(), sizeof(Payload), "mesh_reduce payload of ordinal {}", k);
+    Payload theirs;
+    std::memcpy(&theirs, all[k].data(), sizeof theirs);
+    if (theirs.op != mine.op) {
+      throw PeerFailure(fmt::format(
+          "mesh_reduce '{}': ordinal {} reduces with {}, ordinal {} with {}", tag, ordinal(),
+          reduce_op_name(op), k,
+          theirs.op >= 0 && theirs.op < kNumReduceOps
+              ? std::string(reduce_op_name(static_cast<ReduceOp>(theirs.op)))
+              : fmt::format("op {}", theirs.op)));
+    }
+    const double v = theirs.value;
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kMean:
         result = k == 0 ? v : result + v;
         break;
-      case ReduceOp::kMax:
-        result = k == 0 || v > result ? v : result;
+      case ReduceOp::kMax:  // a NaN anywhere wins, as all_reduce's max
+        result = k == 0 || std::isnan(v) || v > result ? v : result;
         break;
       case ReduceOp::kMin:
-        result = k == 0 || v < result ? v : result;
+        result = k == 0 || std::isnan(v) || v < result ? v : result;
         break;
     }
   }

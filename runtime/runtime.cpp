@@ -313,8 +313,10 @@ void Runtime::note_compile(const GraphSummary& summary) {
 namespace {
 
 // Writes `text` to `path` through a temporary renamed over it: no half-written dump is left.
+// Replicas sharing the directory dump the same graphs: each writes a temporary of its own, and
+// the last rename wins with the same bytes.
 bool write_dump_file(const std::string& path, std::string_view text) {
-  const std::string temp = path + ".tmp";
+  const std::string temp = fmt::format("{}.{}.tmp", path, ::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return false;
   const bool written = write_all(fd, text);
@@ -344,7 +346,6 @@ void Runtime::dump(const Graph& graph, const Program& program) const {
     failure = errno_message("writing " + base + ".txt", errno);
   } else if (!write_dump_file(base + ".dot", graph_dot(graph))) {
     failure = errno_message("writing " + base + ".dot", errno);
-    ::unlink((base + ".txt").c_str());  // a graph's dump is both files or neither
   }
   if (failure.empty()) {
     ++graphs_dumped_;

@@ -9,6 +9,7 @@
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/running_graph.h"
 #include "xla_spawn/base/trace.h"
+#include "xla_spawn/collectives/all_reduce_algorithm.h"
 #include "xla_spawn/collectives/detail/fork_epoch.h"
 #include "xla_spawn/shm/call_report.h"
 #include "xla_spawn/shm/futex.h"
@@ -25,6 +26,12 @@ std::string describe(const shm::Mailbox& m) {
     text += fmt::format(", op {}", reduce_op_name(static_cast<ReduceOp>(m.op)));
   }
   if (kind == CallKind::kBroadcast) text += fmt::format(", root {}", m.aux);
+  if (kind == CallKind::kAllReduce && m.aux > 0 && m.aux <= kNumAllReduceAlgorithms) {
+    text += fmt::format(", schedule forced to {}",
+                        all_reduce_algorithm_name(static_cast<AllReduceAlgorithm>(m.aux - 1)));
+  } else if (kind == CallKind::kAllReduce && m.aux != 0) {
+    text += fmt::format(", schedule {}", m.aux);
+  }
   if (kind == CallKind::kReduceRanges || kind == CallKind::kGatherRanges) {
     text += fmt::format(", bounds digest {:#x}", static_cast<uint32_t>(m.aux));
   }
@@ -77,7 +84,7 @@ void Rounds::check_not_poisoned() const {
   }
 }
 
-void Rounds::begin_call(const char* operation, const CallHeader& header) {
+void Rounds::check_can_begin(const char* operation) const {
   // A forked child shares the parent's mailboxes: a call of its own would take the parent's
   // turn and leave the replicas reducing different rounds, silently.
   if (fork_epoch() != fork_epoch_) {
@@ -90,6 +97,23 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   // rounds that peer posted before it poisoned the segment: the job is failing.
   if (auto poisoned = segment_.poison_message()) {
     throw PeerFailure(fmt::format("{} on ordinal {}: {}", operation, ordinal(), *poisoned));
+  }
+}
+
+void Rounds::begin_call(const char* operation, const CallHeader& header) {
+  // One call at a time: a second thread's call would interleave its rounds with the first's,
+  // and the replicas would pair up calls of different threads, silently.
+  if (in_call_.exchange(true, std::memory_order_acquire)) {
+    throw InvalidArgument(fmt::format(
+        "{}: ordinal {} is already inside a collective call on another thread; a communicator "
+        "takes one call at a time (serialise the threads' calls)",
+        operation, ordinal()));
+  }
+  try {
+    check_can_begin(operation);
+  } catch (...) {
+    leave_call();
+    throw;
   }
   operation_ = operation;
   header_ = header;
@@ -115,6 +139,8 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   record.returned.store(0, std::memory_order_relaxed);
   record.seq.store(call_seq_, std::memory_order_release);
 }
+
+void Rounds::leave_call() const { in_call_.store(false, std::memory_order_release); }
 
 void Rounds::end_call() const {
   segment_.slot(ordinal()).call.returned.store(1, std::memory_order_release);

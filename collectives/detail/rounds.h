@@ -20,6 +20,7 @@
 // the counter's fetch_add chain is acq_rel, `barrier_round` is released by the last arrival
 // and acquired by the waiters, so all peers' data is visible after sync().
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -54,7 +55,9 @@ struct CallHeader {
   DType dtype = DType::kF32;
   ReduceOp op = ReduceOp::kSum;
   uint64_t n_elems = 0;
-  int32_t aux = 0;  // broadcast: root; reduce_ranges, gather_ranges: digest of the bounds
+  // broadcast: root; reduce_ranges, gather_ranges: digest of the bounds; all_reduce: 1 + the
+  // forced AllReduceAlgorithm, 0 when chosen
+  int32_t aux = 0;
   // all_reduce: this ordinal's operand is in its buffer arena. Published with every round
   // but not part of the mismatch check: replicas that differ fall back to a staging schedule.
   bool in_arena = false;
@@ -87,8 +90,11 @@ class Rounds {
   // Starts a collective call: every sync() of it publishes `header` and when the call began;
   // the first one throws xs::PeerFailure naming both sides if any ordinal's header differs,
   // and counts the last arrival in its slot (shm::ArrivalCounts). Throws xs::InvalidArgument
-  // in a child forked after these rounds were made, before touching the segment.
+  // in a child forked after these rounds were made, or while another thread is inside a call
+  // (until its CallEnd), before touching the segment.
   void begin_call(const char* operation, const CallHeader& header);
+  // The call is over (CallEnd, however it ended): the next may begin.
+  void leave_call() const;
   // Posts the next round and waits until every ordinal has posted it.
   void sync();
   // Marks the call returned in the hang report's record (CallEnd, when the call succeeds).
@@ -113,6 +119,7 @@ class Rounds {
   void post(shm::Mailbox& mine, uint64_t round);
   void wait_all(uint64_t round, int parity);
   void check_call(int parity);
+  void check_can_begin(const char* operation) const;
 
   Segment segment_;
   Waiter waiter_;
@@ -129,6 +136,7 @@ class Rounds {
   std::vector<const void*> sources_;
   std::vector<std::byte> scratch_;
   uint64_t fork_epoch_;  // detail::fork_epoch() when made: a forked child's calls are refused
+  mutable std::atomic<bool> in_call_{false};  // between begin_call and its CallEnd
 };
 
 // Declared after begin_call: when the call returns normally, it fails instead if the segment
@@ -141,6 +149,7 @@ class CallEnd {
       : rounds_(rounds), exceptions_(std::uncaught_exceptions()) {}
   // A call that fails keeps its record as it was: the hang report shows the wait it died in.
   ~CallEnd() noexcept(false) {
+    rounds_.leave_call();
     if (std::uncaught_exceptions() != exceptions_) return;
     rounds_.check_not_poisoned();
     rounds_.end_call();

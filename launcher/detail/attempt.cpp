@@ -251,14 +251,13 @@ int Attempt::timeout_ms_until_next_deadline() const {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
 }
 
-// A parent that passes a signal on (xla_spawn.spawn, when the signal did not come from the
-// terminal) may send a copy of one this process got too (`timeout -s INT` signals the group as
-// well): the same signal from the parent and from elsewhere, this close, is one interrupt.
-constexpr auto kPassedOnWindow = std::chrono::seconds(1);
+// The same signal twice this close is one interrupt delivered twice, not a second one: a
+// wrapper that passes signals on (xla_spawn.spawn, `timeout`) while the terminal or a group
+// kill reached this process too. A person's second Ctrl-C comes later.
+constexpr auto kRepeatWindow = std::chrono::milliseconds(500);
 
 void Attempt::handle_signals() {
-  for (const SignalPipe::Delivery& delivery : job_.signals->drain()) {
-    const int signo = delivery.signo;
+  for (int signo : job_.signals->drain()) {
     if (signo == SIGTSTP) {
       suspend();
     } else if (signo == SIGUSR1) {
@@ -266,7 +265,6 @@ void Attempt::handle_signals() {
     } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
       stop_signal_ = signo;
-      stop_signal_from_parent_ = delivery.from_parent;
       stop_signal_at_ = Clock::now();
       tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
                  fmt::format("was interrupted by {}", signal_name(signo)));
@@ -275,11 +273,10 @@ void Attempt::handle_signals() {
           signal_name(signo), running(), job_.options->grace.count()));
       stop_all(signo);
     } else if (reason_ == StopReason::kSignal && signo == stop_signal_ &&
-               delivery.from_parent != stop_signal_from_parent_ &&
-               Clock::now() - stop_signal_at_ < kPassedOnWindow) {
-      job_.mux->message(fmt::format("received {} again, passed on by the parent process: the "
-                                    "same interrupt, still stopping",
-                                    signal_name(signo)));
+               Clock::now() - stop_signal_at_ < kRepeatWindow) {
+      job_.mux->message(fmt::format("received {} again within {} ms: the same interrupt "
+                                    "delivered twice, still stopping",
+                                    signal_name(signo), kRepeatWindow.count()));
     } else {
       job_.mux->message(fmt::format("received {} again; killing {} replica(s) now",
                                     signal_name(signo), running()));

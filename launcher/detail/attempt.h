@@ -112,8 +112,7 @@ class Attempt {
   StopReason reason_ = StopReason::kNone;
   std::optional<int> root_;                          // ordinal of the root cause
   int stop_signal_ = 0;                              // the signal received (kSignal)
-  bool stop_signal_from_parent_ = false;             // kill()ed by xla-spawn's parent
-  Clock::time_point stop_signal_at_{};
+  Clock::time_point stop_signal_at_{};              // when it was handled
   std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
   Clock::time_point started_;

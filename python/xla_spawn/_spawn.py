@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from xla_spawn._core import Error
 from xla_spawn._launcher import NoLauncher, find_launcher
@@ -96,6 +97,9 @@ class _Terminated(BaseException):
 
 _SI_KERNEL = 0x80  # siginfo's si_code for a signal the terminal sent (Ctrl-C)
 _POLL_S = 0.05
+# The same signal again this soon is one interrupt delivered twice (a group kill and a wrapper
+# such as `timeout` passing it on), as the launcher takes it too; a second Ctrl-C comes later.
+_REPEAT_S = 0.5
 
 
 def _run(command, env):
@@ -104,8 +108,8 @@ def _run(command, env):
     SIGINT raises KeyboardInterrupt here and SIGTERM exits as it would have (the temporary
     directory removed). If this process dies outright, the launcher gets SIGTERM from the
     kernel. A Ctrl-C from the terminal reaches the launcher too (it shares this process
-    group); a SIGINT sent to this process alone is passed on. A second SIGINT kills the job at
-    once."""
+    group); a SIGINT sent to this process alone is passed on. A second SIGINT (more than half a
+    second after the first) kills the job at once."""
     on_main = threading.current_thread() is threading.main_thread()
     watched = set()
     if on_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -119,7 +123,7 @@ def _run(command, env):
     try:
         launcher = subprocess.Popen(command, env=env,
                                     preexec_fn=lambda: _launcher_preexec(watched - blocked))
-        interrupted = False
+        interrupted_at = None
         while True:
             code = launcher.poll()
             if code is not None:
@@ -131,14 +135,17 @@ def _run(command, env):
                 launcher.send_signal(signal.SIGTERM)
                 launcher.wait()
                 raise SystemExit(128 + signal.SIGTERM)
-            if interrupted:  # a second Ctrl-C: now
-                launcher.kill()  # the replicas die with it
+            now = time.monotonic()
+            if interrupted_at is not None:
+                if now - interrupted_at < _REPEAT_S:
+                    continue  # the same interrupt, delivered twice
+                launcher.kill()  # a second Ctrl-C: now (the replicas die with it)
                 launcher.wait()
                 break
-            interrupted = True
+            interrupted_at = now
             if info.si_code != _SI_KERNEL:
                 launcher.send_signal(signal.SIGINT)
-        if interrupted:
+        if interrupted_at is not None:
             raise KeyboardInterrupt
         return code
     finally:

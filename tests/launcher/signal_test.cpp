@@ -4,7 +4,6 @@
 #include <sys/wait.h>
 
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -61,6 +60,8 @@ TEST_P(SecondSignalTest, KillsReplicasThatIgnoreTheFirst) {
                          scaled(std::chrono::seconds(10))))
       << run.err();
   for (pid_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "ignored " << name << ", must run";
+  // A second one after the first's half second (within it, it counts as the same one).
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   const auto second_at = Clock::now();
   ASSERT_EQ(::kill(run.pid(), signo), 0);
   const int status = run.wait_or_fail(std::chrono::seconds(20));
@@ -74,26 +75,32 @@ TEST_P(SecondSignalTest, KillsReplicasThatIgnoreTheFirst) {
 INSTANTIATE_TEST_SUITE_P(Signals, SecondSignalTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
 
-// A parent that passes a signal on (xla_spawn.spawn does when the signal was not the
-// terminal's) may send a copy of one xla-spawn got from elsewhere: that copy is not a second
-// Ctrl-C. A second one after the window still kills at once.
-TEST(ForwardTest, TheParentsCopyOfASigintIsNotASecondOne) {
+// The same signal again within half a second is one interrupt delivered twice (a wrapper
+// passing it on while the terminal or a group kill reached xla-spawn too), not a second one.
+TEST(ForwardTest, TheSameSignalAgainWithinHalfASecondIsTheSameInterrupt) {
   TempDir dir;
   Launch run({"-n", "2", "--grace-period", "60", "--", helper_path(), "--pid-dir", dir.path(),
               "--do", "ignore-all:30"});
   const std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, std::chrono::seconds(20));
   ASSERT_EQ(pids.size(), 2u);
-  // From another process (the shell's kill), then from this one, xla-spawn's parent.
-  const std::string kill = "kill -INT " + std::to_string(run.pid());
-  ASSERT_EQ(std::system(kill.c_str()), 0);
+  const auto first_at = Clock::now();
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  ASSERT_TRUE(wait_until([&] { return run.err().find("received SIGINT;") != std::string::npos; },
+                         scaled(std::chrono::seconds(10))))
+      << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);  // handled, so not merged with the first
+  const double gap = std::chrono::duration<double>(Clock::now() - first_at).count();
+  if (gap > 0.25) GTEST_SKIP() << "this test was descheduled for " << gap << " s";
   ASSERT_TRUE(wait_until(
-      [&] { return run.err().find("passed on by the parent process") != std::string::npos; },
+      [&] {
+        return run.err().find("received SIGINT again within 500 ms") != std::string::npos ||
+               run.err().find("killing") != std::string::npos;
+      },
       scaled(std::chrono::seconds(10))))
       << run.err();
   EXPECT_EQ(run.err().find("killing"), std::string::npos) << run.err();
   for (pid_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "ignored SIGINT, must still run";
-  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // past the window
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // past the window
   ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
   const int status = run.wait_or_fail(std::chrono::seconds(20));
   ASSERT_TRUE(WIFEXITED(status));

@@ -413,11 +413,13 @@ def test_spawn_passes_sigterm_on_and_leaves_nothing_behind(tmp_path, sig):
         assert list(temp.iterdir()) == [], list(temp.iterdir())
 
 
-@pytest.mark.parametrize("how", ["terminal", "kill"])
+@pytest.mark.parametrize("how", ["terminal", "kill", "group"])
 def test_spawn_stops_the_job_gracefully_on_one_ctrl_c_from_the_terminal_or_a_kill(tmp_path, how):
     # Ctrl-C at a terminal reaches the script and the launcher (one process group): the script
     # must not pass it on as well, which the launcher would take for a second Ctrl-C (kill at
     # once). A SIGINT sent to the script alone (kill, Jupyter's interrupt) is passed on at once.
+    # A SIGINT to a group under `timeout`, which sends it on again to the script and the
+    # group, reaches everyone two or three times within milliseconds: still one interrupt.
     # Either way the replicas get one SIGINT and finish their clean-up.
     script = tmp_path / "interrupted.py"
     script.write_text(textwrap.dedent("""
@@ -456,6 +458,10 @@ def test_spawn_stops_the_job_gracefully_on_one_ctrl_c_from_the_terminal_or_a_kil
             [sys.executable, str(script)], env=env, stdin=slave, stdout=slave, stderr=slave,
             start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
         os.close(slave)
+    elif how == "group":
+        parent = subprocess.Popen(["timeout", "60", sys.executable, str(script)], env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
     else:
         parent = subprocess.Popen([sys.executable, str(script)], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -467,6 +473,8 @@ def test_spawn_stops_the_job_gracefully_on_one_ctrl_c_from_the_terminal_or_a_kil
         sent = time.monotonic()
         if how == "terminal":
             os.write(master, b"\x03")
+        elif how == "group":
+            os.killpg(parent.pid, signal.SIGINT)
         else:
             parent.send_signal(signal.SIGINT)
         parent.wait(timeout=30)

@@ -1,7 +1,8 @@
-// A full disk under the debugging outputs: log files (--log-dir) and graph dumps
+// The debugging outputs under strain. A full disk: log files (--log-dir) and graph dumps
 // (XLA_SPAWN_DUMP_GRAPHS) that stop fitting are said once and the job goes on; nothing is
-// silently cut, nothing half-written is left. Each runs in a private mount namespace with a
-// tiny tmpfs (root and util-linux's unshare; skipped without them).
+// silently cut, nothing half-written is left (each in a private mount namespace with a tiny
+// tmpfs: root and util-linux's unshare; skipped without them). Replicas dumping the same
+// graphs into one directory at once.
 #include <unistd.h>
 #include <sys/wait.h>
 
@@ -73,7 +74,7 @@ TEST(FullDiskTest, GraphDumpsThatStopFittingAreSaidAndTrainingGoesOn) {
       mnt, "32k",
       "XLA_SPAWN_DUMP_GRAPHS=" + mnt + "/g " + train_fmnist_path() +
           " --epochs 2 --train-samples 2048 --test-samples 512; echo \"exit $?\"; "
-          "echo \"files $(find " + mnt + "/g -type f | wc -l)\"",
+          "echo \"temporaries $(find " + mnt + "/g -name '*.tmp' | wc -l)\"",
       std::chrono::seconds(120));
   if (!r.skipped.empty()) GTEST_SKIP() << r.skipped;
   ASSERT_TRUE(WIFEXITED(r.status));
@@ -82,9 +83,33 @@ TEST(FullDiskTest, GraphDumpsThatStopFittingAreSaidAndTrainingGoesOn) {
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("dumping stops after 1 graph(s)"), std::string::npos) << r.err;
-  // The training graph's two files, nothing of the evaluation's, no temporaries.
-  EXPECT_NE(r.out.find("files 2\n"), std::string::npos) << r.out;
+  // No temporary left behind.
+  EXPECT_NE(r.out.find("temporaries 0\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("epoch 2"), std::string::npos) << r.out;
+}
+
+// Every replica compiles, and dumps, the same graphs: each writes its own temporary, so none
+// fails for another's rename, and every graph ends with both files.
+TEST(DumpTest, ReplicasSharingTheDumpDirectoryAllSucceed) {
+  TempDir dir;
+  const std::string dumps = dir / "dumps";
+  const RunResult r = run_xla_spawn(
+      {"-n", "4", "--", "/usr/bin/env", "XLA_SPAWN_DUMP_GRAPHS=" + dumps, train_fmnist_path(),
+       "--max-steps", "3", "--no-eval", "--train-samples", "500", "--epochs", "1"},
+      std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("XLA_SPAWN_DUMP_GRAPHS"), std::string::npos) << r.err;
+  size_t graphs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dumps)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_FALSE(name.ends_with(".tmp")) << name << " left behind";
+    if (!name.ends_with(".txt")) continue;
+    ++graphs;
+    std::filesystem::path dot = entry.path();
+    dot.replace_extension(".dot");
+    EXPECT_TRUE(std::filesystem::exists(dot)) << dot;
+  }
+  EXPECT_GE(graphs, 1u);
 }
 
 }  // namespace

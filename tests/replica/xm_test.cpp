@@ -3,6 +3,7 @@
 // mode naming the ordinal that diverged. Checkpoint fit checks run standalone.
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -53,6 +54,42 @@ TEST_P(XmCollectives, HostCollectivesAndMeshReduceCombineEveryOrdinal) {
     expect(xm::mesh_reduce("mean", ordinal, ReduceOp::kMean) == (n - 1) / 2.0, "mesh_reduce mean");
   });
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+}
+
+// max and min keep a NaN from any ordinal (as all_reduce's do); replicas reducing with
+// different ops, or meeting a rendezvous under the same tag, all fail.
+TEST_P(XmCollectives, MeshReduceKeepsANanFromAnyOrdinalAndRefusesDifferentOps) {
+  const int n = GetParam();
+  const Job job = run_replicas(n, [n](int ordinal) {
+    const double v = ordinal == n - 1 ? NAN : ordinal;
+    expect(std::isnan(xm::mesh_reduce("nan max", v, ReduceOp::kMax)), "max keeps the NaN");
+    expect(std::isnan(xm::mesh_reduce("nan min", v, ReduceOp::kMin)), "min keeps the NaN");
+    if (n == 1) return;  // one replica: no other op to disagree with
+    try {
+      xm::mesh_reduce("ops", 1.0, ordinal == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+      throw std::runtime_error("different ops were not refused");
+    } catch (const PeerFailure& e) {
+      expect(std::string(e.what()).find("mesh_reduce 'ops': ordinal ") != std::string::npos,
+             e.what());
+    }
+  });
+  EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
+  if (n == 1) return;
+  // No side returns: before, the rendezvous side went on with a payload it misread.
+  const Job paired = run_replicas(n, [](int ordinal) {
+    if (ordinal == 0) {
+      xm::mesh_reduce("same tag", 1.0, ReduceOp::kSum);
+    } else {
+      const double one = 1.0;
+      xm::rendezvous("same tag", std::as_bytes(std::span<const double>(&one, 1)));
+    }
+    fmt::print("returned\n");
+    std::fflush(stdout);
+  });
+  EXPECT_NE(paired.result.exit_code, 0);
+  for (const auto& [k, text] : paired.output) {
+    EXPECT_EQ(text.find("returned"), std::string::npos) << "ordinal " << k << ": " << text;
+  }
 }
 
 TEST_P(XmCollectives, InGraphAllReduceOfManyTensorsGivesTheMeanOfEach) {

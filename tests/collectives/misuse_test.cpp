@@ -1,0 +1,188 @@
+// A careless program's misuse of the communicator is refused with a clear error on every
+// replica, never a crash or a silently wrong result: null operands and counts whose bytes
+// overflow, an arena request past any size, two threads calling at once, replicas forcing
+// different all-reduce schedules.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/local_communicator.h"
+#include "tests/collectives/fork_harness.h"
+
+namespace xs {
+namespace {
+
+using testing::Child;
+using testing::ForkJob;
+using testing::JobResult;
+
+constexpr size_t kStagingBytes = 64 << 10;
+constexpr size_t kHuge = (size_t{1} << 62) + 4;  // times 4 bytes wraps to 16
+
+// Runs `call` and returns what it threw as InvalidArgument, or a description of what else
+// happened.
+template <typename F>
+std::string refusal(F call) {
+  try {
+    call();
+    return "returned";
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("threw another error: ") + e.what();
+  }
+}
+
+// Each check: the message the refusal must carry, else a line for the test's failure.
+std::string expect_refused(const std::string& what, const std::string& got,
+                           const std::string& says) {
+  return got.find(says) == std::string::npos ? fmt::format("{}: {}\n", what, got) : "";
+}
+
+std::string misuse_checks(Communicator& comm) {
+  float f[4] = {};
+  std::vector<float> out(4 * static_cast<size_t>(comm.world_size()));
+  std::string failures;
+  failures += expect_refused(
+      "reduce_scatter null in",
+      refusal([&] { comm.reduce_scatter(nullptr, f, 4, DType::kF32, ReduceOp::kSum); }),
+      "reduce_scatter: null buffer for");
+  failures += expect_refused(
+      "reduce_scatter null out",
+      refusal([&] { comm.reduce_scatter(out.data(), nullptr, 4, DType::kF32, ReduceOp::kSum); }),
+      "reduce_scatter: null buffer for");
+  failures += expect_refused(
+      "all_gather null in", refusal([&] { comm.all_gather(nullptr, out.data(), 4, DType::kF32); }),
+      "all_gather: null buffer for");
+  failures += expect_refused(
+      "all_gather null out", refusal([&] { comm.all_gather(f, nullptr, 4, DType::kF32); }),
+      "all_gather: null buffer for");
+  failures += expect_refused(
+      "all_reduce huge",
+      refusal([&] { comm.all_reduce(f, kHuge, DType::kF32, ReduceOp::kSum); }),
+      "overflow a byte count");
+  failures += expect_refused(
+      "broadcast huge", refusal([&] { comm.broadcast(f, kHuge, DType::kF32, 0); }),
+      "overflow a byte count");
+  failures += expect_refused(
+      "all_gather huge", refusal([&] { comm.all_gather(f, out.data(), kHuge, DType::kF32); }),
+      "overflow a byte count");
+  failures += expect_refused(
+      "reduce_scatter huge",
+      refusal([&] { comm.reduce_scatter(out.data(), f, kHuge, DType::kF32, ReduceOp::kSum); }),
+      "overflow a byte count");
+  // The job goes on: nothing reached the segment.
+  float one = 1;
+  comm.all_reduce(&one, 1, DType::kF32, ReduceOp::kSum);
+  if (one != static_cast<float>(comm.world_size())) failures += fmt::format("sum {}\n", one);
+  return failures;
+}
+
+TEST(MisuseTest, NullOperandsAndOverflowingCountsAreRefusedAndTheJobGoesOn) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) {
+    ShmCommunicator comm = child.communicator();
+    return misuse_checks(comm);
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+  LocalCommunicator alone;
+  EXPECT_EQ(misuse_checks(alone), "");
+}
+
+// A request past any arena size used to round up to 0 bytes and "fit" anywhere, returning a
+// live block's address (and the heap's aligned new wrapped the same way).
+TEST(MisuseTest, AnAllocationPastAnySizeIsBadAllocNotAnotherBlocksAddress) {
+  ForkJob job(2, kStagingBytes, /*arena_bytes=*/1 << 20);
+  job.start([](Child& child) -> std::string {
+    ShmCommunicator comm = child.communicator();
+    void* block = comm.alloc_buffer(4096);
+    for (size_t bytes : {std::numeric_limits<size_t>::max() - 100,
+                         std::numeric_limits<size_t>::max() - 4095}) {
+      try {
+        void* p = comm.alloc_buffer(bytes);
+        return fmt::format("alloc_buffer({}) returned {} (a block is at {})", bytes, p, block);
+      } catch (const std::bad_alloc&) {
+      }
+    }
+    void* next = comm.alloc_buffer(4096);
+    if (next == block) return "the arena handed out a live block again";
+    comm.free_buffer(next);
+    comm.free_buffer(block);
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+// Two threads of one replica calling at once would pair up with the peers' calls in any
+// order: the second is refused while the first is inside its call.
+TEST(MisuseTest, ASecondThreadsCallDuringAnotherIsRefused) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) -> std::string {
+    ShmCommunicator comm = child.communicator();
+    if (child.ordinal == 1) {
+      ::usleep(300'000);  // ordinal 0's first thread waits in the barrier meanwhile
+      comm.barrier();
+      comm.barrier();
+      return std::string();
+    }
+    std::atomic<bool> done{false};
+    std::thread first([&] {
+      comm.barrier();
+      done = true;
+    });
+    ::usleep(100'000);
+    float x = 1;
+    const std::string got =
+        refusal([&] { comm.all_reduce(&x, 1, DType::kF32, ReduceOp::kSum); });
+    first.join();
+    if (got.find("already inside a collective call on another thread") == std::string::npos) {
+      return "the second thread's call: " + got;
+    }
+    if (!done) return std::string("the first thread's barrier did not complete");
+    comm.barrier();  // and the communicator goes on
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+// Replicas forcing different schedules (their own XLA_SPAWN_ALLREDUCE_ALGO) used to run rounds
+// that do not pair up and return wrong sums; the schedule is now part of the call.
+TEST(MisuseTest, ReplicasForcingDifferentSchedulesFailTheCall) {
+  ForkJob job(2, kStagingBytes);
+  job.start([](Child& child) -> std::string {
+    ShmCommunicatorOptions options;
+    options.algorithm =
+        child.ordinal == 0 ? AllReduceAlgorithm::kRing : AllReduceAlgorithm::kTwoShot;
+    ShmCommunicator comm = child.communicator(options);
+    float x = static_cast<float>(child.ordinal + 1);
+    try {
+      comm.all_reduce(&x, 1, DType::kF32, ReduceOp::kSum);
+      return fmt::format("all_reduce returned {}", x);
+    } catch (const PeerFailure& e) {
+      const std::string what = e.what();
+      if (what.find("schedule forced to ring") == std::string::npos ||
+          what.find("schedule forced to twoshot") == std::string::npos) {
+        return "unclear: " + what;
+      }
+    }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+}
+
+}  // namespace
+}  // namespace xs
