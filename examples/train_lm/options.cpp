@@ -11,6 +11,7 @@
 
 #include "xla_spawn/base/error.h"
 #include "examples/cli.h"
+#include "xla_spawn/replica/context.h"
 
 namespace xs::lm {
 namespace po = boost::program_options;
@@ -92,19 +93,24 @@ LmOptions parse_lm_options(int argc, const char* const* argv) {
   }
   require(o.d_model % o.heads == 0, "heads", fmt::format("a divisor of --d-model {}", o.d_model),
           std::to_string(o.heads));
-  // Training keeps four f32 copies of every parameter (weights, gradients, Adam's two moments):
-  // a model whose copies alone exceed this machine's memory is refused here, not by bad_alloc.
+  // Training keeps four f32 copies of every parameter (weights, gradients, Adam's two moments)
+  // in every replica of this machine: a model whose copies alone exceed its memory is refused
+  // here, not by bad_alloc or the OOM killer. (Activations come on top: a model near the
+  // limit may still not fit.)
   const double width = static_cast<double>(o.d_model);
   const double parameters = (2.0 * kMaxVocab + static_cast<double>(o.context)) * width +
                             static_cast<double>(o.layers) * (12 * width * width + 13 * width) +
                             2 * width;
-  const double bytes = 16 * parameters;
+  const ReplicaContext place = ReplicaContext::from_env();
+  const double bytes = 16 * parameters * place.local_world_size;
   const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                         static_cast<double>(::sysconf(_SC_PAGESIZE));
   require(memory <= 0 || bytes < memory, "d-model",
           fmt::format("a model whose weights, gradients and Adam state fit in this machine's "
-                      "{:.1f} GiB (with --layers {}: about {:.3g} parameters, {:.3g} GiB)",
-                      memory / (1 << 30), o.layers, parameters, bytes / (1 << 30)),
+                      "{:.1f} GiB (with --layers {}: about {:.3g} parameters, {:.3g} GiB for {} "
+                      "replica(s) here)",
+                      memory / (1 << 30), o.layers, parameters, bytes / (1 << 30),
+                      place.local_world_size),
           std::to_string(o.d_model));
   require(o.dropout >= 0 && o.dropout < 1, "dropout", "[0, 1)", fmt::format("{}", o.dropout));
   require(o.lr > 0 && o.lr < 10, "lr", "(0, 10)", fmt::format("{}", o.lr));

@@ -2,6 +2,9 @@
 // tiny model: the compile counters per batching mode (the acceptance 3), generation's
 // single graph, bit-identical reruns, a resumed run ending where an uninterrupted one does,
 // N = 2 against N = 1 at one global batch, and bad input refused with a clear message.
+#include <unistd.h>
+
+#include <cmath>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -174,6 +177,21 @@ TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_NE(r.output.find(says), std::string::npos) << args << ": " << r.output;
   }
+}
+
+// Every replica of a machine holds its own copy of the model: a model that would fit once but
+// not four times is refused in a replica of four, before anything is allocated.
+TEST(TrainLmBadInput, AModelThatFitsOnceButNotOncePerReplicaIsRefused) {
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(::sysconf(_SC_PAGESIZE));
+  // 4 layers of d_model d: about 48 d^2 parameters, 16 bytes each to train: half the memory.
+  const auto d = static_cast<int64_t>(std::sqrt(memory / 2 / 768) / 4) * 4;
+  const CommandResult r = run_command(fmt::format(
+      "env XLA_SPAWN_ORDINAL=0 XLA_SPAWN_LOCAL_ORDINAL=0 XLA_SPAWN_WORLD_SIZE=4 "
+      "XLA_SPAWN_LOCAL_WORLD_SIZE=4 {} --d-model {} --heads 4 --layers 4",
+      XS_TRAIN_LM, d));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("for 4 replica(s) here"), std::string::npos) << r.output;
 }
 
 TEST(TrainLmBadInput, AnUnknownGemmBackendFailsAtStartNamingTheVariable) {
