@@ -79,7 +79,9 @@ void merge_trace(const detail::JobContext& job, bool last) {
     const size_t spans = trace::merge(job.trace_file, job.job_id, node, /*remove_parts=*/last);
     if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_file));
   } catch (const std::exception& e) {
-    job.mux->message(fmt::format("trace not written: {}", e.what()));
+    job.mux->message(fmt::format("trace not written: {} (the replicas' parts, {}.{}.*.part, are "
+                                 "kept)",
+                                 e.what(), job.trace_file, job.job_id));
   }
 }
 

@@ -206,6 +206,9 @@ case $mode in
     mkdir -p "$scratch/logs-here"
     complete_at xla-spawn --log-dir "$scratch/logs-"
     [[ ${COMPREPLY[*]} == "$scratch/logs-here" ]] || fail "--log-dir offered '${COMPREPLY[*]}'"
+    touch "$scratch/trace-old.json"
+    complete_at xla-spawn --trace "$scratch/trace-"
+    [[ ${COMPREPLY[*]} == "$scratch/trace-old.json" ]] || fail "--trace offered '${COMPREPLY[*]}'"
     complete_at xla-spawn -n 2 ./train --ep
     [[ $handed == 3 ]] || fail "the command after '-n 2' was not handed over (got '$handed')"
     complete_at xla-spawn --timestamp -- ./train -n
