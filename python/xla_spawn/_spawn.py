@@ -91,10 +91,6 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-class _Terminated(BaseException):
-    pass
-
-
 _SI_KERNEL = 0x80  # siginfo's si_code for a signal the terminal sent (Ctrl-C)
 _POLL_S = 0.05
 # The same signal again this soon is one interrupt delivered twice (a group kill and a wrapper

@@ -159,6 +159,7 @@ TEST(RendezvousTest, ImpossibleLengthsFromAPeerAreAnError) {
       for (const auto& lengths : bogus) {
         rounds.begin_call("rendezvous", detail::CallHeader{detail::CallKind::kRendezvous,
                                                            DType::kBool, ReduceOp::kSum, 0, 0});
+        const detail::CallEnd end(rounds);  // one call at a time
         std::byte* mine = rounds.staging(1, rounds.next_parity());
         std::memcpy(mine, lengths, sizeof lengths);
         std::memcpy(mine + sizeof lengths, "t", 1);
