@@ -462,6 +462,13 @@ PYBIND11_MODULE(_core, m) {
         "A NumPy array in the job's shared-memory arena: collectives on it copy nothing.");
   m.attr("_comm_api") = py::capsule(&kCommApi, kXsCommApiCapsule);
 
+  // A daemon thread may still be inside a collective when the interpreter finishes: the
+  // communicator must then outlive the exit's destructors, or that thread reads unmapped
+  // memory (SIGSEGV). The process leaves the job by exiting; the peers see it gone.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    std::unique_lock<std::mutex> lock(g_mutex, std::try_to_lock);
+    if (!lock.owns_lock()) xs::xm::abandon();
+  }));
   // Signal handlers run from the main thread's waits until the interpreter starts to finish
   // (atexit runs this before it tears anything down; later-registered handlers run first).
   const auto main_ident =

@@ -94,6 +94,13 @@ void shutdown() {
   state().reset();
 }
 
+void abandon() {
+  if (!state()) return;
+  trace::flush();
+  runtime().set_communicator(nullptr);
+  [[maybe_unused]] State* leaked = state().release();
+}
+
 bool initialized() {
   return state() != nullptr;
 }

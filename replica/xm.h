@@ -29,6 +29,10 @@ inline constexpr const char* kDebugReplicasEnv = "XLA_SPAWN_DEBUG_REPLICAS";
 void init();
 // Detaches the communicator from the runtime and forgets the state (tests, clean exit).
 void shutdown();
+// For a process exiting while another of its threads is inside a collective: forgets the
+// state without tearing the communicator down under that thread (which would read unmapped
+// memory). The exit itself then leaves the job: the peers see the process gone.
+void abandon();
 bool initialized();
 
 const ReplicaContext& context();  // throws InternalError before init()
