@@ -1,10 +1,15 @@
 #pragma once
 // Whole writes to a file descriptor, the one loop every writer of files, pipes and the console
-// uses (trace parts, compile-cache entries, the launcher's output).
+// uses (trace parts, compile-cache entries, the launcher's output), and whole files replaced
+// in one rename (compile-cache entries, graph dumps).
 //
 //   if (!xs::write_all(fd, bytes)) throw IoError(errno_message("writing " + path, errno));
 //   xs::write_all(2, message);  // the console: a failure is ignored on purpose
 
+#include <sys/types.h>
+
+#include <initializer_list>
+#include <string>
 #include <string_view>
 
 namespace xs {
@@ -14,5 +19,12 @@ namespace xs {
 // again. False, with errno set, when a write fails otherwise (ENOSPC, EPIPE, EBADF...) or
 // writes nothing (errno ENOSPC: a full disk); what was written before stays written.
 bool write_all(int fd, std::string_view bytes);
+
+// Writes `parts`, one after the other, to `path` through a temporary of its own beside it
+// (`path`.tmp.XXXXXX, mode `mode`) renamed over it: a reader sees the old file or the whole
+// new one, and writers racing on one path never meet in a temporary. False, with errno set,
+// when any step fails; the temporary is removed.
+bool write_file_atomically(const std::string& path, std::initializer_list<std::string_view> parts,
+                           mode_t mode = 0600);
 
 }  // namespace xs

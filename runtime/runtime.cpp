@@ -1,8 +1,5 @@
 #include "xla_spawn/runtime/runtime.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -310,28 +307,6 @@ void Runtime::note_compile(const GraphSummary& summary) {
       why.empty() ? "" : " The last: ", why);
 }
 
-namespace {
-
-// Writes `text` to `path` through a temporary renamed over it: no half-written dump is left.
-// Replicas sharing the directory dump the same graphs: each writes a temporary of its own, and
-// the last rename wins with the same bytes.
-bool write_dump_file(const std::string& path, std::string_view text) {
-  const std::string temp = fmt::format("{}.{}.tmp", path, ::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  const bool written = write_all(fd, text);
-  const int error = errno;
-  if (::close(fd) != 0 || !written || ::rename(temp.c_str(), path.c_str()) != 0) {
-    const int first = written ? errno : error;
-    ::unlink(temp.c_str());
-    errno = first;
-    return false;
-  }
-  return true;
-}
-
-}  // namespace
-
 // The first dump failing is a bad setting, found at the first compile; a later one (the disk
 // filled up) must not end a run for a debugging aid: it is said once and dumping stops.
 void Runtime::dump(const Graph& graph, const Program& program) const {
@@ -342,9 +317,9 @@ void Runtime::dump(const Graph& graph, const Program& program) const {
   const std::string base = fmt::format("{}/graph_{:016x}", *options_.dump_dir, graph.hash);
   if (ec) {
     failure = "cannot create the directory: " + ec.message();
-  } else if (!write_dump_file(base + ".txt", graph_text(graph) + program.text())) {
+  } else if (!write_file_atomically(base + ".txt", {graph_text(graph), program.text()}, 0644)) {
     failure = errno_message("writing " + base + ".txt", errno);
-  } else if (!write_dump_file(base + ".dot", graph_dot(graph))) {
+  } else if (!write_file_atomically(base + ".dot", {graph_dot(graph)}, 0644)) {
     failure = errno_message("writing " + base + ".dot", errno);
   }
   if (failure.empty()) {

@@ -121,29 +121,15 @@ std::optional<std::vector<char>> ObjectCache::load(uint64_t key) const {
 bool ObjectCache::store(uint64_t key, std::span<const char> bytes) const {
   if (!usable_) return false;
   const std::string file = path(key);
-  std::string temp = file + ".tmp.XXXXXX";
-  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
-  if (fd < 0) {
-    spdlog::warn("compile cache: cannot create a file in {}: {}; this program is not cached", dir_, std::strerror(errno));
-    return false;
-  }
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.key = key;
   h.size = bytes.size();
   h.payload_hash = payload_hash(bytes);
-  bool ok;
-  int saved = 0;
-  {
-    Fd closer(fd);
-    ok = write_all(fd, {reinterpret_cast<const char*>(&h), sizeof h}) &&
-         write_all(fd, {bytes.data(), bytes.size()});
-    saved = errno;
-  }
-  if (!ok || ::rename(temp.c_str(), file.c_str()) != 0) {
+  if (!write_file_atomically(file, {{reinterpret_cast<const char*>(&h), sizeof h},
+                                    {bytes.data(), bytes.size()}})) {
     spdlog::warn("compile cache: cannot write {}: {}; this program is not cached", file,
-                 std::strerror(ok ? errno : saved));
-    ::unlink(temp.c_str());
+                 std::strerror(errno));
     return false;
   }
   evict(file);
