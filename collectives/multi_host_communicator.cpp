@@ -50,6 +50,12 @@ MultiHostCommunicator::MultiHostCommunicator(NodeTopology topology,
   XS_CHECK_ARG(timeout_ms > 0, "MultiHostCommunicator: timeout {} ms must be positive", timeout_ms);
   groups_ = std::make_unique<detail::NodeGroups>(topology_, std::move(store), address,
                                                  std::move(options.prefix), timeout_ms);
+  if (local_ != nullptr) {
+    groups_->set_phase_hook([local = local_.get()](const detail::CallInfo* call) {
+      if (call == nullptr) return local->network_phase_done();
+      local->network_phase(call->name, call->dtype, call->n_elems);
+    });
+  }
 }
 
 MultiHostCommunicator::~MultiHostCommunicator() {

@@ -95,6 +95,13 @@ const Segment& ShmCommunicator::segment() const {
   return rounds_->segment();
 }
 
+void ShmCommunicator::network_phase(const char* operation, std::optional<DType> dtype,
+                                    size_t n_elems) {
+  rounds_->begin_network_phase(operation, dtype, n_elems);
+}
+
+void ShmCommunicator::network_phase_done() { rounds_->end_network_phase(); }
+
 void* ShmCommunicator::alloc_buffer(size_t bytes) {
   if (void* block = arena_->allocate(bytes)) {
     if (populate_arena_pages(block, bytes)) return block;

@@ -90,6 +90,13 @@ class ShmCommunicator final : public Communicator {
   AllReduceAlgorithm all_reduce_algorithm(size_t n_bytes, bool in_arena = false) const;
   const Segment& segment() const;
 
+  // For MultiHostCommunicator: this replica is in the network phase of its call `operation`
+  // (transfers between nodes, outside this communicator's calls) until network_phase_done(),
+  // and the launcher's hang report says so, with how long it has waited there. A phase that
+  // fails is left marked: the report shows where the replica was when it did.
+  void network_phase(const char* operation, std::optional<DType> dtype, size_t n_elems);
+  void network_phase_done();
+
  private:
   // Where peers find an operand of this ordinal in its arena, if they can, and what the direct
   // schedules run on here: the operand itself, or a registered one's arena view (whose

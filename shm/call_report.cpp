@@ -73,6 +73,7 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
     }
     c.seq = r.seq.load(std::memory_order_acquire);
     c.returned = r.returned.load(std::memory_order_acquire) == 1;
+    c.between_nodes = r.between_nodes.load(std::memory_order_acquire) == 1;
     char name[sizeof r.name + 1] = {};
     std::memcpy(name, r.name, sizeof r.name);
     c.name.assign(name, strnlen(name, sizeof r.name));
@@ -132,15 +133,20 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
   for (const OrdinalCall& c : calls) {
     out += fmt::format("  ordinal {} (pid {}, {}): ", first_ordinal + c.ordinal, c.pid,
                        state_name(c.state));
-    if (c.seq == 0) {
+    if (c.seq == 0 && !c.between_nodes) {
       out += "no collective call yet\n";
       continue;
     }
-    std::string what = fmt::format("{} #{} ({}{} elements", c.name, c.seq,
-                                   c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
-    if (c.graph_hash != 0) what += fmt::format(", graph {:016x}", c.graph_hash);
-    what += ")";
-    if (c.returned) {  // computing, loading data, stuck outside the collectives
+    std::string operands =
+        fmt::format("({}{} elements", c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
+    if (c.graph_hash != 0) operands += fmt::format(", graph {:016x}", c.graph_hash);
+    operands += ")";
+    const std::string what = fmt::format("{} #{} {}", c.name, c.seq, operands);
+    if (c.between_nodes) {  // in gloo's transfers: the other nodes are late, or the network
+      out += fmt::format("{} {} between nodes", c.name, operands);
+      if (c.seconds_in_call >= 0) out += fmt::format(" for {:.1f} s", c.seconds_in_call);
+      out += ", waiting for the other nodes";
+    } else if (c.returned) {  // computing, loading data, stuck outside the collectives
       out += "between collective calls, the latest " + what;
       if (c.seconds_in_call >= 0) out += fmt::format(" began {:.1f} s ago", c.seconds_in_call);
     } else {

@@ -43,6 +43,7 @@ struct OrdinalCall {
   char state = '\0';  // /proc/<pid>/stat's letter, '\0' when the process is gone
   uint64_t seq = 0;   // 0: no collective call yet
   bool returned = false;  // call `seq` has returned: the ordinal is between calls
+  bool between_nodes = false;  // in the network phase of the multi-node call `name`
   std::string name;
   std::string dtype;  // empty when the record's dtype is out of range
   uint64_t n_elems = 0;

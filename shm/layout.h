@@ -61,8 +61,8 @@ struct alignas(kCacheLineBytes) FutexLine {
 };
 
 // What the ordinal is doing, for the launcher's hang report (shm/call_report.h): written by
-// the ordinal alone (Rounds::begin_call and end_call, Waiter::wait_slow), read racily by the
-// launcher.
+// the ordinal alone (Rounds::begin_call, end_call and the network phase marks,
+// Waiter::wait_slow), read racily by the launcher.
 struct alignas(kCacheLineBytes) CallRecord {
   std::atomic<uint64_t> seq{0};  // collective calls begun (the latest one's number); 0: none
   std::atomic<uint64_t> n_elems{0};
@@ -74,7 +74,9 @@ struct alignas(kCacheLineBytes) CallRecord {
   // 1: the checked-in process handles stack_dump_signal() (shm/stack_dump.h); set at attach.
   std::atomic<uint8_t> dumps_stack{0};
   std::atomic<uint8_t> returned{0};  // 1: call `seq` has returned (between calls)
-  uint8_t reserved = 0;
+  // 1: in a multi-node call's network phase (name, dtype, n_elems, started_ns and
+  // waiting_since_ns are that call's), outside the shared-memory calls `seq` counts.
+  std::atomic<uint8_t> between_nodes{0};
   char name[16] = {};  // the call's operation ("reduce_scatter"), NUL-padded
 };
 static_assert(sizeof(CallRecord) == kCacheLineBytes);

@@ -185,7 +185,10 @@ void NodeGroups::run(std::span<const int> holders, const Op& op) {
   span.arg("elements", static_cast<int64_t>(call_.n_elems));
   std::string gloo_text;
   try {
-    return op(context(holders));
+    if (phase_hook_) phase_hook_(&call_);
+    op(context(holders));
+    if (phase_hook_) phase_hook_(nullptr);
+    return;
   } catch (const gloo::Exception& e) {
     gloo_text = e.what();
   } catch (const gloo::EnforceNotMet& e) {

@@ -70,6 +70,11 @@ class NodeGroups {
   NodeGroups& operator=(const NodeGroups&) = delete;
 
   void set_call(const CallInfo& call) { call_ = call; }
+  // Called with the current call as each network operation begins, and with nullptr when it
+  // has succeeded (not when it throws): where the hang report learns that this replica is
+  // between nodes (ShmCommunicator::network_phase).
+  using PhaseHook = std::function<void(const CallInfo*)>;
+  void set_phase_hook(PhaseHook hook) { phase_hook_ = std::move(hook); }
   const CallInfo& call() const { return call_; }
   // "all_reduce (f32, 8 elements) across nodes 0-2 (ordinals 1, 3, 4)": where errors happened.
   std::string where(std::span<const int> holders) const;
@@ -141,6 +146,7 @@ class NodeGroups {
   std::map<std::vector<int>, std::shared_ptr<gloo::Context>> contexts_;
   std::map<std::vector<int>, uint64_t> batches_;  // batches run per group
   CallInfo call_;
+  PhaseHook phase_hook_;
   double connect_seconds_ = 0;
   double network_seconds_ = 0;
 };

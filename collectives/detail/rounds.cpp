@@ -43,6 +43,13 @@ bool same_call(const shm::Mailbox& a, const shm::Mailbox& b) {
          a.call_seq == b.call_seq && a.aux == b.aux;
 }
 
+// The record's name: `operation` NUL-padded, not NUL-ended.
+void set_record_name(shm::CallRecord& record, const char* operation) {
+  const size_t name_bytes = strnlen(operation, sizeof record.name);
+  std::memcpy(record.name, operation, name_bytes);
+  std::memset(record.name + name_bytes, 0, sizeof record.name - name_bytes);
+}
+
 }  // namespace
 
 const char* call_kind_name(CallKind kind) {
@@ -121,9 +128,7 @@ void Rounds::begin_call(const char* operation, const CallHeader& header) {
   check_pending_ = true;
   // The hang report's view of this ordinal (plain relaxed stores: a few nanoseconds a call).
   shm::CallRecord& record = segment_.slot(ordinal()).call;
-  const size_t name_bytes = strnlen(operation, sizeof record.name);  // NUL-padded, not ended
-  std::memcpy(record.name, operation, name_bytes);
-  std::memset(record.name + name_bytes, 0, sizeof record.name - name_bytes);
+  set_record_name(record, operation);
   record.dtype.store(static_cast<uint8_t>(header.dtype), std::memory_order_relaxed);
   record.n_elems.store(header.n_elems, std::memory_order_relaxed);
   const uint64_t graph = running_graph_hash.load(std::memory_order_relaxed);
@@ -144,6 +149,29 @@ void Rounds::leave_call() const { in_call_.store(false, std::memory_order_releas
 
 void Rounds::end_call() const {
   segment_.slot(ordinal()).call.returned.store(1, std::memory_order_release);
+}
+
+void Rounds::begin_network_phase(const char* operation, std::optional<DType> dtype,
+                                 size_t n_elems) const {
+  shm::CallRecord& record = segment_.slot(ordinal()).call;
+  record.between_nodes.store(0, std::memory_order_relaxed);  // the fields below change
+  set_record_name(record, operation);
+  record.dtype.store(dtype ? static_cast<uint8_t>(*dtype) : uint8_t{0xff},  // 0xff: none
+                     std::memory_order_relaxed);
+  record.n_elems.store(n_elems, std::memory_order_relaxed);
+  record.graph_hash.store(running_graph_hash.load(std::memory_order_relaxed),
+                          std::memory_order_relaxed);
+  const int64_t now_ns = record_time_ns(std::chrono::steady_clock::now());
+  record.started_ns.store(now_ns, std::memory_order_relaxed);
+  record.waiting_since_ns.store(now_ns, std::memory_order_relaxed);
+  record.awaited.store(-1, std::memory_order_relaxed);
+  record.between_nodes.store(1, std::memory_order_release);
+}
+
+void Rounds::end_network_phase() const {
+  shm::CallRecord& record = segment_.slot(ordinal()).call;
+  record.waiting_since_ns.store(0, std::memory_order_relaxed);
+  record.between_nodes.store(0, std::memory_order_release);
 }
 
 void Rounds::sync() {

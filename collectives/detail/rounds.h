@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <vector>
 
 #include "xla_spawn/base/dtype.h"
@@ -99,6 +100,12 @@ class Rounds {
   void sync();
   // Marks the call returned in the hang report's record (CallEnd, when the call succeeds).
   void end_call() const;
+  // The hang report's record between calls of these rounds: the ordinal is in the network
+  // phase of a multi-node call (MultiHostCommunicator's transfers between nodes) until
+  // end_network_phase(), which one that fails does not reach: its record keeps the wait.
+  void begin_network_phase(const char* operation, std::optional<DType> dtype,
+                           size_t n_elems) const;
+  void end_network_phase() const;
   // Throws xs::PeerFailure if the segment is poisoned: called as a call returns (CallEnd).
   void check_not_poisoned() const;
   // After a sync() of this call: did every ordinal publish in_arena with round `parity`?

@@ -1,19 +1,25 @@
 // Failure paths of a multi-node job. A replica SIGKILLed in the middle of a loop of
 // all-reduces: every other replica, on its node and on the others, fails with
 // xs::PeerFailure or xs::Timeout naming the call, within a bound far below the timeout, and
-// refuses later calls. A replica that stops calling: the others time out. Bad arguments are
-// rejected where they enter, naming the values.
+// refuses later calls. A replica that stops calling: the others time out. Replicas waiting
+// for a late node show so in their hang report records. Bad arguments are rejected where they
+// enter, naming the values.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <vector>
 
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
 #include <fmt/format.h>
 
 #include <gloo/rendezvous/hash_store.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/shm/call_report.h"
 #include "tests/collectives/multi_host_harness.h"
 #include "tests/support/deadline_scale.h"
 
@@ -170,6 +176,55 @@ TEST(MultiHostStopTest, AReplicaThatStopsCallingMakesTheOthersTimeOut) {
   EXPECT_NE(message.find("all_reduce (i64, 100 elements) across nodes 0-1 (ordinals 0, 1)"),
             std::string::npos)
       << result.describe();
+}
+
+// Node 1's replica comes late to an all-reduce: node 0's two replicas, done with its local
+// reduce, wait in its network phase, and their records (what the launcher's hang report
+// reads) say so instead of "between collective calls"; the mark goes when the call returns.
+TEST(MultiHostCallRecordTest, ReplicasWaitingForALateNodeAreShownBetweenNodes) {
+  MultiHostJob job({2, 1});
+  const std::string node0 = job.segment_name(0);
+  job.start([&node0](Child& child, MultiHostCommunicator& comm) -> std::string {
+    namespace bip = boost::interprocess;
+    bip::shared_memory_object shm(bip::open_only, node0.c_str(), bip::read_only);
+    bip::mapped_region region(shm, bip::read_only);
+    const auto node0_calls = [&] {
+      return read_calls(region.get_address(), region.get_size(), 2, {});
+    };
+    std::vector<float> data(size_t{1} << 16, 1.0f);
+    comm.barrier();  // the groups' connections are made
+    std::string seen;  // what ordinal 2 found wrong; it joins the call in any case
+    if (child.ordinal == 2) {
+      const auto both_between_nodes = [&] {
+        const std::vector<OrdinalCall> calls = node0_calls();
+        return calls.size() == 2 && calls[0].between_nodes && calls[1].between_nodes &&
+               calls[0].name == "all_reduce" && calls[1].name == "all_reduce";
+      };
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!both_between_nodes() && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
+      const std::string report = format_calls(node0_calls(), 0);
+      if (!both_between_nodes()) seen = "node 0 never shown between nodes:\n" + report;
+      for (const char* want : {"ordinal 0 (pid ", "ordinal 1 (pid "}) {
+        const size_t line = report.find(want);
+        const size_t text = report.find(
+            "all_reduce (f32, 65536 elements) between nodes for ", line);
+        if (line == std::string::npos || text == std::string::npos ||
+            report.find(", waiting for the other nodes", text) == std::string::npos) {
+          seen = "unexpected report:\n" + report;
+        }
+      }
+      if (report.find("held up by") != std::string::npos) seen = "blames node 0:\n" + report;
+    }
+    comm.all_reduce(data.data(), data.size(), DType::kF32, ReduceOp::kSum);
+    if (!seen.empty()) return seen;
+    if (data.front() != 3 || data.back() != 3) return fmt::format("sum {}", data.front());
+    if (child.ordinal < 2 && node0_calls()[static_cast<size_t>(child.ordinal)].between_nodes) {
+      return "still marked between nodes after the call";
+    }
+    return std::string();
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
 }
 
 TEST(MultiHostArgumentTest, BadTopologiesAndLocalCommunicatorsAreRejectedNamingValues) {

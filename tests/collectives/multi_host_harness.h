@@ -34,6 +34,7 @@ class MultiHostJob {
   MultiHostJob& operator=(const MultiHostJob&) = delete;
 
   int world_size() const { return world_size_; }
+  const std::string& segment_name(int node) const { return segments_[node]->name(); }
   const ForkJob& fork_job() const { return job_; }
 
   void start(const Body& body);

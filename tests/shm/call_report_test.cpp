@@ -85,6 +85,29 @@ TEST(CallReport, AnOrdinalBetweenCallsIsNotShownInsideItsLatest) {
   EXPECT_NE(report.find("  held up by ordinal(s) 1 (running)\n"), std::string::npos) << report;
 }
 
+// A multi-node job whose node 1 is late: ordinals 0 and 1 (node 0) have finished the call's
+// local phase and wait in its network phase, which the report names as such, blaming nobody
+// on this node; before any shared-memory call (a 1-replica phase first) it is still shown.
+TEST(CallReport, AnOrdinalBetweenNodesIsShownWaitingForTheOtherNodes) {
+  OrdinalCall network = call(0, 'S', 57, 12.25, -1);
+  network.returned = true;  // its last shared-memory call (the local reduce) had returned
+  network.between_nodes = true;
+  network.seconds_in_call = 12.3;
+  OrdinalCall first = call(1, 'S', 0, 2.0, -1);
+  first.name = "barrier";
+  first.dtype = "";
+  first.n_elems = 0;
+  first.graph_hash = 0;
+  first.between_nodes = true;
+  first.seconds_in_call = 2.04;
+  const std::string report = format_calls({network, first}, 0);
+  EXPECT_EQ(report,
+            "  ordinal 0 (pid 100, sleeping): all_reduce (f32, 669706 elements, graph "
+            "3fa2c1d09e8b7a6f) between nodes for 12.3 s, waiting for the other nodes\n"
+            "  ordinal 1 (pid 101, sleeping): barrier (0 elements) between nodes for 2.0 s, "
+            "waiting for the other nodes\n");
+}
+
 // Ordinal 1 was stopped inside its wait for ordinal 0; ordinal 0 then arrived, waited for 1
 // and died of the timeout. Only the stopped one holds the job up: its wait is stale.
 TEST(CallReport, AWaitOfAStoppedOrdinalBlamesNobody) {
