@@ -251,6 +251,10 @@ int Attempt::timeout_ms_until_next_deadline() const {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
 }
 
+// A replica inside one collective call this long when another node stops the job gets this
+// node's hang report and stacks printed first.
+constexpr double kReportAfterPeerStopS = 2.0;
+
 // The same signal twice this close is one interrupt delivered twice, not a second one: a
 // wrapper that passes signals on (xla_spawn.spawn, `timeout`) while the terminal or a group
 // kill reached this process too. A person's second Ctrl-C comes later.
@@ -264,6 +268,7 @@ void Attempt::handle_signals() {
       report_calls("SIGUSR1", /*failing=*/false);
     } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
+      interrupted_ = true;
       stop_signal_ = signo;
       stop_signal_at_ = Clock::now();
       tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
@@ -272,8 +277,19 @@ void Attempt::handle_signals() {
           "received {}; forwarding it to {} replica(s), SIGKILL after {} ms (again: kill now)",
           signal_name(signo), running(), job_.options->grace.count()));
       stop_all(signo);
-    } else if (reason_ == StopReason::kSignal && signo == stop_signal_ &&
-               Clock::now() - stop_signal_at_ < kRepeatWindow) {
+    } else if (!interrupted_) {
+      // This node's first interrupt, with the job already stopping (another node's interrupt
+      // or failure, a replica's failure, the timeout): a scheduler signals every node at
+      // once, and a node that heard of another's signal first must not take its own for a
+      // second one. The replicas have had their SIGTERM; the grace period runs on.
+      interrupted_ = true;
+      stop_signal_ = signo;
+      stop_signal_at_ = Clock::now();
+      job_.mux->message(fmt::format(
+          "received {} while already stopping {} replica(s); SIGKILL when the grace period "
+          "ends (again: kill now)",
+          signal_name(signo), running()));
+    } else if (signo == stop_signal_ && Clock::now() - stop_signal_at_ < kRepeatWindow) {
       job_.mux->message(fmt::format("received {} again within {} ms: the same interrupt "
                                     "delivered twice, still stopping",
                                     signal_name(signo), kRepeatWindow.count()));
@@ -336,7 +352,7 @@ bool Attempt::reap(Replica& replica) {
 // for up to kStackWait before the job is stopped. Not on SIGUSR1: a handled signal cuts a
 // replica's sleeps short, and one taken on the interrupted stack inside oneDNN's GEMM corrupted
 // the heap (shm/stack_dump.h), so a healthy job is not signalled.
-void Attempt::report_calls(const char* why, bool failing) {
+void Attempt::report_calls(const std::string& why, bool failing) {
   if (job_.options->monitor == nullptr) return;
   std::vector<pid_t> pids;
   for (const Replica& r : replicas_) pids.push_back(r.reaped ? 0 : r.pid);
@@ -419,6 +435,19 @@ void Attempt::check_peers() {
   if (stop->job_over || !peer_stop_) peer_stop_ = *stop;
   if (reason_ != StopReason::kNone) return;
   reason_ = StopReason::kPeers;
+  // Replicas here long inside a call when another node stops the job: one of them, or one
+  // they wait for, may be what made the other node's collective time out, and only this
+  // node's records and stacks can show it (a failure elsewhere stops the job within a second
+  // or so of its replicas' last progress).
+  if (job_.options->monitor != nullptr) {
+    const double inside_s = job_.options->monitor->longest_call_s();
+    if (inside_s >= kReportAfterPeerStopS) {
+      report_calls(fmt::format("the job stops for another node while a replica here has been "
+                               "inside a collective call for {:.1f} s",
+                               inside_s),
+                   /*failing=*/true);
+    }
+  }
   job_.mux->message(fmt::format("{}; stopping {} replica(s) (SIGTERM, SIGKILL after {} ms)",
                                 stop->reason, running(), job_.options->grace.count()));
   stop_all(SIGTERM);

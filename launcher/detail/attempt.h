@@ -80,7 +80,7 @@ class Attempt {
   void poll_once();
   void handle_signals();
   void suspend();  // SIGTSTP: the replicas stop with xla-spawn and continue with it
-  void report_calls(const char* why, bool failing);  // the hang report, to stderr
+  void report_calls(const std::string& why, bool failing);  // the hang report, to stderr
   // Reads the replicas' pipes (only) until done() or kStackWait passed.
   void read_output_until(const std::function<bool()>& done);
   static constexpr std::chrono::milliseconds kStackWait{3000};
@@ -111,8 +111,9 @@ class Attempt {
   std::vector<Replica> replicas_;
   StopReason reason_ = StopReason::kNone;
   std::optional<int> root_;                          // ordinal of the root cause
-  int stop_signal_ = 0;                              // the signal received (kSignal)
+  int stop_signal_ = 0;                              // this node's interrupt (kSignal)
   Clock::time_point stop_signal_at_{};              // when it was handled
+  bool interrupted_ = false;  // a SIGINT, SIGTERM or SIGHUP was handled (the next kills)
   std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
   Clock::time_point started_;

@@ -298,5 +298,40 @@ TEST_F(MultiNodeTest, ACtrlCOnOneNodeInterruptsTheWholeJob) {
   EXPECT_NE(node0->err().find("was interrupted by SIGINT"), std::string::npos) << node0->err();
 }
 
+// A scheduler (scancel, a time limit) sends SIGTERM to every node's xla-spawn at once: the node
+// that hears of another node's signal first must take its own as its first, keeping the grace
+// period, not as a second one that kills.
+TEST_F(MultiNodeTest, ASignalToEveryNodeIsEachNodesFirst) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-all:30"},
+                          {"--grace-period", "60"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-all:30"},
+                          {"--grace-period", "60"});
+  const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
+  ASSERT_EQ(pids.size(), 2u);
+  ::kill(node0->pid(), SIGTERM);
+  ASSERT_TRUE(wait_until(
+      [&] { return node1->err().find("was interrupted by SIGTERM") != std::string::npos; },
+      scaled(seconds(10))))
+      << node1->err();
+  ::kill(node1->pid(), SIGTERM);
+  ASSERT_TRUE(wait_until(
+      [&] { return node1->err().find("received SIGTERM") != std::string::npos; },
+      scaled(seconds(10))))
+      << node1->err();
+  EXPECT_NE(node1->err().find("received SIGTERM while already stopping 1 replica(s)"),
+            std::string::npos)
+      << node1->err();
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(node1->err().find("killing"), std::string::npos) << node1->err();
+  for (pid_t pid : pids) EXPECT_TRUE(process_alive(pid)) << "ignores SIGTERM: must still run";
+  // A second signal, past the repeat window, kills on each node.
+  std::this_thread::sleep_for(milliseconds(600));
+  for (Launch* node : {node0.get(), node1.get()}) ::kill(node->pid(), SIGTERM);
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 143) << node1->err();
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 143) << node0->err();
+  EXPECT_NE(node1->err().find("received SIGTERM again; killing"), std::string::npos)
+      << node1->err();
+}
+
 }  // namespace
 }  // namespace xs::testing

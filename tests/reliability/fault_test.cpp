@@ -1,7 +1,8 @@
 // The fastest cases of scripts/fault-inject, one per kind that needs no mount namespace: a
 // real xla-spawn job of train_fmnist at N = 2 takes a real signal (SIGKILL in the forward
 // pass, inside the gradient all-reduce, during the checkpoint write; SIGSTOP past the
-// collective timeout; SIGKILL and SIGINT of xla-spawn itself). Each case checks the exit, the
+// collective timeout; SIGKILL and SIGINT of xla-spawn itself; a replica asleep on one node of
+// a two-node job on this machine). Each case checks the exit, the
 // ordinal and cause named, that no process of the job and no segment remain, and that the last
 // completed checkpoint is intact; one case restarts and compares with a clean run byte for byte.
 
@@ -12,12 +13,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "xla_spawn/cluster/connection.h"
 #include "tests/launcher/launch_support.h"
 #include "tests/reliability/job_probe.h"
 #include "tests/support/deadline_scale.h"
@@ -248,6 +251,45 @@ TEST_F(FaultTest, AReplicaStuckInASleepIsNamedWithItsStackWhenItsPeerTimesOut) {
             std::string::npos)
       << err;
   expect_nothing_left(run.pid());
+}
+
+// Two nodes on this machine, two replicas each; ordinal 3 (node 1) sleeps in its forward pass.
+// Node 0's replicas, done with the step's local phase, wait for node 1 between nodes and time
+// out first (node 1's replicas wait six times longer): node 1 then stops for node 0's failure,
+// and only its own report and stacks can show that ordinal 3 holds the job up.
+TEST_F(FaultTest, AReplicaStuckOnAnotherNodeIsNamedWithItsStackByItsOwnNode) {
+  const uint16_t port = cluster::pick_free_port("127.0.0.1");
+  ScopedEnv token("XLA_SPAWN_JOB_TOKEN", "fault-test-token-0123456789abcdef");
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "sleep@3:4");
+  std::vector<std::unique_ptr<Launch>> nodes;
+  for (const int node : {0, 1}) {
+    const int timeout_ms = (node == 0 ? 5000 : 30000) * deadline_scale();
+    ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(timeout_ms));
+    std::vector<std::string> a = {"--nnodes",      "2",   "--node-rank",   std::to_string(node),
+                                  "--master-addr", "127.0.0.1", "--master-port",
+                                  std::to_string(port), "-n", "2", "--grace-period", "1",
+                                  "--timeout", "100", "--", train_fmnist_path()};
+    for (const char* word : {"--model", "mlp", "--batch-size", "16", "--epochs", "1000",
+                             "--train-samples", "4096", "--no-eval", "--seed", "7"}) {
+      a.push_back(word);
+    }
+    nodes.push_back(std::make_unique<Launch>(a));
+  }
+  for (const auto& node : nodes) EXPECT_NE(WEXITSTATUS(node->wait_or_fail(kJobDeadline)), 0);
+  const std::string zero = nodes[0]->err(), one = nodes[1]->err();
+  EXPECT_NE(zero.find("between nodes for "), std::string::npos) << zero;
+  EXPECT_NE(one.find("fault hook: ordinal 3 sleeps in the forward pass of step 4"),
+            std::string::npos)
+      << one;
+  EXPECT_NE(one.find("hang report (the job stops for another node while a replica here has "
+                     "been inside a collective call for "),
+            std::string::npos)
+      << one;
+  EXPECT_NE(one.find("held up by ordinal(s) 3 (sleeping)"), std::string::npos) << one;
+  EXPECT_NE(one.find("[3] xla-spawn: stack of pid"), std::string::npos) << one;
+  EXPECT_NE(one.find("[3]   at xs::fmnist::FaultHook::at_forward(long) (train_fmnist+"),
+            std::string::npos)
+      << one;
 }
 
 // A straggler: ordinal 2 of 3 sleeps 20 ms in every step's forward pass, so it comes last to
