@@ -499,6 +499,9 @@ void Attempt::stop_all(int signo) {
   for (Replica& r : replicas_) {
     if (r.reaped) continue;
     signal_replica(r.pid, signo);
+    // A stopped replica (SIGSTOP, a stop of its own) takes the signal only once continued: it
+    // would wait out the grace period for SIGKILL instead of cleaning up.
+    signal_replica(r.pid, SIGCONT);
     r.signalled = true;
   }
   if (!kill_deadline_) kill_deadline_ = Clock::now() + job_.options->grace;

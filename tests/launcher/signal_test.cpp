@@ -75,6 +75,26 @@ TEST_P(SecondSignalTest, KillsReplicasThatIgnoreTheFirst) {
 INSTANTIATE_TEST_SUITE_P(Signals, SecondSignalTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
 
+// A replica stopped (SIGSTOP) when the job is interrupted is continued to take the signal, and
+// ends at once instead of waiting out the grace period for SIGKILL.
+TEST(ForwardTest, AStoppedReplicaIsContinuedToTakeTheSignal) {
+  TempDir dir;
+  Launch run({"-n", "2", "--grace-period", "60", "--", helper_path(), "--pid-dir", dir.path(),
+              "--do", "sleep:30"});
+  const std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, std::chrono::seconds(20));
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+  ASSERT_TRUE(wait_until([&] { return process_state(pids[1]) == 'T'; },
+                         scaled(std::chrono::seconds(10))));
+  const auto interrupted_at = Clock::now();
+  ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+  const int status = run.wait_or_fail(scaled(std::chrono::seconds(30)));
+  EXPECT_LT(std::chrono::duration<double>(run.exit_time() - interrupted_at).count(), 20.0)
+      << "waited for the 60 s grace period";
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << run.err();
+  EXPECT_EQ(run.err().find("SIGKILL needed"), std::string::npos) << run.err();
+}
+
 // The same signal again within half a second is one interrupt delivered twice (a wrapper
 // passing it on while the terminal or a group kill reached xla-spawn too), not a second one.
 TEST(ForwardTest, TheSameSignalAgainWithinHalfASecondIsTheSameInterrupt) {
