@@ -155,11 +155,13 @@ void Runtime::execute(std::vector<TensorImpl*> pending, bool is_step) {
                              {communicator_, &metrics_, collective ? &scratch_ : nullptr});
     } catch (const PeerFailure& e) {
       if (!check_skipped) throw;
+      // The error first: most often a peer failed, and the hint only says where to look when
+      // the replicas' calls did not match.
       throw PeerFailure(fmt::format(
-          "mark_step: graph {:016x} is the one every replica agreed on at the last check, so this "
-          "replica skipped the check; a peer whose graph changed would be in its graph-hash "
-          "rendezvous: {}",
-          graph.hash, e.what()));
+          "{} (if the calls mismatched, a peer's graph may have changed: graph {:016x} is the "
+          "one every replica agreed on at the last check, so this replica skipped the check, "
+          "and such a peer waits in its graph-hash rendezvous)",
+          e.what(), graph.hash));
     }
   } catch (const std::exception& e) {
     mark_lost(graph, pending, root_of, e.what());
