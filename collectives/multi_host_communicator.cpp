@@ -18,7 +18,7 @@ namespace {
 
 void check_local(const NodeTopology& t, const ShmCommunicator* local) {
   if (t.local_world_size() == 1) {
-    XS_CHECK_ARG(local == nullptr,
+    XS_CHECK_ARG(local == nullptr || local->world_size() == 1,
                  "MultiHostCommunicator: node {} runs one replica, yet got a local communicator "
                  "of world size {}",
                  t.node(), local == nullptr ? 0 : local->world_size());
@@ -50,10 +50,11 @@ MultiHostCommunicator::MultiHostCommunicator(NodeTopology topology,
   XS_CHECK_ARG(timeout_ms > 0, "MultiHostCommunicator: timeout {} ms must be positive", timeout_ms);
   groups_ = std::make_unique<detail::NodeGroups>(topology_, std::move(store), address,
                                                  std::move(options.prefix), timeout_ms);
-  if (local_ != nullptr) {
-    groups_->set_phase_hook([local = local_.get()](const detail::CallInfo* call) {
-      if (call == nullptr) return local->network_phase_done();
-      local->network_phase(call->name, call->dtype, call->n_elems);
+  if (topology_.local_world_size() == 1) recorder_ = std::move(local_);
+  if (ShmCommunicator* records = local_ ? local_.get() : recorder_.get()) {
+    groups_->set_phase_hook([records](const detail::CallInfo* call) {
+      if (call == nullptr) return records->network_phase_done();
+      records->network_phase(call->name, call->dtype, call->n_elems);
     });
   }
 }
@@ -113,9 +114,12 @@ void MultiHostCommunicator::run(const detail::CallInfo& call,
 void MultiHostCommunicator::fail(const std::string& reason) noexcept {
   if (!broken_) broken_ = reason;
   groups_->close_all();
-  if (local_ == nullptr) return;
+  // A node of one replica poisons its records' segment too: the launcher reads the reason
+  // (a timeout gets the hang report).
+  ShmCommunicator* node = local_ ? local_.get() : recorder_.get();
+  if (node == nullptr) return;
   try {
-    local_->segment().poison(reason);
+    node->segment().poison(reason);
   } catch (const std::exception&) {  // best effort: the failure itself is being reported
   }
 }

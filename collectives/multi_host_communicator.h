@@ -86,7 +86,9 @@ struct MultiHostCommunicatorOptions {
 class MultiHostCommunicator final : public Communicator {
  public:
   // `local`: this node's ShmCommunicator, its ordinal and world size the topology's local
-  // ones; null exactly when the node runs one replica. `store`: the job's rendezvous store,
+  // ones. A node of one replica passes null, or one of world size 1 over the node's segment,
+  // which then only keeps the launcher's hang report records (the calls and their transfers
+  // between nodes) and runs no phase. `store`: the job's rendezvous store,
   // shared by every replica of every node. `address`: this node's address as the other nodes
   // reach it (gloo listens there). Throws xs::InvalidArgument naming the mismatch, and
   // xs::IoError when gloo cannot listen on `address`.
@@ -133,7 +135,8 @@ class MultiHostCommunicator final : public Communicator {
   std::byte* scratch(size_t n_bytes);
 
   NodeTopology topology_;
-  std::unique_ptr<ShmCommunicator> local_;
+  std::unique_ptr<ShmCommunicator> local_;     // null on a node of one replica
+  std::unique_ptr<ShmCommunicator> recorder_;  // that node's world-size-1 one, for the records
   std::unique_ptr<detail::NodeGroups> groups_;
   std::byte* scratch_ = nullptr;  // from alloc_buffer, kept and grown
   size_t scratch_bytes_ = 0;

@@ -151,15 +151,15 @@ int SegmentMonitor::request_stacks(std::span<const pid_t> pids_by_ordinal,
   return asked;
 }
 
-double SegmentMonitor::longest_call_s() noexcept {
+double SegmentMonitor::stalest_call_s() noexcept {
   if (!mapping_) return 0;
   double longest = 0;
   try {
     for (const OrdinalCall& c : read_calls(mapping_->region.get_address(),
                                            mapping_->region.get_size(),
                                            mapping_->header.world_size, {})) {
-      if (c.seq == 0 && !c.between_nodes) continue;
-      if (!c.returned || c.between_nodes) longest = std::max(longest, c.seconds_in_call);
+      if (c.seq == 0 && c.name.empty()) continue;  // no call yet
+      longest = std::max(longest, c.seconds_in_call);
     }
   } catch (const std::exception&) {  // only allocation can throw here
   }

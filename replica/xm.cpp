@@ -58,8 +58,9 @@ std::unique_ptr<Communicator> multi_node_communicator(const ReplicaContext& ctx)
   auto store = std::make_shared<cluster::StoreClient>(
       ctx.master_addr, static_cast<uint16_t>(ctx.master_port),
       cluster::JobToken(*token_text, cluster::kJobTokenEnv), timeout);
+  // A node of one replica attaches too: its segment keeps the hang report's records.
   std::unique_ptr<ShmCommunicator> local;
-  if (ctx.local_world_size > 1) local = node_communicator(ctx);
+  if (ctx.local_world_size > 1 || !ctx.segment_name.empty()) local = node_communicator(ctx);
   MultiHostCommunicatorOptions options;
   options.prefix = fmt::format("{}/attempt-{}", ctx.job_id, ctx.attempt);
   return std::make_unique<MultiHostCommunicator>(

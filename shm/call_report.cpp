@@ -133,7 +133,7 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
   for (const OrdinalCall& c : calls) {
     out += fmt::format("  ordinal {} (pid {}, {}): ", first_ordinal + c.ordinal, c.pid,
                        state_name(c.state));
-    if (c.seq == 0 && !c.between_nodes) {
+    if (c.seq == 0 && c.name.empty()) {
       out += "no collective call yet\n";
       continue;
     }
@@ -141,7 +141,9 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
         fmt::format("({}{} elements", c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
     if (c.graph_hash != 0) operands += fmt::format(", graph {:016x}", c.graph_hash);
     operands += ")";
-    const std::string what = fmt::format("{} #{} {}", c.name, c.seq, operands);
+    // A node of one replica records its calls' transfers between nodes alone (no numbers).
+    const std::string what = c.seq == 0 ? fmt::format("{} {}", c.name, operands)
+                                        : fmt::format("{} #{} {}", c.name, c.seq, operands);
     if (c.between_nodes) {  // in gloo's transfers: the other nodes are late, or the network
       out += fmt::format("{} {} between nodes", c.name, operands);
       if (c.seconds_in_call >= 0) out += fmt::format(" for {:.1f} s", c.seconds_in_call);

@@ -171,6 +171,7 @@ void Rounds::begin_network_phase(const char* operation, std::optional<DType> dty
 void Rounds::end_network_phase() const {
   shm::CallRecord& record = segment_.slot(ordinal()).call;
   record.waiting_since_ns.store(0, std::memory_order_relaxed);
+  record.returned.store(1, std::memory_order_relaxed);  // between calls again
   record.between_nodes.store(0, std::memory_order_release);
 }
 

@@ -251,8 +251,8 @@ int Attempt::timeout_ms_until_next_deadline() const {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
 }
 
-// A replica inside one collective call this long when another node stops the job gets this
-// node's hang report and stacks printed first.
+// When another node stops the job and a replica here began its latest collective call this
+// long ago, this node's hang report and stacks are printed first.
 constexpr double kReportAfterPeerStopS = 2.0;
 
 // The same signal twice this close is one interrupt delivered twice, not a second one: a
@@ -435,16 +435,16 @@ void Attempt::check_peers() {
   if (stop->job_over || !peer_stop_) peer_stop_ = *stop;
   if (reason_ != StopReason::kNone) return;
   reason_ = StopReason::kPeers;
-  // Replicas here long inside a call when another node stops the job: one of them, or one
-  // they wait for, may be what made the other node's collective time out, and only this
-  // node's records and stacks can show it (a failure elsewhere stops the job within a second
-  // or so of its replicas' last progress).
+  // A replica here whose latest call began long ago when another node stops the job (waiting
+  // in it, or computing or stuck since): it, or one it waits for, may be what made the other
+  // node's collective time out, and only this node's records and stacks can show it (a
+  // failure elsewhere stops the job within a second or so of its replicas' last progress).
   if (job_.options->monitor != nullptr) {
-    const double inside_s = job_.options->monitor->longest_call_s();
-    if (inside_s >= kReportAfterPeerStopS) {
-      report_calls(fmt::format("the job stops for another node while a replica here has been "
-                               "inside a collective call for {:.1f} s",
-                               inside_s),
+    const double since_s = job_.options->monitor->stalest_call_s();
+    if (since_s >= kReportAfterPeerStopS) {
+      report_calls(fmt::format("the job stops for another node; a replica here began its "
+                               "latest collective call {:.1f} s ago",
+                               since_s),
                    /*failing=*/true);
     }
   }

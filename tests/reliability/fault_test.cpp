@@ -253,41 +253,70 @@ TEST_F(FaultTest, AReplicaStuckInASleepIsNamedWithItsStackWhenItsPeerTimesOut) {
   expect_nothing_left(run.pid());
 }
 
-// Two nodes on this machine, two replicas each; ordinal 3 (node 1) sleeps in its forward pass.
-// Node 0's replicas, done with the step's local phase, wait for node 1 between nodes and time
-// out first (node 1's replicas wait six times longer): node 1 then stops for node 0's failure,
-// and only its own report and stacks can show that ordinal 3 holds the job up.
-TEST_F(FaultTest, AReplicaStuckOnAnotherNodeIsNamedWithItsStackByItsOwnNode) {
+// Two nodes on this machine; the last ordinal (on node 1) sleeps in its forward pass. Node 0's
+// replicas, done with the step's local phase, wait for node 1 between nodes and time out
+// first (node 1's replicas wait six times longer): node 1 then stops for node 0's failure, and
+// only its own report and stacks can show the sleeper. The launchers' outputs, node by node.
+std::vector<std::string> run_with_a_sleeper_on_node_one(int replicas_per_node) {
   const uint16_t port = cluster::pick_free_port("127.0.0.1");
   ScopedEnv token("XLA_SPAWN_JOB_TOKEN", "fault-test-token-0123456789abcdef");
-  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "sleep@3:4");
+  ScopedEnv fault("XLA_SPAWN_TEST_FAULT", fmt::format("sleep@{}:4", 2 * replicas_per_node - 1));
   std::vector<std::unique_ptr<Launch>> nodes;
   for (const int node : {0, 1}) {
     const int timeout_ms = (node == 0 ? 5000 : 30000) * deadline_scale();
     ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(timeout_ms));
-    std::vector<std::string> a = {"--nnodes",      "2",   "--node-rank",   std::to_string(node),
+    std::vector<std::string> a = {"--nnodes", "2", "--node-rank", std::to_string(node),
                                   "--master-addr", "127.0.0.1", "--master-port",
-                                  std::to_string(port), "-n", "2", "--grace-period", "1",
-                                  "--timeout", "100", "--", train_fmnist_path()};
+                                  std::to_string(port), "-n", std::to_string(replicas_per_node),
+                                  "--grace-period", "1", "--timeout", "100", "--",
+                                  train_fmnist_path()};
     for (const char* word : {"--model", "mlp", "--batch-size", "16", "--epochs", "1000",
                              "--train-samples", "4096", "--no-eval", "--seed", "7"}) {
       a.push_back(word);
     }
     nodes.push_back(std::make_unique<Launch>(a));
   }
-  for (const auto& node : nodes) EXPECT_NE(WEXITSTATUS(node->wait_or_fail(kJobDeadline)), 0);
-  const std::string zero = nodes[0]->err(), one = nodes[1]->err();
+  std::vector<std::string> errs;
+  for (const auto& node : nodes) {
+    EXPECT_NE(WEXITSTATUS(node->wait_or_fail(kJobDeadline)), 0);
+    errs.push_back(node->err());
+  }
+  return errs;
+}
+
+constexpr const char* kPeerStopReport =
+    "hang report (the job stops for another node; a replica here began its latest collective "
+    "call ";
+
+TEST_F(FaultTest, AReplicaStuckOnAnotherNodeIsNamedWithItsStackByItsOwnNode) {
+  const std::vector<std::string> errs = run_with_a_sleeper_on_node_one(2);
+  const std::string &zero = errs[0], &one = errs[1];
   EXPECT_NE(zero.find("between nodes for "), std::string::npos) << zero;
   EXPECT_NE(one.find("fault hook: ordinal 3 sleeps in the forward pass of step 4"),
             std::string::npos)
       << one;
-  EXPECT_NE(one.find("hang report (the job stops for another node while a replica here has "
-                     "been inside a collective call for "),
-            std::string::npos)
-      << one;
+  EXPECT_NE(one.find(kPeerStopReport), std::string::npos) << one;
   EXPECT_NE(one.find("held up by ordinal(s) 3 (sleeping)"), std::string::npos) << one;
   EXPECT_NE(one.find("[3] xla-spawn: stack of pid"), std::string::npos) << one;
   EXPECT_NE(one.find("[3]   at xs::fmnist::FaultHook::at_forward(long) (train_fmnist+"),
+            std::string::npos)
+      << one;
+}
+
+// The same with one replica per node: each node's only replica keeps its records in the
+// node's segment all the same, so node 0's report shows it waiting between nodes (it timed out
+// there) and node 1's shows its sleeper since its latest call, with its stack.
+TEST_F(FaultTest, NodesOfOneReplicaReportTheirReplicaToo) {
+  const std::vector<std::string> errs = run_with_a_sleeper_on_node_one(1);
+  const std::string &zero = errs[0], &one = errs[1];
+  EXPECT_NE(zero.find("hang report (a collective timed out):"), std::string::npos) << zero;
+  EXPECT_NE(zero.find(" between nodes for "), std::string::npos) << zero;
+  EXPECT_EQ(zero.find("no collective call yet"), std::string::npos) << zero;
+  EXPECT_NE(one.find(kPeerStopReport), std::string::npos) << one;
+  EXPECT_NE(one.find("ordinal 1 (pid "), std::string::npos) << one;
+  EXPECT_NE(one.find("between collective calls, the latest "), std::string::npos) << one;
+  EXPECT_EQ(one.find("no collective call yet"), std::string::npos) << one;
+  EXPECT_NE(one.find("[1]   at xs::fmnist::FaultHook::at_forward(long) (train_fmnist+"),
             std::string::npos)
       << one;
 }
