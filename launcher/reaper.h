@@ -50,8 +50,8 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
     return monitor_ != nullptr ? monitor_->straggler_report(first_ordinal) : "";
   }
   bool timed_out() noexcept override { return monitor_ != nullptr && monitor_->timed_out(); }
-  double stalest_call_s() noexcept override {
-    return monitor_ != nullptr ? monitor_->stalest_call_s() : 0;
+  double longest_wait_s() noexcept override {
+    return monitor_ != nullptr ? monitor_->longest_wait_s() : 0;
   }
   int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override {
     return monitor_ != nullptr ? monitor_->request_stacks(pids_by_ordinal, continue_stopped) : 0;

@@ -151,7 +151,7 @@ int SegmentMonitor::request_stacks(std::span<const pid_t> pids_by_ordinal,
   return asked;
 }
 
-double SegmentMonitor::stalest_call_s() noexcept {
+double SegmentMonitor::longest_wait_s() noexcept {
   if (!mapping_) return 0;
   double longest = 0;
   try {
@@ -159,7 +159,7 @@ double SegmentMonitor::stalest_call_s() noexcept {
                                            mapping_->region.get_size(),
                                            mapping_->header.world_size, {})) {
       if (c.seq == 0 && c.name.empty()) continue;  // no call yet
-      longest = std::max(longest, c.seconds_in_call);
+      if (!c.returned || c.between_nodes) longest = std::max(longest, c.seconds_in_call);
     }
   } catch (const std::exception&) {  // only allocation can throw here
   }

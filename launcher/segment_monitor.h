@@ -32,7 +32,7 @@ class SegmentMonitor final : public JobResources, public JobMonitor {
                           int first_ordinal) noexcept override;
   std::string straggler_report(int first_ordinal) noexcept override;
   bool timed_out() noexcept override;
-  double stalest_call_s() noexcept override;
+  double longest_wait_s() noexcept override;
   int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override;
 
  private:

@@ -61,10 +61,9 @@ class JobMonitor {
   virtual std::string straggler_report(int /*first_ordinal*/) noexcept { return {}; }
   // Whether the job's segment was poisoned by a collective that timed out.
   virtual bool timed_out() noexcept { return false; }
-  // How long ago, in seconds, the oldest of the replicas' latest collective calls (or
-  // multi-node transfers) began, returned or not: a replica waiting in one, or computing or
-  // stuck since; 0 when none has made a call.
-  virtual double stalest_call_s() noexcept { return 0; }
+  // The longest any replica has now been inside one collective call (or one multi-node
+  // call's transfers between nodes) that has not returned, in seconds; 0 when none is.
+  virtual double longest_wait_s() noexcept { return 0; }
   // Asks every replica that can (shm/stack_dump.h) for its main thread's stack, on stderr;
   // a stopped one only with `continue_stopped` (it is sent SIGCONT after the request, and
   // prints where it was stopped). Returns how many were asked.

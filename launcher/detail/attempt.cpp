@@ -251,8 +251,8 @@ int Attempt::timeout_ms_until_next_deadline() const {
   return static_cast<int>(std::clamp<int64_t>(left, 0, 3'600'000));
 }
 
-// When another node stops the job and a replica here began its latest collective call this
-// long ago, this node's hang report and stacks are printed first.
+// When another node stops the job while a replica here has been inside a collective call this
+// long, this node's hang report and stacks are printed first.
 constexpr double kReportAfterPeerStopS = 2.0;
 
 // The same signal twice this close is one interrupt delivered twice, not a second one: a
@@ -282,12 +282,16 @@ void Attempt::handle_signals() {
       // or failure, a replica's failure, the timeout): a scheduler signals every node at
       // once, and a node that heard of another's signal first must not take its own for a
       // second one. The replicas have had their SIGTERM; the grace period runs on.
+      // The job ends here, then: an interrupted job is not restarted (result()), and the
+      // other nodes hear of it (an interrupt is the root cause that restarts nothing).
       interrupted_ = true;
       stop_signal_ = signo;
       stop_signal_at_ = Clock::now();
+      tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
+                 fmt::format("was interrupted by {}", signal_name(signo)));
       job_.mux->message(fmt::format(
-          "received {} while already stopping {} replica(s); SIGKILL when the grace period "
-          "ends (again: kill now)",
+          "received {} while already stopping {} replica(s); no restart, SIGKILL when the "
+          "grace period ends (again: kill now)",
           signal_name(signo), running()));
     } else if (signo == stop_signal_ && Clock::now() - stop_signal_at_ < kRepeatWindow) {
       job_.mux->message(fmt::format("received {} again within {} ms: the same interrupt "
@@ -435,16 +439,16 @@ void Attempt::check_peers() {
   if (stop->job_over || !peer_stop_) peer_stop_ = *stop;
   if (reason_ != StopReason::kNone) return;
   reason_ = StopReason::kPeers;
-  // A replica here whose latest call began long ago when another node stops the job (waiting
-  // in it, or computing or stuck since): it, or one it waits for, may be what made the other
-  // node's collective time out, and only this node's records and stacks can show it (a
-  // failure elsewhere stops the job within a second or so of its replicas' last progress).
+  // Replicas here waiting inside a collective call for seconds when another node stops the
+  // job: one of them, or the replica here they wait for, may be what made the other node's
+  // collective time out, and only this node's records and stacks can show it. (Replicas
+  // between calls, computing or evaluating, say nothing of a hang and are left alone.)
   if (job_.options->monitor != nullptr) {
-    const double since_s = job_.options->monitor->stalest_call_s();
-    if (since_s >= kReportAfterPeerStopS) {
-      report_calls(fmt::format("the job stops for another node; a replica here began its "
-                               "latest collective call {:.1f} s ago",
-                               since_s),
+    const double waited_s = job_.options->monitor->longest_wait_s();
+    if (waited_s >= kReportAfterPeerStopS) {
+      report_calls(fmt::format("the job stops for another node; a replica here has been inside "
+                               "a collective call for {:.1f} s",
+                               waited_s),
                    /*failing=*/true);
     }
   }
@@ -559,6 +563,9 @@ AttemptResult Attempt::result() const {
       result.exit_code = kExitLauncherError;  // the job's verdict replaces it
       break;
   }
+  // Interrupted while stopping for another reason: that reason stays the summary and the
+  // status, but the attempt is not restarted.
+  if (interrupted_ && result.outcome == JobOutcome::kFailed) result.outcome = JobOutcome::kInterrupted;
   result.summary = report();
   result.details = details();
   if (peer_stop_ && peer_stop_->job_over) {

@@ -318,7 +318,7 @@ TEST_F(MultiNodeTest, ASignalToEveryNodeIsEachNodesFirst) {
       [&] { return node1->err().find("received SIGTERM") != std::string::npos; },
       scaled(seconds(10))))
       << node1->err();
-  EXPECT_NE(node1->err().find("received SIGTERM while already stopping 1 replica(s)"),
+  EXPECT_NE(node1->err().find("received SIGTERM while already stopping 1 replica(s); no restart"),
             std::string::npos)
       << node1->err();
   std::this_thread::sleep_for(milliseconds(300));

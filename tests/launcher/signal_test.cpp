@@ -95,6 +95,27 @@ TEST(ForwardTest, AStoppedReplicaIsContinuedToTakeTheSignal) {
   EXPECT_EQ(run.err().find("SIGKILL needed"), std::string::npos) << run.err();
 }
 
+// An interrupt while the job already stops for a failure ends it: the failure stays the
+// summary and the status, the grace period runs on, and --max-restarts restarts nothing.
+TEST(ForwardTest, AnInterruptWhileAFailureStopsTheJobPreventsTheRestart) {
+  TempDir dir;
+  Launch run({"-n", "2", "--grace-period", "3", "--max-restarts", "2", "--", helper_path(),
+              "--pid-dir", dir.path(), "--wait-peers", "--do", "ignore-term:15", "--for",
+              "0=exit:3"});
+  ASSERT_TRUE(wait_until(
+      [&] { return run.err().find("stopping the other 1 replica(s)") != std::string::npos; },
+      scaled(std::chrono::seconds(20))))
+      << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  const int status = run.wait_or_fail(scaled(std::chrono::seconds(30)));
+  EXPECT_EQ(WEXITSTATUS(status), 3) << run.err();
+  EXPECT_NE(run.err().find("received SIGINT while already stopping 1 replica(s); no restart"),
+            std::string::npos)
+      << run.err();
+  EXPECT_EQ(run.err().find("restarting"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("ordinal 0 exited with code 3"), std::string::npos) << run.err();
+}
+
 // The same signal again within half a second is one interrupt delivered twice (a wrapper
 // passing it on while the terminal or a group kill reached xla-spawn too), not a second one.
 TEST(ForwardTest, TheSameSignalAgainWithinHalfASecondIsTheSameInterrupt) {

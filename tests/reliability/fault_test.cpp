@@ -285,8 +285,8 @@ std::vector<std::string> run_with_a_sleeper_on_node_one(int replicas_per_node) {
 }
 
 constexpr const char* kPeerStopReport =
-    "hang report (the job stops for another node; a replica here began its latest collective "
-    "call ";
+    "hang report (the job stops for another node; a replica here has been inside a collective "
+    "call for ";
 
 TEST_F(FaultTest, AReplicaStuckOnAnotherNodeIsNamedWithItsStackByItsOwnNode) {
   const std::vector<std::string> errs = run_with_a_sleeper_on_node_one(2);
@@ -303,22 +303,16 @@ TEST_F(FaultTest, AReplicaStuckOnAnotherNodeIsNamedWithItsStackByItsOwnNode) {
       << one;
 }
 
-// The same with one replica per node: each node's only replica keeps its records in the
-// node's segment all the same, so node 0's report shows it waiting between nodes (it timed out
-// there) and node 1's shows its sleeper since its latest call, with its stack.
+// The same with one replica per node: node 0's only replica keeps its records in the node's
+// segment all the same, so its report, printed when it timed out, shows it waiting between
+// nodes. (Node 1's sleeper is between calls, which says nothing of a hang there: no report.)
 TEST_F(FaultTest, NodesOfOneReplicaReportTheirReplicaToo) {
   const std::vector<std::string> errs = run_with_a_sleeper_on_node_one(1);
-  const std::string &zero = errs[0], &one = errs[1];
+  const std::string& zero = errs[0];
   EXPECT_NE(zero.find("hang report (a collective timed out):"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("  ordinal 0 (pid "), std::string::npos) << zero;
   EXPECT_NE(zero.find(" between nodes for "), std::string::npos) << zero;
   EXPECT_EQ(zero.find("no collective call yet"), std::string::npos) << zero;
-  EXPECT_NE(one.find(kPeerStopReport), std::string::npos) << one;
-  EXPECT_NE(one.find("ordinal 1 (pid "), std::string::npos) << one;
-  EXPECT_NE(one.find("between collective calls, the latest "), std::string::npos) << one;
-  EXPECT_EQ(one.find("no collective call yet"), std::string::npos) << one;
-  EXPECT_NE(one.find("[1]   at xs::fmnist::FaultHook::at_forward(long) (train_fmnist+"),
-            std::string::npos)
-      << one;
 }
 
 // A straggler: ordinal 2 of 3 sleeps 20 ms in every step's forward pass, so it comes last to
