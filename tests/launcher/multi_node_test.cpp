@@ -333,5 +333,30 @@ TEST_F(MultiNodeTest, ASignalToEveryNodeIsEachNodesFirst) {
       << node1->err();
 }
 
+// Node 1 is interrupted while the job stops for node 0's failure: the job restarts nothing
+// on any node, although --max-restarts allows it.
+TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--wait-peers", "--do", "exit:3"},
+                          {"--max-restarts", "1", "--grace-period", "3"});
+  auto node1 = start_node(1, 2, 1,
+                          {"--pid-dir", pids_.path(), "--wait-peers", "--do", "ignore-term:15"},
+                          {"--max-restarts", "1", "--grace-period", "3"});
+  ASSERT_TRUE(wait_until(
+      [&] { return node1->err().find("exited with code 3; stopping") != std::string::npos; },
+      scaled(seconds(30))))
+      << node1->err();
+  ::kill(node1->pid(), SIGINT);
+  const int status1 = node1->wait_or_fail(scaled(seconds(30)));
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  for (const Launch* node : {node0.get(), node1.get()}) {
+    EXPECT_EQ(node->err().find("restarting"), std::string::npos) << node->err();
+  }
+  EXPECT_NE(WEXITSTATUS(status0), 0) << node0->err();
+  EXPECT_NE(WEXITSTATUS(status1), 0) << node1->err();
+  EXPECT_NE(node1->err().find("received SIGINT while already stopping 1 replica(s); no restart"),
+            std::string::npos)
+      << node1->err();
+}
+
 }  // namespace
 }  // namespace xs::testing
