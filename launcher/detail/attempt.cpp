@@ -260,6 +260,14 @@ constexpr double kReportAfterPeerStopS = 2.0;
 // kill reached this process too. A person's second Ctrl-C comes later.
 constexpr auto kRepeatWindow = std::chrono::milliseconds(500);
 
+void Attempt::note_interrupt(int signo) {
+  interrupted_ = true;
+  stop_signal_ = signo;
+  stop_signal_at_ = Clock::now();
+  tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
+             fmt::format("was interrupted by {}", signal_name(signo)));
+}
+
 void Attempt::handle_signals() {
   for (int signo : job_.signals->drain()) {
     if (signo == SIGTSTP) {
@@ -268,11 +276,7 @@ void Attempt::handle_signals() {
       report_calls("SIGUSR1", /*failing=*/false);
     } else if (reason_ == StopReason::kNone) {
       reason_ = StopReason::kSignal;
-      interrupted_ = true;
-      stop_signal_ = signo;
-      stop_signal_at_ = Clock::now();
-      tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
-                 fmt::format("was interrupted by {}", signal_name(signo)));
+      note_interrupt(signo);
       job_.mux->message(fmt::format(
           "received {}; forwarding it to {} replica(s), SIGKILL after {} ms (again: kill now)",
           signal_name(signo), running(), job_.options->grace.count()));
@@ -284,11 +288,7 @@ void Attempt::handle_signals() {
       // second one. The replicas have had their SIGTERM; the grace period runs on.
       // The job ends here, then: an interrupted job is not restarted (result()), and the
       // other nodes hear of it (an interrupt is the root cause that restarts nothing).
-      interrupted_ = true;
-      stop_signal_ = signo;
-      stop_signal_at_ = Clock::now();
-      tell_peers(LocalFailureKind::kInterrupted, 128 + signo,
-                 fmt::format("was interrupted by {}", signal_name(signo)));
+      note_interrupt(signo);
       job_.mux->message(fmt::format(
           "received {} while already stopping {} replica(s); no restart, SIGKILL when the "
           "grace period ends (again: kill now)",

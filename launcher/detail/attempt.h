@@ -80,6 +80,9 @@ class Attempt {
   void poll_once();
   void handle_signals();
   void suspend();  // SIGTSTP: the replicas stop with xla-spawn and continue with it
+  // This node's first SIGINT, SIGTERM or SIGHUP: remembered (the next one kills; the job is
+  // not restarted) and told to the other nodes.
+  void note_interrupt(int signo);
   void report_calls(const std::string& why, bool failing);  // the hang report, to stderr
   // Reads the replicas' pipes (only) until done() or kStackWait passed.
   void read_output_until(const std::function<bool()>& done);
