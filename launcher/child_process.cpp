@@ -153,9 +153,17 @@ pid_t spawn_replica(const ChildSetup& setup, const ExecCommand& command) {
 }
 
 pid_t fork_replica(const ChildSetup& setup, const ReplicaBody& body) {
+  // As for spawn_replica: no handler of ours may run in the child before it has reset them.
+  // The SignalPipe's would write a stop signal meant for the child into the supervisor's own
+  // pipe, where it read as an interrupt of the job, and the child would not stop.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
   const pid_t pid = ::fork();
+  const int fork_errno = errno;
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) {
-    throw IoError(errno_message("fork of replica " + std::to_string(setup.ordinal), errno));
+    throw IoError(errno_message("fork of replica " + std::to_string(setup.ordinal), fork_errno));
   }
   if (pid > 0) {
     // Also done by the child; whichever runs first wins, so the group exists before the
