@@ -51,7 +51,7 @@ MultiHostCommunicator::MultiHostCommunicator(NodeTopology topology,
   groups_ = std::make_unique<detail::NodeGroups>(topology_, std::move(store), address,
                                                  std::move(options.prefix), timeout_ms);
   if (topology_.local_world_size() == 1) recorder_ = std::move(local_);
-  if (ShmCommunicator* records = local_ ? local_.get() : recorder_.get()) {
+  if (ShmCommunicator* records = records_holder()) {
     groups_->set_phase_hook([records](const detail::CallInfo* call) {
       if (call == nullptr) return records->network_phase_done();
       records->network_phase(call->name, call->dtype, call->n_elems);
@@ -116,7 +116,7 @@ void MultiHostCommunicator::fail(const std::string& reason) noexcept {
   groups_->close_all();
   // A node of one replica poisons its records' segment too: the launcher reads the reason
   // (a timeout gets the hang report).
-  ShmCommunicator* node = local_ ? local_.get() : recorder_.get();
+  ShmCommunicator* node = records_holder();
   if (node == nullptr) return;
   try {
     node->segment().poison(reason);

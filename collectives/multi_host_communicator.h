@@ -133,6 +133,9 @@ class MultiHostCommunicator final : public Communicator {
   // no local phase), else the scratch buffer, filled with data's bytes when `copy_in`.
   std::byte* operand_for(void* data, size_t n_bytes, bool copy_in);
   std::byte* scratch(size_t n_bytes);
+  // The communicator over this node's segment, whose records the hang report reads: local_,
+  // or a node of one replica's recorder_ (null when it was given none).
+  ShmCommunicator* records_holder() const { return local_ ? local_.get() : recorder_.get(); }
 
   NodeTopology topology_;
   std::unique_ptr<ShmCommunicator> local_;     // null on a node of one replica
