@@ -57,10 +57,18 @@ inline void copy_to_pieces(std::span<const GatherPiece> pieces, size_t at_bytes,
   }
 }
 
-// Throws InvalidArgument for a null buffer with elements, or `copies` times n_elems elements
-// of dtype that overflow a byte count (every communicator checks each operand so).
+// Throws InvalidArgument for a dtype code that is not a DType (an integer cast carelessly).
+inline void check_dtype(const char* operation, DType dtype) {
+  XS_CHECK_ARG(static_cast<int>(dtype) < kNumDTypes, "{}: dtype code {} is not a dtype (0..{})",
+               operation, static_cast<int>(dtype), kNumDTypes - 1);
+}
+
+// Throws InvalidArgument for a null buffer with elements, a bad dtype code, or `copies` times
+// n_elems elements of dtype that overflow a byte count (every communicator checks each operand
+// so).
 inline void check_operand(const char* operation, const void* data, size_t n_elems, DType dtype,
                           int copies) {
+  check_dtype(operation, dtype);
   XS_CHECK_ARG(data != nullptr || n_elems == 0, "{}: null buffer for {} elements", operation,
                n_elems);
   XS_CHECK_ARG(n_elems <= std::numeric_limits<size_t>::max() / dtype_size(dtype) /

@@ -8,8 +8,8 @@
 namespace xs {
 
 // The same checks as a job's communicator, so bugs show up alone too.
-void LocalCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp) {
-  check_reducible("all_reduce", dtype);
+void LocalCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
+  check_reducible("all_reduce", dtype, op);
   check_operand("all_reduce", data, n_elems, dtype, 1);
 }
 
@@ -37,7 +37,7 @@ void LocalCommunicator::all_gather_pieces(const void* in, std::span<const Gather
 
 void LocalCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                        ReduceOp op) {
-  check_reducible("reduce_scatter", dtype);
+  check_reducible("reduce_scatter", dtype, op);
   check_operand("reduce_scatter", in, n_elems, dtype, 1);
   check_operand("reduce_scatter", out, n_elems, dtype, 1);
   const size_t bytes = n_elems * dtype_size(dtype);

@@ -145,7 +145,7 @@ std::byte* MultiHostCommunicator::operand_for(void* data, size_t n_bytes, bool c
 }
 
 void MultiHostCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
-  check_reducible("all_reduce", dtype);
+  check_reducible("all_reduce", dtype, op);
   check_operand("all_reduce", data, n_elems, dtype, 1);
   run({"all_reduce", dtype, n_elems}, [&](const detail::Hierarchy& h) {
     const size_t n_bytes = n_elems * dtype_size(dtype);
@@ -186,7 +186,7 @@ void MultiHostCommunicator::all_gather(const void* in, void* out, size_t n_elems
 // The schedule reduces in place, so it always works on a copy of the input.
 void MultiHostCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                            ReduceOp op) {
-  check_reducible("reduce_scatter", dtype);
+  check_reducible("reduce_scatter", dtype, op);
   check_operand("reduce_scatter", in, n_elems, dtype, world_size());
   check_operand("reduce_scatter", out, n_elems, dtype, 1);
   check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in, world_size(),

@@ -114,7 +114,15 @@ size_t accumulator_size(DType dtype) {
   return dtype == DType::kBF16 ? 4 : dtype_size(dtype);
 }
 
-void check_reducible(const char* operation, DType dtype) {
+void check_reducible(const char* operation, DType dtype, ReduceOp op) {
+  if (static_cast<int>(dtype) >= kNumDTypes) {
+    throw InvalidArgument(fmt::format("{}: dtype code {} is not a dtype (0..{})", operation,
+                                      static_cast<int>(dtype), kNumDTypes - 1));
+  }
+  if (static_cast<int>(op) >= kNumReduceOps) {
+    throw InvalidArgument(fmt::format("{}: reduce op code {} is not a reduce op (0..{})",
+                                      operation, static_cast<int>(op), kNumReduceOps - 1));
+  }
   if (dtype == DType::kBool) {
     throw InvalidArgument(
         fmt::format("{}: dtype bool cannot be reduced (expected f32, f64, "

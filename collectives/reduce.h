@@ -20,8 +20,9 @@ namespace xs {
 // Bytes per element of the accumulator: 4 for bf16 (f32), else dtype_size.
 size_t accumulator_size(DType dtype);
 
-// Throws xs::InvalidArgument naming `operation` when dtype cannot be reduced.
-void check_reducible(const char* operation, DType dtype);
+// Throws xs::InvalidArgument naming `operation` when dtype cannot be reduced, or when dtype
+// or op is a code outside its enum (an integer cast carelessly).
+void check_reducible(const char* operation, DType dtype, ReduceOp op);
 
 // dst[i] = finish(((src[0][i] op src[1][i]) op src[2][i]) ... op src[n-1][i]), where finish
 // divides by `divisor` for kMean and rounds bf16. dst may be exactly one of the sources;

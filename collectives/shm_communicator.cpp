@@ -174,7 +174,7 @@ AllReduceAlgorithm ShmCommunicator::all_reduce_algorithm(size_t n_bytes, bool in
 //   operand).
 // Forced schedules other than kDirect ignore the arena.
 void ShmCommunicator::all_reduce(void* data, size_t n_elems, DType dtype, ReduceOp op) {
-  check_reducible("all_reduce", dtype);
+  check_reducible("all_reduce", dtype, op);
   check_operand("all_reduce", data, n_elems, dtype, 1);
   if (world_size() == 1) return;  // sum, mean, max and min of one replica: the input
   auto* bytes = static_cast<std::byte*>(data);
@@ -291,7 +291,7 @@ void ShmCommunicator::all_gather_pieces(const void* in, std::span<const GatherPi
 
 void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, DType dtype,
                                      ReduceOp op) {
-  check_reducible("reduce_scatter", dtype);
+  check_reducible("reduce_scatter", dtype, op);
   check_operand("reduce_scatter", in, n_elems, dtype, world_size());
   check_operand("reduce_scatter", out, n_elems, dtype, 1);
   check_chunk_overlap("reduce_scatter", out, n_elems * dtype_size(dtype), in, world_size(),
@@ -323,7 +323,7 @@ void ShmCommunicator::reduce_scatter(const void* in, void* out, size_t n_elems, 
 // gather_ranges runs its staging schedule.
 void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, ReduceOp op,
                                     std::span<const size_t> bounds) {
-  check_reducible("reduce_ranges", dtype);
+  check_reducible("reduce_ranges", dtype, op);
   const int32_t digest = bounds_digest("reduce_ranges", data, n_elems, bounds, world_size());
   if (world_size() == 1) return;  // the reduction of one replica: its input
   auto* bytes = static_cast<std::byte*>(data);
@@ -348,6 +348,7 @@ void ShmCommunicator::reduce_ranges(void* data, size_t n_elems, DType dtype, Red
 
 void ShmCommunicator::gather_ranges(void* data, size_t n_elems, DType dtype,
                                     std::span<const size_t> bounds) {
+  check_dtype("gather_ranges", dtype);
   const int32_t digest = bounds_digest("gather_ranges", data, n_elems, bounds, world_size());
   if (world_size() == 1) return;
   auto* bytes = static_cast<std::byte*>(data);

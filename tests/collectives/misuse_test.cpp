@@ -1,6 +1,6 @@
 // A careless program's misuse of the communicator is refused with a clear error on every
-// replica, never a crash or a silently wrong result: null operands and counts whose bytes
-// overflow, an arena request past any size, two threads calling at once, replicas forcing
+// replica, never a crash or a silently wrong result: null operands, counts whose bytes
+// overflow, dtype and op codes outside their enums, an arena request past any size, two threads calling at once, replicas forcing
 // different all-reduce schedules.
 #include <gtest/gtest.h>
 
@@ -81,6 +81,28 @@ std::string misuse_checks(Communicator& comm) {
       "reduce_scatter huge",
       refusal([&] { comm.reduce_scatter(out.data(), f, kHuge, DType::kF32, ReduceOp::kSum); }),
       "overflow a byte count");
+  // Codes outside the enums, as a careless cast from an integer makes them (dtype_size of
+  // one is 0: the byte-count check divided by it).
+  const auto bad_dtype = static_cast<DType>(kNumDTypes + 11);
+  const auto bad_op = static_cast<ReduceOp>(kNumReduceOps + 5);
+  failures += expect_refused(
+      "all_reduce bad dtype",
+      refusal([&] { comm.all_reduce(f, 4, bad_dtype, ReduceOp::kSum); }),
+      "all_reduce: dtype code 17 is not a dtype");
+  failures += expect_refused(
+      "all_reduce bad op", refusal([&] { comm.all_reduce(f, 4, DType::kF32, bad_op); }),
+      "all_reduce: reduce op code 9 is not a reduce op");
+  failures += expect_refused(
+      "reduce_scatter bad op",
+      refusal([&] { comm.reduce_scatter(out.data(), f, 4, DType::kF32, bad_op); }),
+      "reduce_scatter: reduce op code 9 is not a reduce op");
+  failures += expect_refused(
+      "broadcast bad dtype", refusal([&] { comm.broadcast(f, 4, bad_dtype, 0); }),
+      "broadcast: dtype code 17 is not a dtype");
+  failures += expect_refused(
+      "all_gather bad dtype",
+      refusal([&] { comm.all_gather(f, out.data(), 4, bad_dtype); }),
+      "all_gather: dtype code 17 is not a dtype");
   // The job goes on: nothing reached the segment.
   float one = 1;
   comm.all_reduce(&one, 1, DType::kF32, ReduceOp::kSum);
@@ -88,7 +110,7 @@ std::string misuse_checks(Communicator& comm) {
   return failures;
 }
 
-TEST(MisuseTest, NullOperandsAndOverflowingCountsAreRefusedAndTheJobGoesOn) {
+TEST(MisuseTest, NullOperandsOverflowingCountsAndBadCodesAreRefusedAndTheJobGoesOn) {
   ForkJob job(2, kStagingBytes);
   job.start([](Child& child) {
     ShmCommunicator comm = child.communicator();
