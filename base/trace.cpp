@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 
@@ -499,6 +500,21 @@ size_t merge(const std::string& file, const std::string& job_id, int node, bool 
   struct stat existing {};
   if (::lstat(file.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
     throw IoError(fmt::format("tracing: {} exists and is not a regular file", file));
+  }
+  // A file there that is not an earlier trace (a checkpoint given the same name, a CSV) is
+  // someone's work: the merge must not replace it.
+  if (existing.st_size > 0) {
+    constexpr std::string_view kHeader = "{\"displayTimeUnit\"";
+    char head[kHeader.size()] = {};
+    const int old = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    const ssize_t got = old < 0 ? -1 : ::read(old, head, sizeof head);
+    if (old >= 0) ::close(old);
+    if (got >= 0 && std::string_view(head, static_cast<size_t>(got)) != kHeader) {
+      throw IoError(fmt::format("tracing: {} exists and is not a trace ({} bytes beginning {:?}); "
+                                "the merge would replace it",
+                                file, existing.st_size,
+                                std::string_view(head, std::min<size_t>(8, static_cast<size_t>(got)))));
+    }
   }
   const std::vector<Part> parts = find_parts(file, job_id);
   const bool several_attempts = !parts.empty() && parts.back().attempt > 0;

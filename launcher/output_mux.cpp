@@ -48,6 +48,14 @@ FILE* open_log(const std::string& dir, int ordinal) {
     ::close(fd);
     throw IoError(fmt::format("log file {}: not a regular file", path));
   }
+  if (st.st_uid != ::geteuid()) {
+    // Its owner can read what the replicas print (and chmod it back after ours).
+    ::close(fd);
+    throw IoError(fmt::format(
+        "log file {} belongs to uid {}, not this user (uid {}): its owner could read the "
+        "replicas' output; remove it or choose another --log-dir",
+        path, st.st_uid, ::geteuid()));
+  }
   if ((st.st_mode & 077) != 0) ::fchmod(fd, 0600);  // left by an older run: owner-only now
   FILE* file = ::fdopen(fd, "a");
   if (file == nullptr) {

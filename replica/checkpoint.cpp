@@ -227,7 +227,9 @@ Checkpoint load_checkpoint(const std::string& path) {
 
 std::optional<Checkpoint> load_checkpoint_if_exists(const std::string& path) {
   if (::access(path.c_str(), F_OK) != 0 && errno == ENOENT) return std::nullopt;
-  return load_checkpoint(path);
+  const std::vector<uint8_t> bytes =
+      detail::read_file_bytes(path, "checkpoint", std::nullopt, detail::Owner::kThisUser);
+  return parse_checkpoint(bytes, path);
 }
 
 }  // namespace xs

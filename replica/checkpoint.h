@@ -74,7 +74,10 @@ void save_checkpoint(const std::string& path, const std::vector<HostTensor>& ten
 // xs::InvalidArgument naming the file and the fault when its contents are wrong.
 Checkpoint load_checkpoint(const std::string& path);
 
-// load_checkpoint, or nullopt when `path` does not exist (a first run, nothing to resume).
+// The read that resumes a run: load_checkpoint, or nullopt when `path` does not exist (a first
+// run, nothing to resume). It also refuses (xs::InvalidArgument) a file of another user (root's
+// excepted) or one that others may write: resuming takes whatever the file holds as this run's
+// own state, so another local user must not be able to plant or rewrite it.
 std::optional<Checkpoint> load_checkpoint_if_exists(const std::string& path);
 
 // The checkpoint parser on bytes in memory (what the loader and the fuzz target call).

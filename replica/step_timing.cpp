@@ -1,10 +1,11 @@
 #include "xla_spawn/replica/step_timing.h"
 
-#include <fstream>
+#include <iterator>
+#include <span>
 
 #include <fmt/format.h>
 
-#include "xla_spawn/base/error.h"
+#include "xla_spawn/replica/detail/atomic_file.h"
 #include "xla_spawn/replica/xm.h"
 #include "xla_spawn/replica/xm_collectives.h"
 #include "xla_spawn/runtime/runtime.h"
@@ -54,20 +55,24 @@ void StepTimer::end(int64_t epoch, int64_t step) {
 void StepTimer::write_csv(const std::string& path) const {
   const std::vector<double> all = xm::all_gather(rows_);
   if (!xm::is_master()) return;
-  std::ofstream out(path);
-  if (!out) throw IoError(errno_message("step timing CSV " + path, errno));
-  out << "ordinal,epoch,step,step_ms,wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms,"
-         "rendezvous_ms,end_ms,internode_ms\n";
+  std::string text =
+      "ordinal,epoch,step,step_ms,wait_ms,trace_ms,compile_ms,compute_ms,allreduce_ms,"
+      "rendezvous_ms,end_ms,internode_ms\n";
   const size_t per_ordinal = rows_.size();
   for (size_t k = 0; k < static_cast<size_t>(xm::world_size()); ++k) {
     for (size_t r = 0; r < per_ordinal; r += kColumns) {
       const double* v = &all[k * per_ordinal + r];
-      out << fmt::format(
+      fmt::format_to(
+          std::back_inserter(text),
           "{},{:.0f},{:.0f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.3f},{:.4f}\n", k,
           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
     }
   }
-  if (!out.flush()) throw IoError(errno_message("writing step timing CSV " + path, errno));
+  // Like a checkpoint: a temporary renamed over the path, so a full disk keeps the previous
+  // file and a symlink planted at the path is replaced, not written through.
+  detail::AtomicFileWriter out(path, "step timing CSV");
+  out.write(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  out.commit();
 }
 
 }  // namespace xs::xm

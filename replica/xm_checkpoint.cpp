@@ -1,6 +1,13 @@
 #include "xla_spawn/replica/xm_checkpoint.h"
 
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -68,6 +75,50 @@ void check_can_save(const std::string& path) {
   if (is_master()) detail::AtomicFileWriter probe(path, "checkpoint");  // removed uncommitted
 }
 
+namespace {
+
+// The file `path` names as far as it can tell: symlinks and ".." resolved in the part that
+// exists, the rest as written; (device, inode) too when it exists, for hard links.
+struct FileIdentity {
+  std::string resolved;
+  std::optional<std::pair<dev_t, ino_t>> inode;
+
+  explicit FileIdentity(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code error;
+    const fs::path canonical = fs::weakly_canonical(path, error);
+    resolved = error ? fs::absolute(path, error).lexically_normal().string() : canonical.string();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) inode = std::pair(st.st_dev, st.st_ino);
+  }
+  bool operator==(const FileIdentity& other) const {
+    return resolved == other.resolved || (inode && inode == other.inode);
+  }
+};
+
+}  // namespace
+
+void check_outputs(std::initializer_list<OutputFile> files) {
+  if (!is_master()) return;
+  std::vector<std::pair<OutputFile, FileIdentity>> seen;
+  if (const char* trace = std::getenv("XLA_SPAWN_TRACE"); trace != nullptr && *trace != '\0') {
+    seen.emplace_back(OutputFile{"the job's trace (XLA_SPAWN_TRACE)", trace}, FileIdentity(trace));
+  }
+  for (const OutputFile& file : files) {
+    if (file.path.empty()) continue;
+    const FileIdentity identity(file.path);
+    for (const auto& [other, other_identity] : seen) {
+      if (identity == other_identity) {
+        throw InvalidArgument(fmt::format(
+            "{} {} and {} {} are the same file: the one written last would replace the other",
+            file.name, file.path, other.name, other.path));
+      }
+    }
+    detail::AtomicFileWriter probe(file.path, file.name);  // removed uncommitted
+    seen.emplace_back(file, identity);
+  }
+}
+
 void save(const std::string& path, const NamedTensors& model_state, const Optimizer* optimizer,
           const CheckpointMetadata& metadata) {
   // A sharded optimizer state is gathered in-graph: a collective every replica takes part in.
@@ -84,9 +135,11 @@ void save(const std::string& path, const NamedTensors& model_state, const Optimi
   rendezvous("xm.save");
 }
 
-CheckpointMetadata load(const std::string& path, const NamedTensors& model_state,
-                        Optimizer* optimizer) {
-  const Checkpoint ckpt = load_checkpoint(path);
+namespace {
+
+// Loads `ckpt` (read from `path`) into the model and the optimizer.
+CheckpointMetadata apply(const Checkpoint& ckpt, const std::string& path,
+                         const NamedTensors& model_state, Optimizer* optimizer) {
   check_prefixes(ckpt);
   try {
     // Validate both parts before changing anything.
@@ -103,11 +156,19 @@ CheckpointMetadata load(const std::string& path, const NamedTensors& model_state
   return ckpt.metadata;
 }
 
+}  // namespace
+
+CheckpointMetadata load(const std::string& path, const NamedTensors& model_state,
+                        Optimizer* optimizer) {
+  return apply(load_checkpoint(path), path, model_state, optimizer);
+}
+
 std::optional<CheckpointMetadata> load_if_exists(const std::string& path,
                                                  const NamedTensors& model_state,
                                                  Optimizer* optimizer) {
-  if (!load_checkpoint_if_exists(path)) return std::nullopt;
-  return load(path, model_state, optimizer);
+  const std::optional<Checkpoint> found = load_checkpoint_if_exists(path);
+  if (!found) return std::nullopt;
+  return apply(*found, path, model_state, optimizer);
 }
 
 }  // namespace xs::xm

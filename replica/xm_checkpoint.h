@@ -8,8 +8,10 @@
 //   xs::xm::save(path, model.named_state(), &opt, {{"epoch", epoch}, {"batch", 0}});
 //   if (auto meta = xs::xm::load_if_exists(path, model.named_state(), &opt)) resume(*meta);
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "xla_spawn/replica/checkpoint.h"
 #include "xla_spawn/runtime/nn/module.h"
@@ -25,6 +27,18 @@ void save(const std::string& path, const NamedTensors& model_state, const Optimi
 // xs::IoError (naming the path and the reason) when its directory is missing or not writable,
 // so that a run finds out before it trains, not at its first save. Not collective.
 void check_can_save(const std::string& path);
+
+// A file a program writes along the way or at its end (its checkpoint, a CSV), for
+// check_outputs. An empty path is a file not asked for.
+struct OutputFile {
+  std::string_view name;  // how the user gave it, for errors: "--checkpoint"
+  std::string path;
+};
+// On the master, before the first step: each file can be written (as check_can_save; none
+// names a directory), and no two of them, nor one of them and the job's trace (the
+// XLA_SPAWN_TRACE the launcher merges into), are the same file, where the last one written
+// would silently replace the other (xs::InvalidArgument naming both). Not collective.
+void check_outputs(std::initializer_list<OutputFile> files);
 
 // Loads into the model (and optimizer, if given) and returns the metadata. Throws
 // xs::InvalidArgument naming the file and the entry when the file is damaged or does not fit

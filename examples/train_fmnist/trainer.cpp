@@ -93,7 +93,8 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   xm::broadcast_parameters(model_->named_state());
   total_steps_ = options_.epochs * train_loader_->batches_per_epoch();
   fault_hook_ = FaultHook::from_env(options_.checkpoint);
-  if (!options_.checkpoint.empty()) xm::check_can_save(options_.checkpoint);
+  xm::check_outputs({{"--checkpoint", options_.checkpoint},
+                     {"--step-timing-csv", options_.step_timing_csv}});
 }
 
 void Trainer::resume() {

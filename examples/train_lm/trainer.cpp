@@ -76,7 +76,10 @@ LmTrainer::LmTrainer(LmOptions options) : options_(std::move(options)) {
       params, AdamOptions{.lr = options_.lr, .beta2 = options_.beta2, .weight_decay = options_.weight_decay},
       decay_matrices_only(params));
   xm::broadcast_parameters(model_->named_state());
-  if (!options_.checkpoint.empty()) xm::check_can_save(options_.checkpoint);
+  const std::string vocab = options_.checkpoint.empty() ? "" : options_.checkpoint + ".vocab";
+  xm::check_outputs({{"--checkpoint", options_.checkpoint},
+                     {"the vocabulary beside the checkpoint", vocab},
+                     {"--step-timing-csv", options_.step_timing_csv}});
 }
 
 double LmTrainer::learning_rate(int64_t step) const { return options_.lr * schedule_(step); }

@@ -35,7 +35,8 @@ std::string temp_prefix(const std::string& base) {
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
     : path_(std::move(path)), what_(what) {
   const auto [dir, base] = split_path(path_);
-  if (base.empty()) {
+  struct stat st {};
+  if (base.empty() || (::lstat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode))) {
     throw InvalidArgument(
         fmt::format("{} {}: the path names a directory, not a file", what_, path_));
   }

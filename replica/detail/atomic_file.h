@@ -17,7 +17,8 @@ namespace xs::detail {
 
 class AtomicFileWriter {
  public:
-  // Creates "<dir>/.<name>.tmp.<pid>.XXXXXX". Throws xs::IoError naming `what` and the path.
+  // Creates "<dir>/.<name>.tmp.<pid>.XXXXXX". Throws xs::IoError naming `what` and the path,
+  // and xs::InvalidArgument when the path names a directory (the rename could not replace it).
   AtomicFileWriter(std::string path, std::string_view what);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;

@@ -51,7 +51,7 @@ size_t physical_memory_bytes() {
 }
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what,
-                                     std::optional<size_t> max_bytes) {
+                                     std::optional<size_t> max_bytes, Owner owner) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever; the
   // type is checked right after, and a regular file's reads ignore the flag.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -63,6 +63,17 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view w
   }
   if (!S_ISREG(st.st_mode)) {
     throw InvalidArgument(fmt::format("{} {}: not a regular file", what, path));
+  }
+  if (owner == Owner::kThisUser && st.st_uid != ::geteuid() && st.st_uid != 0) {
+    throw InvalidArgument(fmt::format(
+        "{} {}: belongs to uid {}, not this user (uid {}): another user could have planted it; "
+        "copy it to a file of your own if you trust it",
+        what, path, st.st_uid, ::geteuid()));
+  }
+  if (owner == Owner::kThisUser && (st.st_mode & S_IWOTH) != 0) {
+    throw InvalidArgument(fmt::format(
+        "{} {}: any user may write it (mode {:04o}); chmod o-w it if you trust its contents", what,
+        path, st.st_mode & 07777));
   }
   const size_t limit = max_bytes.value_or(physical_memory_bytes());
   if (static_cast<uint64_t>(st.st_size) > limit) {

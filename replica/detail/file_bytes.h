@@ -16,11 +16,21 @@
 
 namespace xs::detail {
 
+// Whose file a reader accepts.
+enum class Owner : uint8_t {
+  kAnyone,
+  // This user's or root's, and not writable by others: what this user's own runs wrote (a
+  // checkpoint to resume), which another local user must not be able to plant or rewrite.
+  kThisUser,
+};
+
 // The file's whole contents. Throws xs::IoError "<what> <path>: open: ..." on failure, and
 // xs::InvalidArgument, without waiting or allocating, for what is not a regular file (a FIFO,
-// a directory, a device) or is larger than `max_bytes` (default: this machine's memory).
+// a directory, a device), is larger than `max_bytes` (default: this machine's memory) or,
+// with Owner::kThisUser, belongs to another user or may be written by others.
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what,
-                                     std::optional<size_t> max_bytes = std::nullopt);
+                                     std::optional<size_t> max_bytes = std::nullopt,
+                                     Owner owner = Owner::kAnyone);
 
 // Physical memory of this machine in bytes (SIZE_MAX when the system cannot tell).
 size_t physical_memory_bytes();

@@ -1,6 +1,8 @@
 // Security: a running job's segment is owner-only, so another user on the machine cannot open
 // or attach to it (checked for real: a forked child drops to uid/gid 65534 "nobody" and tries),
-// and checkpoints are written with mode 0600 whatever the umask.
+// checkpoints are written with mode 0600 whatever the umask, and what another user leaves at
+// the names a run writes or reads (a symlink at the CSV's, a checkpoint to resume, a log file)
+// is not used.
 
 #include <fcntl.h>
 #include <grp.h>
@@ -11,6 +13,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -106,6 +109,75 @@ TEST(SecurityTest, CheckpointsAreOwnerOnlyWhateverTheUmask) {
   struct stat st {};
   ASSERT_EQ(::stat((dir / "model.ckpt").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u) << "checkpoint mode " << std::oct << (st.st_mode & 07777);
+}
+
+// What another user may leave in a shared directory (/tmp) at the names a root run writes or
+// reads: the files below are made as root and given to nobody (chown), as if nobody made them.
+class PlantedByAnotherUser : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root to give files to another user (chown)";
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 01777), 0);  // a shared directory, like /tmp
+  }
+  static void give_to_nobody(const std::string& path) {
+    ASSERT_EQ(::lchown(path.c_str(), kNobody, kNobody), 0) << path;
+  }
+  std::vector<std::string> train(const std::vector<std::string>& extra) const {
+    std::vector<std::string> args = {"-n", "1", "--", train_fmnist_path(), "--model", "mlp",
+                                     "--batch-size", "16", "--epochs", "1", "--max-steps", "3",
+                                     "--train-samples", "256", "--no-eval"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  TempDir dir_;
+};
+
+// The step-timing CSV went through a symlink planted at its name and overwrote its target.
+TEST_F(PlantedByAnotherUser, ASymlinkAtTheCsvsNameIsReplacedNotWrittenThrough) {
+  const std::string victim = dir_ / "victim", csv = dir_ / "t.csv";
+  { std::ofstream(victim) << "root's own file\n"; }
+  ASSERT_EQ(::symlink(victim.c_str(), csv.c_str()), 0);
+  give_to_nobody(csv);
+  const RunResult r = run_xla_spawn(train({"--step-timing-csv", csv}), seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(victim), "root's own file\n");
+  struct stat st {};
+  ASSERT_EQ(::lstat(csv.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the CSV is a file of its own now";
+  EXPECT_EQ(st.st_mode & 07777, 0600u) << std::oct << (st.st_mode & 07777);
+  EXPECT_EQ(st.st_uid, 0u);
+}
+
+// --resume took whatever checkpoint lay at its path, whoever wrote it.
+TEST_F(PlantedByAnotherUser, ACheckpointOfAnotherUserIsNotResumed) {
+  const std::string ckpt = dir_ / "m.ckpt";
+  ASSERT_EQ(run_xla_spawn(train({"--checkpoint", ckpt}), seconds(120)).exit_code, 0);
+  give_to_nobody(ckpt);
+  RunResult r = run_xla_spawn(train({"--checkpoint", ckpt, "--resume"}), seconds(120));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("belongs to uid 65534, not this user"), std::string::npos) << r.err;
+  // Nor one that anyone may rewrite, even the user's own.
+  ASSERT_EQ(::lchown(ckpt.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(ckpt.c_str(), 0666), 0);
+  r = run_xla_spawn(train({"--checkpoint", ckpt, "--resume"}), seconds(120));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("any user may write it (mode 0666)"), std::string::npos) << r.err;
+  ASSERT_EQ(::chmod(ckpt.c_str(), 0600), 0);
+  r = run_xla_spawn(train({"--checkpoint", ckpt, "--resume"}), seconds(120));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A log file another user made (and can chmod back) would let them read the replicas' output.
+TEST_F(PlantedByAnotherUser, ALogFileOfAnotherUserIsRefused) {
+  const std::string logs = dir_ / "logs";
+  ASSERT_EQ(::mkdir(logs.c_str(), 0777), 0);
+  { std::ofstream(logs + "/ordinal-0.log") << ""; }
+  give_to_nobody(logs + "/ordinal-0.log");
+  const RunResult r =
+      run_xla_spawn({"-n", "1", "--log-dir", logs, "--", "/bin/sh", "-c", "echo SECRET"}, seconds(30));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("belongs to uid 65534, not this user"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(logs + "/ordinal-0.log"), "");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -224,6 +225,23 @@ TEST(TimelineTest, ATraceFileThatIsNotARegularFileIsRefusedBeforeAnythingStarts)
   struct stat st {};
   ASSERT_EQ(::stat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+// A file at FILE that is not an earlier trace (a checkpoint or a CSV given the same name) is
+// someone's work: the merge keeps it and the parts, and says so. An earlier trace is replaced.
+TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
+  TempDir dir;
+  const std::string file = dir.path() + "/work.bin";
+  { std::ofstream(file) << "XSCKPT\r\n not a trace"; }
+  const RunResult r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(file), "XSCKPT\r\n not a trace");
+  EXPECT_NE(r.err.find("trace not written: tracing: " + file + " exists and is not a trace"), std::string::npos)
+      << r.err;
+  { std::ofstream(file, std::ios::trunc) << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n]}\n"; }
+  const RunResult again = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("written to " + file), std::string::npos) << again.err;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/replica/checkpoint.h"
+#include "xla_spawn/replica/detail/atomic_file.h"
 #include "tests/replica/temp_dir.h"
 #include "tests/support/child_with_deadline.h"
 
@@ -112,18 +113,37 @@ TEST_F(CheckpointFailure, MissingDirectoryIsAnIoErrorNamingThePath) {
   expect_good_file_only();
 }
 
-TEST_F(CheckpointFailure, FailedRenameLeavesNoTemporary) {
+// A directory at the path is refused before anything is written (rename() could not replace
+// it at the end).
+TEST_F(CheckpointFailure, ADirectoryAtThePathIsRefusedBeforeWriting) {
   const std::string target = dir_.path("is_a_dir");
   std::filesystem::create_directory(target);
-  std::filesystem::create_directory(target + "/child");  // rename() cannot replace it
   try {
     save_checkpoint(target, {big_tensor(4, 1)}, {});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("the path names a directory, not a file"));
+  }
+  EXPECT_EQ(dir_.entries().size(), 2u);  // ckpt.xsckpt and is_a_dir
+}
+
+// A directory that appears at the path while the checkpoint is written: the rename fails and
+// the temporary goes.
+TEST_F(CheckpointFailure, FailedRenameLeavesNoTemporary) {
+  const std::string target = dir_.path("late_dir");
+  try {
+    detail::AtomicFileWriter out(target, "checkpoint");
+    std::filesystem::create_directory(target);
+    std::filesystem::create_directory(target + "/child");  // rename() cannot replace it
+    const uint8_t bytes[4] = {1, 2, 3, 4};
+    out.write(bytes);
+    out.commit();
     FAIL() << "expected IoError";
   } catch (const IoError& e) {
     EXPECT_THAT(std::string(e.what()), HasSubstr("rename over the target"));
   }
   EXPECT_TRUE(std::filesystem::is_directory(target + "/child"));
-  EXPECT_EQ(dir_.entries().size(), 2u);  // ckpt.xsckpt and is_a_dir
+  EXPECT_EQ(dir_.entries().size(), 2u);  // ckpt.xsckpt and late_dir
 }
 
 // A writer SIGKILLed mid-save: the file at the path is always a complete checkpoint, and the

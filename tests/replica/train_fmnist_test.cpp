@@ -146,6 +146,39 @@ TEST(TrainFmnistResume, AnotherSeedOrTrainingSetIsRefusedAndAnUnwritablePathFail
   EXPECT_EQ(count_of(r.output, "epoch 1/1 ["), 0) << r.output;  // before any training
 }
 
+// Outputs that would replace one another, or that name a directory, are refused before the
+// first step: they used to be found after training (a directory) or not at all (the trace or
+// the CSV silently replaced the checkpoint, and the next --resume failed).
+TEST(TrainFmnistOutputs, ADirectoryOrTwoOutputsOnOneFileFailAtStart) {
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir.path("c"));
+  const std::string ckpt = dir.path("ck"), csv = dir.path("t.csv");
+  ASSERT_EQ(run_command(spawn_train(1, "", "--max-steps 2 --no-eval --checkpoint " + ckpt)).exit_code, 0);
+  const std::vector<uint8_t> saved = testing::TempDir::read(ckpt);
+  // Exit 2 for a usage error, 1 for what the system refused.
+  struct Case {
+    std::string launcher, args, says;
+    int exit_code;
+  } cases[] = {
+      {"", "--checkpoint " + dir.path("c"), "checkpoint " + dir.path("c") + ": the path names a directory", 2},
+      {"", "--step-timing-csv " + dir.path("c"),
+       "--step-timing-csv " + dir.path("c") + ": the path names a directory", 2},
+      {"", "--step-timing-csv " + dir.path("none/t.csv"), "create temporary", 1},
+      {"", fmt::format("--checkpoint {} --step-timing-csv {}/../ck", ckpt, dir.path("c")), "are the same file",
+       2},
+      {"--trace " + ckpt, "--checkpoint " + ckpt, "and the job's trace (XLA_SPAWN_TRACE) " + ckpt, 2},
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = run_command(spawn_train(1, c.launcher, "--epochs 1 --no-eval " + c.args));
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+    EXPECT_EQ(count_of(r.output, "epoch 1/1 ["), 0) << r.output;  // before any training
+  }
+  // Nor did the launcher merge the trace over the checkpoint afterwards.
+  EXPECT_EQ(testing::TempDir::read(ckpt), saved);
+  EXPECT_FALSE(std::filesystem::exists(csv));
+}
+
 TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
   testing::TempDir dir;
   const std::string ckpt = dir.path("ck");
