@@ -61,36 +61,85 @@ class Fd {
   int fd_;
 };
 
+// The first symlink on the way to `dir` that belongs to neither this user nor root: whoever
+// owns it can point the cache anywhere, at any moment. Empty when there is none.
+std::string foreign_symlink(const std::string& dir) {
+  std::string prefix = dir.starts_with('/') ? "" : ".";
+  size_t at = 0;
+  while (at < dir.size()) {
+    const size_t end = std::min(dir.find('/', at), dir.size());
+    if (end > at) {
+      prefix += "/" + dir.substr(at, end - at);
+      struct stat st {};
+      if (::lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != ::geteuid() &&
+          st.st_uid != 0) {
+        return fmt::format("{} (a symlink of uid {})", prefix, st.st_uid);
+      }
+    }
+    at = end + 1;
+  }
+  return "";
+}
+
+// "0123456789abcdef.xso" and the temporaries of a store, "<that>.tmp.XXXXXX".
+bool is_entry_name(std::string_view name) {
+  if (name.size() < 20 || name.substr(16, 4) != ".xso") return false;
+  return std::all_of(name.begin(), name.begin() + 16,
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 }  // namespace
 
 ObjectCache::ObjectCache(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {
   // "cache/" would make lstat follow a symlink named cache.
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
-  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-    spdlog::warn("compile cache: cannot create {}: {}; compiling without a disk cache", dir_, std::strerror(errno));
+  auto refuse = [&](const std::string& why) {
+    spdlog::warn("compile cache: {} {}; compiling without a disk cache", dir_, why);
+  };
+  if (const std::string link = foreign_symlink(dir_); !link.empty()) {
+    refuse(fmt::format("goes through {}: its owner could point the cache anywhere", link));
     return;
   }
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+    refuse(fmt::format("cannot be created: {}", std::strerror(errno)));
+    return;
+  }
+  // Everything after this goes through the directory opened here (/proc/self/fd/N), never
+  // through the path again, so no one can swap the directory under a run that checked it.
+  dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st {};
-  if (::lstat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    spdlog::warn("compile cache: {} is not a directory (a symlink is not followed); compiling without a disk cache", dir_);
+  if (dir_fd_ < 0 || ::fstat(dir_fd_, &st) != 0) {
+    refuse("is not a directory (a symlink is not followed)");
     return;
   }
   if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
-    spdlog::warn(
-        "compile cache: {} belongs to uid {} with mode {:o}; its objects are code this process would run, so it "
-        "must be owned by uid {} and not writable by group or others; compiling without a disk cache",
-        dir_, st.st_uid, st.st_mode & 07777, ::geteuid());
+    refuse(fmt::format(
+        "belongs to uid {} with mode {:o}; its objects are code this process would run, so it must be owned by "
+        "uid {} and not writable by group or others",
+        st.st_uid, st.st_mode & 07777, ::geteuid()));
+    return;
+  }
+  at_ = fmt::format("/proc/self/fd/{}", dir_fd_);
+  struct stat through {};
+  if (::stat(at_.c_str(), &through) != 0 || through.st_ino != st.st_ino || through.st_dev != st.st_dev) {
+    refuse("cannot be reached through /proc/self/fd (is /proc mounted?)");
     return;
   }
   usable_ = true;
 }
 
-std::string ObjectCache::path(uint64_t key) const { return fmt::format("{}/{:016x}.xso", dir_, key); }
+ObjectCache::~ObjectCache() {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+}
+
+std::string ObjectCache::path(uint64_t key) const { return fmt::format("{}/{}", dir_, name(key)); }
+
+std::string ObjectCache::name(uint64_t key) { return fmt::format("{:016x}.xso", key); }
 
 std::optional<std::vector<char>> ObjectCache::load(uint64_t key) const {
   if (!usable_) return std::nullopt;
   const std::string file = path(key);
-  const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int fd = ::openat(dir_fd_, name(key).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno != ENOENT) spdlog::warn("compile cache: cannot open {}: {}; compiling again", file, std::strerror(errno));
     return std::nullopt;
@@ -101,7 +150,10 @@ std::optional<std::vector<char>> ObjectCache::load(uint64_t key) const {
     return std::nullopt;
   };
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return bad("is not a regular file");
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    spdlog::warn("compile cache: {} is not a regular file; compiling again, not cached until it is removed", file);
+    return std::nullopt;
+  }
   if (st.st_uid != ::geteuid()) return bad(fmt::format("belongs to uid {}, not this user", st.st_uid));
   Header h{};
   if (!read_all(fd, reinterpret_cast<char*>(&h), sizeof h)) return bad(fmt::format("is truncated ({} bytes, no header)", st.st_size));
@@ -126,59 +178,77 @@ bool ObjectCache::store(uint64_t key, std::span<const char> bytes) const {
   h.key = key;
   h.size = bytes.size();
   h.payload_hash = payload_hash(bytes);
-  if (!write_file_atomically(file, {{reinterpret_cast<const char*>(&h), sizeof h},
-                                    {bytes.data(), bytes.size()}})) {
-    spdlog::warn("compile cache: cannot write {}: {}; this program is not cached", file,
-                 std::strerror(errno));
+  const std::string through = fmt::format("{}/{}", at_, name(key));
+  auto write = [&] {
+    return write_file_atomically(through, {{reinterpret_cast<const char*>(&h), sizeof h}, {bytes.data(), bytes.size()}});
+  };
+  bool written = write();
+  if (!written && errno == ENOSPC) {
+    // A full disk: older entries make room for this one, then one more try.
+    evict(name(key), sizeof h + bytes.size());
+    written = write();
+  }
+  if (!written) {
+    spdlog::warn("compile cache: cannot write {}: {}; this program is not cached", file, std::strerror(errno));
     return false;
   }
-  evict(file);
+  evict(name(key), 0);
   return true;
 }
 
-void ObjectCache::evict(const std::string& keep) const {
+void ObjectCache::evict(const std::string& keep, uint64_t free_at_least) const {
   struct Entry {
-    std::string path;
+    std::string name;
     uint64_t bytes;
     timespec used;
   };
   std::vector<Entry> entries;
   uint64_t total = 0;
   const time_t now = ::time(nullptr);
-  DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return;
+  const int fd = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // its own offset
+  DIR* d = fd < 0 ? nullptr : ::fdopendir(fd);
+  if (d == nullptr) {
+    if (fd >= 0) ::close(fd);
+    return;
+  }
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    const bool entry = name.size() == 20 && name.ends_with(".xso");
-    const bool temp = name.find(".xso.tmp.") == 16;
-    if (!entry && !temp) continue;
-    const std::string path = dir_ + "/" + name;
+    if (!is_entry_name(name)) continue;
+    const bool temp = name.size() > 20;
+    if (temp && !name.substr(20).starts_with(".tmp.")) continue;
     struct stat st {};
-    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
     if (temp) {
-      if (now - st.st_mtim.tv_sec > kStaleTempSeconds) ::unlink(path.c_str());
+      if (now - st.st_mtim.tv_sec > kStaleTempSeconds) ::unlinkat(fd, name.c_str(), 0);
       continue;
     }
     total += static_cast<uint64_t>(st.st_size);
-    if (path != keep) entries.push_back({path, static_cast<uint64_t>(st.st_size), st.st_mtim});
+    if (name != keep) entries.push_back({name, static_cast<uint64_t>(st.st_size), st.st_mtim});
   }
-  ::closedir(d);
-  if (total <= max_bytes_) return;
+  if (total <= max_bytes_ && free_at_least == 0) {
+    ::closedir(d);
+    return;
+  }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.used.tv_sec, a.used.tv_nsec) < std::tie(b.used.tv_sec, b.used.tv_nsec);
   });
   size_t removed = 0;
   uint64_t freed = 0;
   for (const Entry& e : entries) {
-    if (total <= max_bytes_) break;
-    if (::unlink(e.path.c_str()) == 0 || errno == ENOENT) {  // ENOENT: another replica took it
+    if (total <= max_bytes_ && freed >= free_at_least) break;
+    if (::unlinkat(fd, e.name.c_str(), 0) == 0 || errno == ENOENT) {  // ENOENT: another replica took it
       total -= e.bytes;
       freed += e.bytes;
       ++removed;
     }
   }
-  spdlog::info("compile cache: removed {} least recently used entries ({:.1f} MiB) to keep {} under {:.1f} MiB",
-               removed, static_cast<double>(freed) / (1 << 20), dir_, static_cast<double>(max_bytes_) / (1 << 20));
+  ::closedir(d);
+  spdlog::info("compile cache: removed {} least recently used entries ({:.1f} MiB) to keep {} under {:.1f} MiB{}",
+               removed, static_cast<double>(freed) / (1 << 20), dir_, static_cast<double>(max_bytes_) / (1 << 20),
+               free_at_least > 0 ? " and make room on a full disk" : "");
 }
 
 }  // namespace xs::detail

@@ -1,7 +1,10 @@
 // The persistent compile cache (issue 16, acceptance 5): a second run of the same step
 // compiles nothing, a damaged or foreign entry is rebuilt with a warning, a directory others
-// could write is refused, and replicas storing one entry at once leave one whole entry.
+// could write or reach through their symlinks is refused, the directory is used as opened,
+// replicas storing one entry at once leave one whole entry, and a full disk makes room.
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -196,6 +199,77 @@ TEST(ObjectCache, ASymlinkedDirectoryIsRefusedWithOrWithoutATrailingSlash) {
   }
 }
 
+// A symlink another user owns, anywhere on the way to the directory, lets its owner point the
+// cache anywhere at any moment: "link/." and "link/cache" went through it before.
+TEST(ObjectCache, APathThroughAnotherUsersSymlinkIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to give a symlink to another user (lchown)";
+  TempDir dir;
+  const std::string real = dir.cache() + ".real", link = dir.cache() + ".link";
+  fs::create_directories(real);
+  fs::permissions(real, fs::perms::owner_all, fs::perm_options::replace);
+  fs::create_directory_symlink(real, link);
+  ASSERT_EQ(::lchown(link.c_str(), 65534, 65534), 0);
+  for (const std::string& path : {link + "/.", link + "/cache"}) {
+    CapturedLog log;
+    const StepRun r = run_step(path);
+    EXPECT_EQ(r.native_compiles, 1) << path;
+    EXPECT_TRUE(fs::is_empty(real)) << path;
+    EXPECT_NE(log.text().find("(a symlink of uid 65534)"), std::string::npos) << path << log.text();
+  }
+  // The user's own symlink (or root's) is theirs to follow.
+  ASSERT_EQ(::lchown(link.c_str(), ::geteuid(), ::getegid()), 0);
+  detail::ObjectCache own(link + "/.");
+  EXPECT_TRUE(own.usable());
+}
+
+// The directory is used as it was opened: renaming it and putting another in its place (or a
+// symlink to one) while a run goes on does not move that run's entries there.
+TEST(ObjectCache, EntriesGoToTheDirectoryAsOpenedWhateverThePathBecomes) {
+  TempDir dir;
+  detail::ObjectCache cache(dir.cache());
+  ASSERT_TRUE(cache.usable());
+  const std::vector<char> object(1000, 'x');
+  ASSERT_TRUE(cache.store(1, object));
+  fs::rename(dir.cache(), dir.cache() + ".moved");
+  fs::create_directories(dir.cache() + ".elsewhere");
+  fs::create_directory_symlink(dir.cache() + ".elsewhere", dir.cache());
+  ASSERT_TRUE(cache.store(2, object));
+  EXPECT_TRUE(cache.load(1).has_value());
+  EXPECT_TRUE(fs::exists(dir.cache() + ".moved/" + fs::path(cache.path(2)).filename().string()));
+  EXPECT_TRUE(fs::is_empty(dir.cache() + ".elsewhere"));
+}
+
+// A full disk makes room by removing the least recently used entries before giving up on a
+// store (else a stale cache on a full disk never caches anything again).
+TEST(ObjectCache, AFullDiskRemovesTheOldestEntriesToMakeRoom) {
+  if (::geteuid() != 0 || ::access("/proc/self/ns/mnt", F_OK) != 0) {
+    GTEST_SKIP() << "needs root to mount a small tmpfs in a private mount namespace";
+  }
+  TempDir dir;
+  fs::create_directories(dir.cache());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::alarm(60);
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("tmpfs", dir.cache().c_str(), "tmpfs", 0, "size=256k,mode=0700") != 0) {
+      ::_exit(10);
+    }
+    detail::ObjectCache cache(dir.cache());
+    const std::vector<char> object(100'000, 'x');
+    for (uint64_t key = 1; key <= 5; ++key) {
+      if (!cache.store(key, object)) ::_exit(static_cast<int>(key));
+    }
+    // Two fit in 256 KiB: the last two stored are there, the first three made room.
+    const bool kept = cache.load(5).has_value() && cache.load(4).has_value() && !cache.load(1).has_value();
+    ::_exit(kept ? 0 : 20);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  if (WEXITSTATUS(status) == 10) GTEST_SKIP() << "cannot mount a tmpfs in a private mount namespace here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1-5: that store failed; 20: the wrong entries were kept";
+}
+
 TEST(ObjectCache, ReplicasStoringTheSameEntryAtOnceLeaveOneWholeEntry) {
   TempDir dir;
   const std::vector<float> reference = interpreted_step();
@@ -252,6 +326,10 @@ TEST(ObjectCache, PastItsSizeTheLeastRecentlyUsedEntriesGo) {
   std::ofstream(fresh_temp) << "being written";
   age(stale_temp, 2 * detail::ObjectCache::kStaleTempSeconds);
   std::ofstream(dir.cache() + "/notes.txt") << "mine";
+  // Named like an entry but not one (not 16 hex digits): not the cache's to remove.
+  const std::string lookalike = dir.cache() + "/my-thesis-final1.xso";
+  std::ofstream(lookalike) << "mine too";
+  age(lookalike, 1000);
   ASSERT_TRUE(cache.load(1).has_value());  // 1 is used now: 2 is the least recently used
   ASSERT_TRUE(cache.store(4, object));
   EXPECT_TRUE(fs::exists(cache.path(1)));
@@ -261,6 +339,7 @@ TEST(ObjectCache, PastItsSizeTheLeastRecentlyUsedEntriesGo) {
   EXPECT_FALSE(fs::exists(stale_temp));
   EXPECT_TRUE(fs::exists(fresh_temp));
   EXPECT_TRUE(fs::exists(dir.cache() + "/notes.txt"));
+  EXPECT_TRUE(fs::exists(lookalike));
   // An entry bigger than the whole size stays (it was just stored) and pushes all others out.
   detail::ObjectCache small(dir.cache(), entry_bytes / 2);
   ASSERT_TRUE(small.store(5, object));
