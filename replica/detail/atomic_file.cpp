@@ -35,10 +35,19 @@ std::string temp_prefix(const std::string& base) {
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
     : path_(std::move(path)), what_(what) {
   const auto [dir, base] = split_path(path_);
+  // What the path names now, through symlinks: the rename would replace a symlink, but a
+  // directory or a device named directly (or /dev/stdout's link) is a mistake, and replacing
+  // a device node with a file (as root, in /dev) would break the system.
   struct stat st {};
-  if (base.empty() || (::lstat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode))) {
+  const bool exists = ::stat(path_.c_str(), &st) == 0;
+  if (base.empty() || (exists && S_ISDIR(st.st_mode))) {
     throw InvalidArgument(
         fmt::format("{} {}: the path names a directory, not a file", what_, path_));
+  }
+  if (exists && !S_ISREG(st.st_mode)) {
+    throw InvalidArgument(fmt::format(
+        "{} {}: not a regular file (a device, a FIFO or a socket), which a file cannot replace",
+        what_, path_));
   }
   temp_path_ = fmt::format("{}/{}{}.XXXXXX", dir, temp_prefix(base), ::getpid());
   fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);  // mode 0600

@@ -18,7 +18,8 @@ namespace xs::detail {
 class AtomicFileWriter {
  public:
   // Creates "<dir>/.<name>.tmp.<pid>.XXXXXX". Throws xs::IoError naming `what` and the path,
-  // and xs::InvalidArgument when the path names a directory (the rename could not replace it).
+  // and xs::InvalidArgument when the path names a directory, a device, a FIFO or a socket
+  // (directly or through symlinks).
   AtomicFileWriter(std::string path, std::string_view what);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;

@@ -164,6 +164,8 @@ TEST(TrainFmnistOutputs, ADirectoryOrTwoOutputsOnOneFileFailAtStart) {
       {"", "--step-timing-csv " + dir.path("c"),
        "--step-timing-csv " + dir.path("c") + ": the path names a directory", 2},
       {"", "--step-timing-csv " + dir.path("none/t.csv"), "create temporary", 1},
+      // Through /dev/stdout's link: a temporary in /dev renamed over it would replace the link.
+      {"", "--step-timing-csv /dev/stdout", "--step-timing-csv /dev/stdout: not a regular file", 2},
       {"", fmt::format("--checkpoint {} --step-timing-csv {}/../ck", ckpt, dir.path("c")), "are the same file",
        2},
       {"--trace " + ckpt, "--checkpoint " + ckpt, "and the job's trace (XLA_SPAWN_TRACE) " + ckpt, 2},
