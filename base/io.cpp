@@ -5,8 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 namespace xs {
 
@@ -45,6 +51,54 @@ bool write_file_atomically(const std::string& path, std::initializer_list<std::s
   ::unlink(temp.c_str());
   errno = error;
   return false;
+}
+
+std::string foreign_symlink(const std::string& path) {
+  // Resolved one component at a time, as the kernel does, so a link reached through another
+  // link is checked too; `at` stays free of symlinks, so ".." can be taken lexically.
+  std::string at;
+  if (!path.starts_with('/')) {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return "";
+    at = cwd == std::string_view("/") ? "" : cwd;
+  }
+  std::deque<std::string> rest;
+  auto push_front = [&rest](const std::string& p) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i <= p.size();) {
+      const size_t end = std::min(p.find('/', i), p.size());
+      if (end > i) parts.push_back(p.substr(i, end - i));
+      i = end + 1;
+    }
+    rest.insert(rest.begin(), parts.begin(), parts.end());
+  };
+  push_front(path);
+  for (int links = 0; !rest.empty();) {
+    const std::string name = rest.front();
+    rest.pop_front();
+    if (name == ".") continue;
+    if (name == "..") {
+      at = at.substr(0, at.rfind('/') == std::string::npos ? 0 : at.rfind('/'));
+      continue;
+    }
+    const std::string next = at + "/" + name;
+    struct stat st {};
+    if (::lstat(next.c_str(), &st) != 0) return "";  // the rest does not exist yet
+    if (S_ISLNK(st.st_mode)) {
+      if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+        return fmt::format("{} (a symlink of uid {})", next, st.st_uid);
+      }
+      char target[4096];
+      const ssize_t n = ::readlink(next.c_str(), target, sizeof target - 1);
+      if (n <= 0 || ++links > 40) return "";  // the open that follows fails on its own
+      const std::string to(target, static_cast<size_t>(n));
+      if (to.starts_with('/')) at.clear();
+      push_front(to);
+      continue;
+    }
+    at = next;
+  }
+  return "";
 }
 
 }  // namespace xs

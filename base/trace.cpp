@@ -496,25 +496,36 @@ void for_each_line(int fd, const std::function<void(std::string_view)>& line) {
 
 }  // namespace
 
+std::string why_not_replaceable(const std::string& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return errno == ENOENT ? "" : errno_message("exists and cannot be read to tell it is a trace", errno);
+  }
+  char head[4096];
+  ssize_t got;
+  do {
+    got = ::read(fd, head, sizeof head);
+  } while (got < 0 && errno == EINTR);
+  const int read_errno = errno;
+  ::close(fd);
+  if (got < 0) return errno_message("exists and cannot be read to tell it is a trace", read_errno);
+  const std::string_view text(head, static_cast<size_t>(got));
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return "";  // empty, or only blanks
+  if (text[first] == '{' && (text.find("\"traceEvents\"") != std::string_view::npos ||
+                             text.find("\"displayTimeUnit\"") != std::string_view::npos)) {
+    return "";
+  }
+  return fmt::format("exists and is not a trace (it begins {:?})", text.substr(0, std::min<size_t>(8, text.size())));
+}
+
 size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts) {
   struct stat existing {};
   if (::lstat(file.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
     throw IoError(fmt::format("tracing: {} exists and is not a regular file", file));
   }
-  // A file there that is not an earlier trace (a checkpoint given the same name, a CSV) is
-  // someone's work: the merge must not replace it.
-  if (existing.st_size > 0) {
-    constexpr std::string_view kHeader = "{\"displayTimeUnit\"";
-    char head[kHeader.size()] = {};
-    const int old = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    const ssize_t got = old < 0 ? -1 : ::read(old, head, sizeof head);
-    if (old >= 0) ::close(old);
-    if (got >= 0 && std::string_view(head, static_cast<size_t>(got)) != kHeader) {
-      throw IoError(fmt::format("tracing: {} exists and is not a trace ({} bytes beginning {:?}); "
-                                "the merge would replace it",
-                                file, existing.st_size,
-                                std::string_view(head, std::min<size_t>(8, static_cast<size_t>(got)))));
-    }
+  if (const std::string why = why_not_replaceable(file); !why.empty()) {
+    throw IoError(fmt::format("tracing: {} {}; the merge would replace it", file, why));
   }
   const std::vector<Part> parts = find_parts(file, job_id);
   const bool several_attempts = !parts.empty() && parts.back().attempt > 0;

@@ -79,11 +79,18 @@ const char* intern(const std::string& name);
 // ordinal K" when node >= 0), and per attempt when there were several. Takes only regular
 // files of this user, drops lines that are not one whole span of the part's own track (a
 // replica killed mid-write leaves a torn last line) and lines over 1 MiB. Written through a
-// temporary (0600) renamed into place; refuses a `file` that exists and is not a regular file.
+// temporary (0600) renamed into place; refuses a `file` that exists and is not a regular file
+// or not a trace (why_not_replaceable).
 // Returns the number of spans written. Throws xs::IoError when the file cannot be written, and
 // then leaves the parts and any earlier `file` alone; `remove_parts` deletes the parts after a
 // successful merge.
 size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts);
+
+// Why the merge must not replace what is at `file`, or empty when it may (nothing there, an
+// empty file, or an earlier trace: JSON whose first 4 KiB name "traceEvents" or
+// "displayTimeUnit"). A file that is not a trace (a checkpoint or a CSV given the same name)
+// is someone's work, and one that cannot be read cannot be told apart from that.
+std::string why_not_replaceable(const std::string& file);
 
 }  // namespace trace
 

@@ -131,6 +131,7 @@ class Communicator {
   // This default gathers into a temporary and copies; ShmCommunicator copies only once.
   virtual void all_gather_pieces(const void* in, std::span<const GatherPiece> pieces,
                                  size_t n_elems, DType dtype) {
+    check_operand("all_gather", in, n_elems, dtype, world_size());
     const size_t total_bytes = n_elems * dtype_size(dtype) * static_cast<size_t>(world_size());
     check_gather_pieces(pieces, total_bytes);
     check_chunk_overlap("all_gather", in, n_elems * dtype_size(dtype), pieces, ordinal());

@@ -48,6 +48,14 @@ FILE* open_log(const std::string& dir, int ordinal) {
     ::close(fd);
     throw IoError(fmt::format("log file {}: not a regular file", path));
   }
+  if (st.st_nlink > 1) {
+    // Another name of some file (planted where the kernel lets anyone hard-link it): the log
+    // would be appended to that file.
+    ::close(fd);
+    throw IoError(fmt::format("log file {} has {} names (a hard link): it may be another file's; "
+                              "remove it or choose another --log-dir",
+                              path, st.st_nlink));
+  }
   if (st.st_uid != ::geteuid()) {
     // Its owner can read what the replicas print (and chmod it back after ours).
     ::close(fd);

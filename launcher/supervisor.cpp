@@ -67,6 +67,8 @@ void validate(int nprocs, const SupervisorOptions& options) {
                  "--trace {}: exists and is not a regular file (a directory, device or link is "
                  "never replaced)",
                  given);
+    const std::string why = trace::why_not_replaceable(file.string());
+    XS_CHECK_ARG(why.empty(), "--trace {}: {}; the trace would replace it", given, why);
   }
 }
 

@@ -76,8 +76,9 @@ Checkpoint load_checkpoint(const std::string& path);
 
 // The read that resumes a run: load_checkpoint, or nullopt when `path` does not exist (a first
 // run, nothing to resume). It also refuses (xs::InvalidArgument) a file of another user (root's
-// excepted) or one that others may write: resuming takes whatever the file holds as this run's
-// own state, so another local user must not be able to plant or rewrite it.
+// excepted), one that group or others may write, and one reached through another user's
+// symlink: resuming takes whatever the file holds as this run's own state, so another local
+// user must not be able to plant, rewrite or swap it.
 std::optional<Checkpoint> load_checkpoint_if_exists(const std::string& path);
 
 // The checkpoint parser on bytes in memory (what the loader and the fuzz target call).

@@ -68,6 +68,9 @@ void StepTimer::write_csv(const std::string& path) const {
           v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10]);
     }
   }
+  if (detail::names_a_stream(path, "step timing CSV")) {
+    return detail::write_to_stream(path, "step timing CSV", text);
+  }
   // Like a checkpoint: a temporary renamed over the path, so a full disk keeps the previous
   // file and a symlink planted at the path is replaced, not written through.
   detail::AtomicFileWriter out(path, "step timing CSV");

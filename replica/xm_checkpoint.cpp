@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -78,10 +79,13 @@ void check_can_save(const std::string& path) {
 namespace {
 
 // The file `path` names as far as it can tell: symlinks and ".." resolved in the part that
-// exists, the rest as written; (device, inode) too when it exists, for hard links.
+// exists, the rest as written; (device, inode) when it exists, for hard links; and its
+// directory's (device, inode) with its name, which is what a rename over it targets, for a
+// file not made yet in a directory with two names (a bind mount).
 struct FileIdentity {
   std::string resolved;
   std::optional<std::pair<dev_t, ino_t>> inode;
+  std::optional<std::tuple<dev_t, ino_t, std::string>> entry;
 
   explicit FileIdentity(const std::string& path) {
     namespace fs = std::filesystem;
@@ -90,9 +94,12 @@ struct FileIdentity {
     resolved = error ? fs::absolute(path, error).lexically_normal().string() : canonical.string();
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) inode = std::pair(st.st_dev, st.st_ino);
+    const fs::path given(path);
+    const std::string dir = given.has_parent_path() ? given.parent_path().string() : ".";
+    if (::stat(dir.c_str(), &st) == 0) entry = std::tuple(st.st_dev, st.st_ino, given.filename().string());
   }
   bool operator==(const FileIdentity& other) const {
-    return resolved == other.resolved || (inode && inode == other.inode);
+    return resolved == other.resolved || (inode && inode == other.inode) || (entry && entry == other.entry);
   }
 };
 
@@ -106,6 +113,7 @@ void check_outputs(std::initializer_list<OutputFile> files) {
   }
   for (const OutputFile& file : files) {
     if (file.path.empty()) continue;
+    if (file.may_be_stream && detail::names_a_stream(file.path, file.name)) continue;
     const FileIdentity identity(file.path);
     for (const auto& [other, other_identity] : seen) {
       if (identity == other_identity) {

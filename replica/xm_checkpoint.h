@@ -33,11 +33,14 @@ void check_can_save(const std::string& path);
 struct OutputFile {
   std::string_view name;  // how the user gave it, for errors: "--checkpoint"
   std::string path;
+  bool may_be_stream = false;  // /dev/stdout or a FIFO is fine (detail::names_a_stream)
 };
 // On the master, before the first step: each file can be written (as check_can_save; none
 // names a directory), and no two of them, nor one of them and the job's trace (the
 // XLA_SPAWN_TRACE the launcher merges into), are the same file, where the last one written
-// would silently replace the other (xs::InvalidArgument naming both). Not collective.
+// would silently replace the other (xs::InvalidArgument naming both). An output that may be a
+// stream and is one is only checked not to be reached through another user's symlink. Not
+// collective.
 void check_outputs(std::initializer_list<OutputFile> files);
 
 // Loads into the model (and optimizer, if given) and returns the metadata. Throws

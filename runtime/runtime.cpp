@@ -315,9 +315,12 @@ void Runtime::dump(const Graph& graph, const Program& program) const {
   if (dump_failed_) return;
   std::string failure;
   std::error_code ec;
-  std::filesystem::create_directories(*options_.dump_dir, ec);
+  const std::string link = foreign_symlink(*options_.dump_dir);
+  if (link.empty()) std::filesystem::create_directories(*options_.dump_dir, ec);
   const std::string base = fmt::format("{}/graph_{:016x}", *options_.dump_dir, graph.hash);
-  if (ec) {
+  if (!link.empty()) {
+    failure = fmt::format("the directory is reached through {}, whose owner could point it anywhere", link);
+  } else if (ec) {
     failure = "cannot create the directory: " + ec.message();
   } else if (!write_file_atomically(base + ".txt", {graph_text(graph), program.text()}, 0644)) {
     failure = errno_message("writing " + base + ".txt", errno);

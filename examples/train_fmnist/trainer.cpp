@@ -94,7 +94,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   total_steps_ = options_.epochs * train_loader_->batches_per_epoch();
   fault_hook_ = FaultHook::from_env(options_.checkpoint);
   xm::check_outputs({{"--checkpoint", options_.checkpoint},
-                     {"--step-timing-csv", options_.step_timing_csv}});
+                     {"--step-timing-csv", options_.step_timing_csv, /*may_be_stream=*/true}});
 }
 
 void Trainer::resume() {

@@ -79,7 +79,7 @@ LmTrainer::LmTrainer(LmOptions options) : options_(std::move(options)) {
   const std::string vocab = options_.checkpoint.empty() ? "" : options_.checkpoint + ".vocab";
   xm::check_outputs({{"--checkpoint", options_.checkpoint},
                      {"the vocabulary beside the checkpoint", vocab},
-                     {"--step-timing-csv", options_.step_timing_csv}});
+                     {"--step-timing-csv", options_.step_timing_csv, /*may_be_stream=*/true}});
 }
 
 double LmTrainer::learning_rate(int64_t step) const { return options_.lr * schedule_(step); }

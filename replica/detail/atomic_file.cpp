@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 
 namespace xs::detail {
 namespace {
@@ -48,6 +49,13 @@ AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
     throw InvalidArgument(fmt::format(
         "{} {}: not a regular file (a device, a FIFO or a socket), which a file cannot replace",
         what_, path_));
+  }
+  // A directory reached through another user's symlink is theirs to choose (the file itself
+  // may be a symlink: the rename replaces it).
+  if (const std::string link = foreign_symlink(dir); !link.empty()) {
+    throw InvalidArgument(fmt::format(
+        "{} {}: its directory is reached through {}, whose owner could point it anywhere", what_,
+        path_, link));
   }
   temp_path_ = fmt::format("{}/{}{}.XXXXXX", dir, temp_prefix(base), ::getpid());
   fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);  // mode 0600
@@ -124,6 +132,25 @@ void AtomicFileWriter::commit() {
     throw IoError(
         errno_message(fmt::format("{} {}: fsync directory {}", what_, path_, dir), fsync_errno));
   }
+}
+
+bool names_a_stream(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return false;
+  if (const std::string link = foreign_symlink(path); !link.empty()) {
+    throw InvalidArgument(fmt::format("{} {}: reached through {}, whose owner could point it at any device",
+                                      what, path, link));
+  }
+  return true;
+}
+
+void write_to_stream(const std::string& path, std::string_view what, std::string_view bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(errno_message(fmt::format("{} {}: open", what, path), errno));
+  const bool written = write_all(fd, bytes);
+  const int write_errno = errno;
+  ::close(fd);
+  if (!written) throw IoError(errno_message(fmt::format("{} {}: write", what, path), write_errno));
 }
 
 int remove_stale_temps(const std::string& path) {

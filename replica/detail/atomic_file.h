@@ -46,6 +46,15 @@ class AtomicFileWriter {
   std::vector<uint8_t> buffer_;
 };
 
+// True when `path` names, through symlinks, a FIFO or a character device: a stream a user
+// gave for an output that may go to one (/dev/stdout, a shell's >(gzip > f)), written with
+// write_to_stream instead of replaced. Throws xs::InvalidArgument naming `what` when the path
+// goes through another user's symlink, which could point it at any device.
+bool names_a_stream(const std::string& path, std::string_view what);
+// Opens the stream at `path` for writing and writes `bytes` (a FIFO waits for its reader).
+// Throws xs::IoError naming `what` and the path.
+void write_to_stream(const std::string& path, std::string_view what, std::string_view bytes);
+
 // Removes temporaries of `path` left by writers that no longer run (killed mid-write).
 // Returns how many were removed; errors are ignored (it is housekeeping).
 int remove_stale_temps(const std::string& path);

@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 
 namespace xs::detail {
 namespace {
@@ -52,6 +53,12 @@ size_t physical_memory_bytes() {
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what,
                                      std::optional<size_t> max_bytes, Owner owner) {
+  if (owner == Owner::kThisUser) {
+    if (const std::string link = foreign_symlink(path); !link.empty()) {
+      throw InvalidArgument(fmt::format(
+          "{} {}: reached through {}, whose owner could point it at any file", what, path, link));
+    }
+  }
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever; the
   // type is checked right after, and a regular file's reads ignore the flag.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
@@ -70,10 +77,12 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view w
         "copy it to a file of your own if you trust it",
         what, path, st.st_uid, ::geteuid()));
   }
-  if (owner == Owner::kThisUser && (st.st_mode & S_IWOTH) != 0) {
+  if (owner == Owner::kThisUser && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    // The group bits are an ACL's mask when the file has one: a writer named there shows.
     throw InvalidArgument(fmt::format(
-        "{} {}: any user may write it (mode {:04o}); chmod o-w it if you trust its contents", what,
-        path, st.st_mode & 07777));
+        "{} {}: group or others may write it (mode {:04o}); chmod go-w it if you trust its "
+        "contents",
+        what, path, st.st_mode & 07777));
   }
   const size_t limit = max_bytes.value_or(physical_memory_bytes());
   if (static_cast<uint64_t>(st.st_size) > limit) {

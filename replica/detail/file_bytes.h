@@ -19,15 +19,16 @@ namespace xs::detail {
 // Whose file a reader accepts.
 enum class Owner : uint8_t {
   kAnyone,
-  // This user's or root's, and not writable by others: what this user's own runs wrote (a
-  // checkpoint to resume), which another local user must not be able to plant or rewrite.
+  // This user's or root's, writable by neither group nor others, and not reached through
+  // another user's symlink: what this user's own runs wrote (a checkpoint to resume), which
+  // another local user must not be able to plant, rewrite or swap.
   kThisUser,
 };
 
 // The file's whole contents. Throws xs::IoError "<what> <path>: open: ..." on failure, and
 // xs::InvalidArgument, without waiting or allocating, for what is not a regular file (a FIFO,
 // a directory, a device), is larger than `max_bytes` (default: this machine's memory) or,
-// with Owner::kThisUser, belongs to another user or may be written by others.
+// with Owner::kThisUser, is not that.
 std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view what,
                                      std::optional<size_t> max_bytes = std::nullopt,
                                      Owner owner = Owner::kAnyone);

@@ -61,26 +61,6 @@ class Fd {
   int fd_;
 };
 
-// The first symlink on the way to `dir` that belongs to neither this user nor root: whoever
-// owns it can point the cache anywhere, at any moment. Empty when there is none.
-std::string foreign_symlink(const std::string& dir) {
-  std::string prefix = dir.starts_with('/') ? "" : ".";
-  size_t at = 0;
-  while (at < dir.size()) {
-    const size_t end = std::min(dir.find('/', at), dir.size());
-    if (end > at) {
-      prefix += "/" + dir.substr(at, end - at);
-      struct stat st {};
-      if (::lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != ::geteuid() &&
-          st.st_uid != 0) {
-        return fmt::format("{} (a symlink of uid {})", prefix, st.st_uid);
-      }
-    }
-    at = end + 1;
-  }
-  return "";
-}
-
 // "0123456789abcdef.xso" and the temporaries of a store, "<that>.tmp.XXXXXX".
 bool is_entry_name(std::string_view name) {
   if (name.size() < 20 || name.substr(16, 4) != ".xso") return false;

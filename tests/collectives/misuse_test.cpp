@@ -103,6 +103,11 @@ std::string misuse_checks(Communicator& comm) {
       "all_gather bad dtype",
       refusal([&] { comm.all_gather(f, out.data(), 4, bad_dtype); }),
       "all_gather: dtype code 17 is not a dtype");
+  const GatherPiece piece{0, sizeof f, f};
+  failures += expect_refused(
+      "all_gather_pieces bad dtype",
+      refusal([&] { comm.all_gather_pieces(f, std::span(&piece, 1), 1, bad_dtype); }),
+      "all_gather: dtype code 17 is not a dtype");
   // The job goes on: nothing reached the segment.
   float one = 1;
   comm.all_reduce(&one, 1, DType::kF32, ReduceOp::kSum);

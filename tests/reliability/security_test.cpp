@@ -21,6 +21,7 @@
 #include "xla_spawn/shm/segment.h"
 #include "tests/launcher/launch_support.h"
 #include "tests/reliability/job_probe.h"
+#include "tests/support/scoped_env.h"
 
 namespace xs::testing {
 namespace {
@@ -161,10 +162,38 @@ TEST_F(PlantedByAnotherUser, ACheckpointOfAnotherUserIsNotResumed) {
   ASSERT_EQ(::chmod(ckpt.c_str(), 0666), 0);
   r = run_xla_spawn(train({"--checkpoint", ckpt, "--resume"}), seconds(120));
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("any user may write it (mode 0666)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("group or others may write it (mode 0666)"), std::string::npos) << r.err;
   ASSERT_EQ(::chmod(ckpt.c_str(), 0600), 0);
+  // Nor root's own checkpoint behind another user's symlink at the path: they chose it.
+  const std::string link = dir_ / "job.ckpt";
+  ASSERT_EQ(::symlink(ckpt.c_str(), link.c_str()), 0);
+  give_to_nobody(link);
+  r = run_xla_spawn(train({"--checkpoint", link, "--resume"}), seconds(120));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("reached through " + link + " (a symlink of uid 65534)"), std::string::npos) << r.err;
   r = run_xla_spawn(train({"--checkpoint", ckpt, "--resume"}), seconds(120));
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A directory reached through another user's symlink is theirs to choose: root's checkpoint,
+// or its graph dumps, would land wherever they point it (/etc, say).
+TEST_F(PlantedByAnotherUser, NothingIsWrittenThroughAnotherUsersSymlinkedDirectory) {
+  const std::string real = dir_ / "real", link = dir_ / "link";
+  ASSERT_EQ(::mkdir(real.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  give_to_nobody(link);
+  RunResult r = run_xla_spawn(train({"--checkpoint", link + "/m.ckpt"}), seconds(120));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("is reached through " + link + " (a symlink of uid 65534)"), std::string::npos) << r.err;
+  {
+    ScopedEnv dumps("XLA_SPAWN_DUMP_GRAPHS", link + "/graphs");
+    r = run_xla_spawn(train({}), seconds(120));
+  }
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("XLA_SPAWN_DUMP_GRAPHS=" + link + "/graphs: the directory is reached through " + link),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(real));
 }
 
 // A log file another user made (and can chmod back) would let them read the replicas' output.
@@ -173,11 +202,21 @@ TEST_F(PlantedByAnotherUser, ALogFileOfAnotherUserIsRefused) {
   ASSERT_EQ(::mkdir(logs.c_str(), 0777), 0);
   { std::ofstream(logs + "/ordinal-0.log") << ""; }
   give_to_nobody(logs + "/ordinal-0.log");
-  const RunResult r =
+  RunResult r =
       run_xla_spawn({"-n", "1", "--log-dir", logs, "--", "/bin/sh", "-c", "echo SECRET"}, seconds(30));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("belongs to uid 65534, not this user"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(logs + "/ordinal-0.log"), "");
+  // A hard link to one of the user's own files (planted where protected_hardlinks is off):
+  // the log would be appended to that file.
+  const std::string victim = dir_ / "victim";
+  { std::ofstream(victim) << "root's own file\n"; }
+  ASSERT_EQ(::unlink((logs + "/ordinal-0.log").c_str()), 0);
+  ASSERT_EQ(::link(victim.c_str(), (logs + "/ordinal-0.log").c_str()), 0);
+  r = run_xla_spawn({"-n", "1", "--log-dir", logs, "--", "/bin/sh", "-c", "echo SECRET"}, seconds(30));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("has 2 names (a hard link)"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(victim), "root's own file\n");
 }
 
 }  // namespace

@@ -228,20 +228,27 @@ TEST(TimelineTest, ATraceFileThatIsNotARegularFileIsRefusedBeforeAnythingStarts)
 }
 
 // A file at FILE that is not an earlier trace (a checkpoint or a CSV given the same name) is
-// someone's work: the merge keeps it and the parts, and says so. An earlier trace is replaced.
+// someone's work: refused before anything starts, and kept by the merge when it appears during
+// the job (the merge keeps the parts too, and says so). An earlier trace is replaced, also
+// one reformatted by a JSON tool.
 TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
   TempDir dir;
   const std::string file = dir.path() + "/work.bin";
   { std::ofstream(file) << "XSCKPT\r\n not a trace"; }
-  const RunResult r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
-  EXPECT_EQ(r.exit_code, 0) << r.err;
+  RunResult r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--trace " + file + ": exists and is not a trace"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(file), "XSCKPT\r\n not a trace");
+  ASSERT_EQ(::unlink(file.c_str()), 0);
+  r = run_xla_spawn({"-n", "1", "--trace", file, "--", "/bin/sh", "-c", "printf XSCKPT > '" + file + "'"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_file(file), "XSCKPT");
   EXPECT_NE(r.err.find("trace not written: tracing: " + file + " exists and is not a trace"), std::string::npos)
       << r.err;
-  { std::ofstream(file, std::ios::trunc) << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n]}\n"; }
-  const RunResult again = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
-  EXPECT_EQ(again.exit_code, 0) << again.err;
-  EXPECT_NE(again.err.find("written to " + file), std::string::npos) << again.err;
+  { std::ofstream(file, std::ios::trunc) << "{\n  \"traceEvents\": [\n  ]\n}\n"; }
+  r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("written to " + file), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 // one progress bar for N replicas, and bad options or checkpoints are refused clearly.
 // Small subsets of the training set and few steps keep each test to seconds.
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -164,11 +167,16 @@ TEST(TrainFmnistOutputs, ADirectoryOrTwoOutputsOnOneFileFailAtStart) {
       {"", "--step-timing-csv " + dir.path("c"),
        "--step-timing-csv " + dir.path("c") + ": the path names a directory", 2},
       {"", "--step-timing-csv " + dir.path("none/t.csv"), "create temporary", 1},
-      // Through /dev/stdout's link: a temporary in /dev renamed over it would replace the link.
-      {"", "--step-timing-csv /dev/stdout", "--step-timing-csv /dev/stdout: not a regular file", 2},
+      // A stream (/dev/stdout, a link to a pipe here): a checkpoint renamed over it would
+      // replace the link.
+      {"", "--checkpoint /dev/stdout", "--checkpoint /dev/stdout: not a regular file", 2},
       {"", fmt::format("--checkpoint {} --step-timing-csv {}/../ck", ckpt, dir.path("c")), "are the same file",
        2},
-      {"--trace " + ckpt, "--checkpoint " + ckpt, "and the job's trace (XLA_SPAWN_TRACE) " + ckpt, 2},
+      // The trace on the checkpoint: refused by the launcher when the checkpoint exists, by
+      // the trainer when it does not yet.
+      {"--trace " + ckpt, "--checkpoint " + ckpt, "--trace " + ckpt + ": exists and is not a trace", 2},
+      {"--trace " + dir.path("new"), "--checkpoint " + dir.path("new"),
+       "and the job's trace (XLA_SPAWN_TRACE) " + dir.path("new"), 2},
   };
   for (const Case& c : cases) {
     const CommandResult r = run_command(spawn_train(1, c.launcher, "--epochs 1 --no-eval " + c.args));
@@ -179,6 +187,33 @@ TEST(TrainFmnistOutputs, ADirectoryOrTwoOutputsOnOneFileFailAtStart) {
   // Nor did the launcher merge the trace over the checkpoint afterwards.
   EXPECT_EQ(testing::TempDir::read(ckpt), saved);
   EXPECT_FALSE(std::filesystem::exists(csv));
+}
+
+// One directory under two names (a bind mount) and a file not made yet: the rename targets
+// the same directory entry, so the CSV would replace the checkpoint.
+TEST(TrainFmnistOutputs, OneFileUnderTwoDirectoryNamesIsOneFile) {
+  if (::geteuid() != 0 || std::system("unshare --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs root and unshare(1) to bind-mount a directory in a mount namespace of its own";
+  }
+  testing::TempDir dir;
+  std::filesystem::create_directory(dir.path("real"));
+  std::filesystem::create_directory(dir.path("bound"));
+  const CommandResult r = run_command(fmt::format(
+      "unshare -m --propagation private sh -c \"mount --bind {} {} && exec {} --train-samples 256 "
+      "--batch-size 8 --max-steps 3 --no-eval --checkpoint {}/m --step-timing-csv {}/m\"",
+      dir.path("real"), dir.path("bound"), XS_TRAIN_FMNIST, dir.path("bound"), dir.path("real")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("are the same file"), std::string::npos) << r.output;
+}
+
+// The CSV may go to a stream the user names (/dev/stdout, a pipe), written there directly.
+TEST(TrainFmnistOutputs, TheStepTimingCsvMayGoToStandardOutput) {
+  const CommandResult r = run_command(fmt::format(
+      "{} --train-samples 256 --batch-size 8 --max-steps 3 --no-eval --step-timing-csv /dev/stdout",
+      XS_TRAIN_FMNIST));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ordinal,epoch,step,step_ms"), std::string::npos) << r.output;
+  EXPECT_EQ(count_of(r.output, "\n0,0,"), 3) << r.output;
 }
 
 TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {

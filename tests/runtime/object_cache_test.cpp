@@ -216,6 +216,15 @@ TEST(ObjectCache, APathThroughAnotherUsersSymlinkIsRefused) {
     EXPECT_TRUE(fs::is_empty(real)) << path;
     EXPECT_NE(log.text().find("(a symlink of uid 65534)"), std::string::npos) << path << log.text();
   }
+  // Nor through a link of the user's own that leads through another user's.
+  const std::string own_link = dir.cache() + ".own";
+  fs::create_directory_symlink(link, own_link);
+  {
+    CapturedLog log;
+    run_step(own_link + "/cache");
+    EXPECT_TRUE(fs::is_empty(real));
+    EXPECT_NE(log.text().find(link + " (a symlink of uid 65534)"), std::string::npos) << log.text();
+  }
   // The user's own symlink (or root's) is theirs to follow.
   ASSERT_EQ(::lchown(link.c_str(), ::geteuid(), ::getegid()), 0);
   detail::ObjectCache own(link + "/.");
