@@ -54,8 +54,9 @@ AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
   // may be a symlink: the rename replaces it).
   if (const std::string link = foreign_symlink(dir); !link.empty()) {
     throw InvalidArgument(fmt::format(
-        "{} {}: its directory is reached through {}, whose owner could point it anywhere", what_,
-        path_, link));
+        "{} {}: its directory is reached through {}, whose owner could point it anywhere; give "
+        "its real path if you trust them",
+        what_, path_, link));
   }
   temp_path_ = fmt::format("{}/{}{}.XXXXXX", dir, temp_prefix(base), ::getpid());
   fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);  // mode 0600
@@ -138,14 +139,26 @@ bool names_a_stream(const std::string& path, std::string_view what) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return false;
   if (const std::string link = foreign_symlink(path); !link.empty()) {
-    throw InvalidArgument(fmt::format("{} {}: reached through {}, whose owner could point it at any device",
+    throw InvalidArgument(fmt::format("{} {}: reached through {}, whose owner could point it at any device; "
+                                      "give its real path if you trust them",
                                       what, path, link));
   }
   return true;
 }
 
 void write_to_stream(const std::string& path, std::string_view what, std::string_view bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO nobody reads fails the open (ENXIO) instead of waiting for ever, so
+  // its reader gets kStreamReaderWaitMs to appear.
+  int fd = -1;
+  for (int waited_ms = 0;; waited_ms += 100) {
+    fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 || errno != ENXIO || waited_ms >= kStreamReaderWaitMs) break;
+    ::usleep(100'000);
+  }
+  if (fd < 0 && errno == ENXIO) {
+    throw IoError(fmt::format("{} {}: no one has read the FIFO for {} s", what, path,
+                              kStreamReaderWaitMs / 1000));
+  }
   if (fd < 0) throw IoError(errno_message(fmt::format("{} {}: open", what, path), errno));
   const bool written = write_all(fd, bytes);
   const int write_errno = errno;

@@ -51,8 +51,9 @@ class AtomicFileWriter {
 // write_to_stream instead of replaced. Throws xs::InvalidArgument naming `what` when the path
 // goes through another user's symlink, which could point it at any device.
 bool names_a_stream(const std::string& path, std::string_view what);
-// Opens the stream at `path` for writing and writes `bytes` (a FIFO waits for its reader).
-// Throws xs::IoError naming `what` and the path.
+// Opens the stream at `path` for writing and writes `bytes`; a FIFO's reader gets
+// kStreamReaderWaitMs to appear. Throws xs::IoError naming `what` and the path.
+inline constexpr int kStreamReaderWaitMs = 30'000;
 void write_to_stream(const std::string& path, std::string_view what, std::string_view bytes);
 
 // Removes temporaries of `path` left by writers that no longer run (killed mid-write).

@@ -56,7 +56,9 @@ std::vector<uint8_t> read_file_bytes(const std::string& path, std::string_view w
   if (owner == Owner::kThisUser) {
     if (const std::string link = foreign_symlink(path); !link.empty()) {
       throw InvalidArgument(fmt::format(
-          "{} {}: reached through {}, whose owner could point it at any file", what, path, link));
+          "{} {}: reached through {}, whose owner could point it at any file; give its real path "
+          "if you trust them",
+          what, path, link));
     }
   }
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever; the

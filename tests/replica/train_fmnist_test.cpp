@@ -214,6 +214,15 @@ TEST(TrainFmnistOutputs, TheStepTimingCsvMayGoToStandardOutput) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ordinal,epoch,step,step_ms"), std::string::npos) << r.output;
   EXPECT_EQ(count_of(r.output, "\n0,0,"), 3) << r.output;
+  // A FIFO with its reader (as the shell's >(...) makes one).
+  testing::TempDir dir;
+  const CommandResult f = run_command(fmt::format(
+      "mkfifo {0} && {{ cat {0} > {1} & }} && {2} --train-samples 256 --batch-size 8 --max-steps 3 --no-eval "
+      "--step-timing-csv {0} && wait",
+      dir.path("fifo"), dir.path("out.csv"), XS_TRAIN_FMNIST));
+  EXPECT_EQ(f.exit_code, 0) << f.output;
+  const std::vector<uint8_t> csv = testing::TempDir::read(dir.path("out.csv"));
+  EXPECT_EQ(count_of(std::string(csv.begin(), csv.end()), "\n0,0,"), 3);
 }
 
 TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
