@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "xla_spawn/base/error.h"
+
 namespace xs {
 
 bool write_all(int fd, std::string_view bytes) {
@@ -59,7 +61,9 @@ std::string foreign_symlink(const std::string& path) {
   std::string at;
   if (!path.starts_with('/')) {
     char cwd[4096];
-    if (::getcwd(cwd, sizeof cwd) == nullptr) return "";
+    if (::getcwd(cwd, sizeof cwd) == nullptr) {
+      return errno_message("the working directory (it cannot be checked: getcwd)", errno);
+    }
     at = cwd == std::string_view("/") ? "" : cwd;
   }
   std::deque<std::string> rest;
@@ -83,14 +87,20 @@ std::string foreign_symlink(const std::string& path) {
     }
     const std::string next = at + "/" + name;
     struct stat st {};
-    if (::lstat(next.c_str(), &st) != 0) return "";  // the rest does not exist yet
+    if (::lstat(next.c_str(), &st) != 0) {
+      // Missing: the rest does not exist yet (the open that follows fails or creates it);
+      // anything else (a path too long, no permission) is what cannot be checked.
+      if (errno == ENOENT || errno == ENOTDIR) return "";
+      return errno_message(next + " (it cannot be checked: lstat)", errno);
+    }
     if (S_ISLNK(st.st_mode)) {
       if (st.st_uid != ::geteuid() && st.st_uid != 0) {
         return fmt::format("{} (a symlink of uid {})", next, st.st_uid);
       }
       char target[4096];
       const ssize_t n = ::readlink(next.c_str(), target, sizeof target - 1);
-      if (n <= 0 || ++links > 40) return "";  // the open that follows fails on its own
+      if (n <= 0) return errno_message(next + " (it cannot be checked: readlink)", errno);
+      if (++links > 40) return next + " (more than 40 symlinks: a loop?)";
       const std::string to(target, static_cast<size_t>(n));
       if (to.starts_with('/')) at.clear();
       push_front(to);

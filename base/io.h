@@ -29,7 +29,9 @@ bool write_file_atomically(const std::string& path, std::initializer_list<std::s
 
 // The first symlink met on the way along `path` (every component, and the links those lead
 // through, resolved as the kernel would) that belongs to neither this user nor root, described
-// as "<where it is> (a symlink of uid N)"; empty when there is none. Whoever owns such a link (planted in /tmp, say) can point the path anywhere at any
+// as "<where it is> (a symlink of uid N)"; empty when there is none. A path that cannot be
+// checked (a working directory getcwd cannot name, a component it may not lstat, a link loop)
+// is described too: it cannot be told safe. Whoever owns such a link (planted in /tmp, say) can point the path anywhere at any
 // moment, so a directory reached through it is not one to write into or take code from.
 std::string foreign_symlink(const std::string& path);
 

@@ -511,8 +511,8 @@ std::string why_not_replaceable(const std::string& file) {
   if (got < 0) return errno_message("exists and cannot be read to tell it is a trace", read_errno);
   const std::string_view text(head, static_cast<size_t>(got));
   const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return "";  // empty, or only blanks
-  if (text[first] == '{' && (text.find("\"traceEvents\"") != std::string_view::npos ||
+  if (first == std::string_view::npos && got < static_cast<ssize_t>(sizeof head)) return "";  // blanks only
+  if (first != std::string_view::npos && text[first] == '{' && (text.find("\"traceEvents\"") != std::string_view::npos ||
                              text.find("\"displayTimeUnit\"") != std::string_view::npos)) {
     return "";
   }

@@ -84,6 +84,13 @@ OutputMux::OutputMux(const OutputOptions& options, int world_size)
                "OutputOptions::shown has {} entries for world size {}", options_.shown.size(),
                world_size);
   if (options_.log_dir.empty()) return;
+  if (const std::string link = foreign_symlink(options_.log_dir); !link.empty()) {
+    // Its owner would choose where the replicas' output goes.
+    throw InvalidArgument(fmt::format(
+        "--log-dir {}: reached through {}, whose owner could point it anywhere; give its real "
+        "path if you trust them",
+        options_.log_dir, link));
+  }
   std::error_code ec;
   std::filesystem::create_directories(options_.log_dir, ec);
   if (ec) {  // a bad value, as a --trace directory that is not one (exit 2)

@@ -13,6 +13,7 @@
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/base/io.h"
 #include "xla_spawn/base/trace.h"
 #include "xla_spawn/cluster/connection.h"
 #include "xla_spawn/launcher/detail/attempt.h"
@@ -67,6 +68,11 @@ void validate(int nprocs, const SupervisorOptions& options) {
                  "--trace {}: exists and is not a regular file (a directory, device or link is "
                  "never replaced)",
                  given);
+    const std::string link = foreign_symlink(dir.string());
+    XS_CHECK_ARG(link.empty(),
+                 "--trace {}: directory {} is reached through {}, whose owner could point it "
+                 "anywhere; give its real path if you trust them",
+                 given, dir.string(), link);
     const std::string why = trace::why_not_replaceable(file.string());
     XS_CHECK_ARG(why.empty(), "--trace {}: {}; the trace would replace it", given, why);
   }

@@ -319,7 +319,10 @@ void Runtime::dump(const Graph& graph, const Program& program) const {
   if (link.empty()) std::filesystem::create_directories(*options_.dump_dir, ec);
   const std::string base = fmt::format("{}/graph_{:016x}", *options_.dump_dir, graph.hash);
   if (!link.empty()) {
-    failure = fmt::format("the directory is reached through {}, whose owner could point it anywhere", link);
+    failure = fmt::format(
+        "the directory is reached through {}, whose owner could point it anywhere; give its real path if "
+        "you trust them",
+        link);
   } else if (ec) {
     failure = "cannot create the directory: " + ec.message();
   } else if (!write_file_atomically(base + ".txt", {graph_text(graph), program.text()}, 0644)) {

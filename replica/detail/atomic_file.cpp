@@ -2,11 +2,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <utility>
 
@@ -31,6 +34,17 @@ std::string temp_prefix(const std::string& base) {
   return fmt::format(".{}.tmp.", base);
 }
 
+// Whether `path`'s directory, resolved, is in /dev (but for /dev/shm, a file system like any
+// other) or /proc: where /dev/stdout and /proc/self/fd/N live, names of descriptors rather
+// than of files.
+bool in_dev_or_proc(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (::realpath(split_path(path).first.c_str(), resolved) == nullptr) return false;
+  const std::string_view dir = resolved;
+  if (dir == "/dev/shm" || dir.starts_with("/dev/shm/")) return false;
+  return dir == "/dev" || dir.starts_with("/dev/") || dir == "/proc" || dir.starts_with("/proc/");
+}
+
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
@@ -39,6 +53,12 @@ AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)
   // What the path names now, through symlinks: the rename would replace a symlink, but a
   // directory or a device named directly (or /dev/stdout's link) is a mistake, and replacing
   // a device node with a file (as root, in /dev) would break the system.
+  if (in_dev_or_proc(path_)) {
+    throw InvalidArgument(fmt::format(
+        "{} {}: in /dev or /proc, where a file written by name does not belong (a rename there "
+        "would replace a device's or a descriptor's name)",
+        what_, path_));
+  }
   struct stat st {};
   const bool exists = ::stat(path_.c_str(), &st) == 0;
   if (base.empty() || (exists && S_ISDIR(st.st_mode))) {
@@ -137,33 +157,75 @@ void AtomicFileWriter::commit() {
 
 bool names_a_stream(const std::string& path, std::string_view what) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) return false;
+  if (::stat(path.c_str(), &st) != 0) return false;
+  if (!S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode) && !in_dev_or_proc(path)) return false;
   if (const std::string link = foreign_symlink(path); !link.empty()) {
     throw InvalidArgument(fmt::format("{} {}: reached through {}, whose owner could point it at any device; "
                                       "give its real path if you trust them",
                                       what, path, link));
+  }
+  if (S_ISFIFO(st.st_mode) && st.st_uid != ::geteuid() && st.st_uid != 0) {
+    throw InvalidArgument(fmt::format("{} {}: a FIFO of uid {}, who would read what is written to it", what,
+                                      path, st.st_uid));
   }
   return true;
 }
 
 void write_to_stream(const std::string& path, std::string_view what, std::string_view bytes) {
   // Non-blocking: a FIFO nobody reads fails the open (ENXIO) instead of waiting for ever, so
-  // its reader gets kStreamReaderWaitMs to appear.
+  // its reader gets kStreamReaderWaitMs to appear; a reader that stops reading gets as long
+  // between two writes. O_APPEND: /dev/stdout onto a file goes after what is there.
+  struct stat st {};
+  const bool fifo = ::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
   int fd = -1;
   for (int waited_ms = 0;; waited_ms += 100) {
-    fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0 || errno != ENXIO || waited_ms >= kStreamReaderWaitMs) break;
+    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 || errno != ENXIO || !fifo || waited_ms >= kStreamReaderWaitMs) break;
     ::usleep(100'000);
   }
-  if (fd < 0 && errno == ENXIO) {
+  if (fd < 0 && errno == ENXIO && fifo) {
     throw IoError(fmt::format("{} {}: no one has read the FIFO for {} s", what, path,
                               kStreamReaderWaitMs / 1000));
   }
   if (fd < 0) throw IoError(errno_message(fmt::format("{} {}: open", what, path), errno));
-  const bool written = write_all(fd, bytes);
-  const int write_errno = errno;
+  // A reader that went away is EPIPE here, not a SIGPIPE that kills the program.
+  sigset_t pipe_signal, old_mask;
+  ::sigemptyset(&pipe_signal);
+  ::sigaddset(&pipe_signal, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
+  int error = 0;
+  auto last_progress = std::chrono::steady_clock::now();
+  while (!bytes.empty() && error == 0) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<size_t>(n));
+      last_progress = std::chrono::steady_clock::now();
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(kStreamReaderWaitMs)) {
+        error = ETIMEDOUT;
+        break;
+      }
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 100);
+    } else {
+      error = n == 0 ? ENOSPC : errno;
+    }
+  }
+  if (error == EPIPE) {
+    const timespec now{};
+    ::sigtimedwait(&pipe_signal, nullptr, &now);  // the SIGPIPE this write raised, taken
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   ::close(fd);
-  if (!written) throw IoError(errno_message(fmt::format("{} {}: write", what, path), write_errno));
+  if (error == ETIMEDOUT) {
+    throw IoError(fmt::format("{} {}: its reader has taken nothing for {} s", what, path,
+                              kStreamReaderWaitMs / 1000));
+  }
+  if (error != 0) {
+    throw IoError(errno_message(fmt::format("{} {}: write{}", what, path,
+                                            error == EPIPE ? " (the reader went away)" : ""),
+                                error));
+  }
 }
 
 int remove_stale_temps(const std::string& path) {

@@ -19,7 +19,8 @@ class AtomicFileWriter {
  public:
   // Creates "<dir>/.<name>.tmp.<pid>.XXXXXX". Throws xs::IoError naming `what` and the path,
   // and xs::InvalidArgument when the path names a directory, a device, a FIFO or a socket
-  // (directly or through symlinks).
+  // (directly or through symlinks), lies in /dev or /proc, or its directory is reached through
+  // another user's symlink.
   AtomicFileWriter(std::string path, std::string_view what);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
@@ -46,13 +47,15 @@ class AtomicFileWriter {
   std::vector<uint8_t> buffer_;
 };
 
-// True when `path` names, through symlinks, a FIFO or a character device: a stream a user
-// gave for an output that may go to one (/dev/stdout, a shell's >(gzip > f)), written with
-// write_to_stream instead of replaced. Throws xs::InvalidArgument naming `what` when the path
-// goes through another user's symlink, which could point it at any device.
+// True when `path` names, through symlinks, a FIFO, a character device, or anything in /dev
+// or /proc (/dev/stdout onto a file, /proc/self/fd/N): a stream a user gave for an output that
+// may go to one (/dev/stdout, a shell's >(gzip > f)), written with write_to_stream instead of
+// replaced. Throws xs::InvalidArgument naming `what` when the path goes through another
+// user's symlink (which could point it at any device) or names another user's FIFO.
 bool names_a_stream(const std::string& path, std::string_view what);
-// Opens the stream at `path` for writing and writes `bytes`; a FIFO's reader gets
-// kStreamReaderWaitMs to appear. Throws xs::IoError naming `what` and the path.
+// Opens the stream at `path` for appending and writes `bytes`; a FIFO's reader gets
+// kStreamReaderWaitMs to appear, and as long between two writes it takes. A reader that went
+// away is an error, not a SIGPIPE. Throws xs::IoError naming `what` and the path.
 inline constexpr int kStreamReaderWaitMs = 30'000;
 void write_to_stream(const std::string& path, std::string_view what, std::string_view bytes);
 

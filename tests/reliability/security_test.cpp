@@ -193,7 +193,24 @@ TEST_F(PlantedByAnotherUser, NothingIsWrittenThroughAnotherUsersSymlinkedDirecto
   EXPECT_NE(r.err.find("XLA_SPAWN_DUMP_GRAPHS=" + link + "/graphs: the directory is reached through " + link),
             std::string::npos)
       << r.err;
+  // Nor the launcher's log files and trace.
+  r = run_xla_spawn({"-n", "1", "--log-dir", link + "/logs", "--", "/bin/true"}, seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--log-dir " + link + "/logs: reached through " + link), std::string::npos) << r.err;
+  r = run_xla_spawn({"-n", "1", "--trace", link + "/t.json", "--", "/bin/true"}, seconds(30));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("is reached through " + link + " (a symlink of uid 65534)"), std::string::npos) << r.err;
   EXPECT_TRUE(std::filesystem::is_empty(real));
+}
+
+// A FIFO another user made at the CSV's name: they would read what is written.
+TEST_F(PlantedByAnotherUser, AnotherUsersFifoAtTheCsvsNameIsRefused) {
+  const std::string fifo = dir_ / "t.csv";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  give_to_nobody(fifo);
+  const RunResult r = run_xla_spawn(train({"--step-timing-csv", fifo}), seconds(120));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("a FIFO of uid 65534"), std::string::npos) << r.err;
 }
 
 // A log file another user made (and can chmod back) would let them read the replicas' output.

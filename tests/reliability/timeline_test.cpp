@@ -245,6 +245,11 @@ TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
   EXPECT_EQ(read_file(file), "XSCKPT");
   EXPECT_NE(r.err.find("trace not written: tracing: " + file + " exists and is not a trace"), std::string::npos)
       << r.err;
+  // 4 KiB of blank lines before the data: not an empty file.
+  { std::ofstream(file, std::ios::trunc) << std::string(4096, '\n') << "IMPORTANT DATA\n"; }
+  r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(read_file(file).find("IMPORTANT DATA"), std::string::npos);
   { std::ofstream(file, std::ios::trunc) << "{\n  \"traceEvents\": [\n  ]\n}\n"; }
   r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
   EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -3,6 +3,7 @@
 // one progress bar for N replicas, and bad options or checkpoints are refused clearly.
 // Small subsets of the training set and few steps keep each test to seconds.
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -169,7 +170,7 @@ TEST(TrainFmnistOutputs, ADirectoryOrTwoOutputsOnOneFileFailAtStart) {
       {"", "--step-timing-csv " + dir.path("none/t.csv"), "create temporary", 1},
       // A stream (/dev/stdout, a link to a pipe here): a checkpoint renamed over it would
       // replace the link.
-      {"", "--checkpoint /dev/stdout", "--checkpoint /dev/stdout: not a regular file", 2},
+      {"", "--checkpoint /dev/stdout", "--checkpoint /dev/stdout: in /dev or /proc", 2},
       {"", fmt::format("--checkpoint {} --step-timing-csv {}/../ck", ckpt, dir.path("c")), "are the same file",
        2},
       // The trace on the checkpoint: refused by the launcher when the checkpoint exists, by
@@ -223,6 +224,31 @@ TEST(TrainFmnistOutputs, TheStepTimingCsvMayGoToStandardOutput) {
   EXPECT_EQ(f.exit_code, 0) << f.output;
   const std::vector<uint8_t> csv = testing::TempDir::read(dir.path("out.csv"));
   EXPECT_EQ(count_of(std::string(csv.begin(), csv.end()), "\n0,0,"), 3);
+  // Standard output sent to a file: the CSV goes after what is there, through the descriptor.
+  // (A rename over /dev/stdout, as root, replaced the machine's /dev/stdout with a file.)
+  const CommandResult g = run_command(fmt::format(
+      "{} --train-samples 256 --batch-size 8 --max-steps 3 --no-eval --step-timing-csv /dev/stdout > {}",
+      XS_TRAIN_FMNIST, dir.path("stdout.txt")));
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  const std::vector<uint8_t> out = testing::TempDir::read(dir.path("stdout.txt"));
+  const std::string text(out.begin(), out.end());
+  EXPECT_NE(text.find("done: 3 steps"), std::string::npos) << text;
+  EXPECT_EQ(count_of(text, "\n0,0,"), 3) << text;
+  struct stat st {};
+  ASSERT_EQ(::lstat("/dev/stdout", &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "/dev/stdout is no longer a symlink";
+}
+
+// A reader that goes away early is an error naming it, not a SIGPIPE that kills the trainer
+// (1000 rows: more than a pipe holds, so the write meets the closed end).
+TEST(TrainFmnistOutputs, AStreamWhoseReaderLeavesIsAnErrorNotASigpipe) {
+  testing::TempDir dir;
+  const CommandResult r = run_command(fmt::format(
+      "mkfifo {0} && {{ head -c 100 {0} > /dev/null & }} && {1} --train-samples 1024 --batch-size 1 "
+      "--max-steps 1000 --no-eval --step-timing-csv {0}",
+      dir.path("fifo"), XS_TRAIN_FMNIST));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("(the reader went away): Broken pipe"), std::string::npos) << r.output;
 }
 
 TEST(TrainFmnistResume, CheckpointOfAnotherModelIsRefusedAndKept) {
