@@ -18,14 +18,20 @@
 
 namespace xs {
 
-bool write_all(int fd, std::string_view bytes) {
+bool write_all(int fd, std::string_view bytes, std::optional<std::chrono::milliseconds> stall_limit) {
+  auto last_progress = std::chrono::steady_clock::now();
   while (!bytes.empty()) {
     const ssize_t n = ::write(fd, bytes.data(), bytes.size());
     if (n > 0) {
       bytes.remove_prefix(static_cast<size_t>(n));
+      if (stall_limit) last_progress = std::chrono::steady_clock::now();
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (stall_limit && std::chrono::steady_clock::now() - last_progress > *stall_limit) {
+        errno = ETIMEDOUT;
+        return false;
+      }
       pollfd p{fd, POLLOUT, 0};
       ::poll(&p, 1, 1000);  // a non-blocking console: wait for room, bounded per try
     } else {
@@ -82,7 +88,8 @@ std::string foreign_symlink(const std::string& path) {
     rest.pop_front();
     if (name == ".") continue;
     if (name == "..") {
-      at = at.substr(0, at.rfind('/') == std::string::npos ? 0 : at.rfind('/'));
+      const size_t slash = at.rfind('/');
+      at.resize(slash == std::string::npos ? 0 : slash);
       continue;
     }
     const std::string next = at + "/" + name;

@@ -8,7 +8,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,9 +18,12 @@ namespace xs {
 
 // Writes all of `bytes` to `fd`. Retries a write interrupted by a signal (EINTR); on a
 // non-blocking descriptor that is full (EAGAIN) waits for room, at most 1 s per try, and tries
-// again. False, with errno set, when a write fails otherwise (ENOSPC, EPIPE, EBADF...) or
-// writes nothing (errno ENOSPC: a full disk); what was written before stays written.
-bool write_all(int fd, std::string_view bytes);
+// again, for ever or, with `stall_limit`, until that long has passed without any byte taken
+// (errno ETIMEDOUT). False, with errno set, when a write fails otherwise (ENOSPC, EPIPE,
+// EBADF...) or writes nothing (errno ENOSPC: a full disk); what was written before stays
+// written.
+bool write_all(int fd, std::string_view bytes,
+               std::optional<std::chrono::milliseconds> stall_limit = std::nullopt);
 
 // Writes `parts`, one after the other, to `path` through a temporary of its own beside it
 // (`path`.tmp.XXXXXX, mode `mode`) renamed over it: a reader sees the old file or the whole

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/collectives/communicator.h"
 #include "xla_spawn/collectives/detail/reduce_avx2.h"
 #include "xla_spawn/collectives/detail/stream_copy.h"
 
@@ -115,10 +116,7 @@ size_t accumulator_size(DType dtype) {
 }
 
 void check_reducible(const char* operation, DType dtype, ReduceOp op) {
-  if (static_cast<int>(dtype) >= kNumDTypes) {
-    throw InvalidArgument(fmt::format("{}: dtype code {} is not a dtype (0..{})", operation,
-                                      static_cast<int>(dtype), kNumDTypes - 1));
-  }
+  check_dtype(operation, dtype);
   if (static_cast<int>(op) >= kNumReduceOps) {
     throw InvalidArgument(fmt::format("{}: reduce op code {} is not a reduce op (0..{})",
                                       operation, static_cast<int>(op), kNumReduceOps - 1));

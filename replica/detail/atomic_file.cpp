@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,24 +192,8 @@ void write_to_stream(const std::string& path, std::string_view what, std::string
   ::sigemptyset(&pipe_signal);
   ::sigaddset(&pipe_signal, SIGPIPE);
   ::pthread_sigmask(SIG_BLOCK, &pipe_signal, &old_mask);
-  int error = 0;
-  auto last_progress = std::chrono::steady_clock::now();
-  while (!bytes.empty() && error == 0) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n > 0) {
-      bytes.remove_prefix(static_cast<size_t>(n));
-      last_progress = std::chrono::steady_clock::now();
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (std::chrono::steady_clock::now() - last_progress > std::chrono::milliseconds(kStreamReaderWaitMs)) {
-        error = ETIMEDOUT;
-        break;
-      }
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 100);
-    } else {
-      error = n == 0 ? ENOSPC : errno;
-    }
-  }
+  const bool written = write_all(fd, bytes, std::chrono::milliseconds(kStreamReaderWaitMs));
+  const int error = written ? 0 : errno;
   if (error == EPIPE) {
     const timespec now{};
     ::sigtimedwait(&pipe_signal, nullptr, &now);  // the SIGPIPE this write raised, taken
