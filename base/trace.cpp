@@ -226,11 +226,13 @@ void flush_at_exit() {
   if (r.solo_file.empty() || r.owner != ::getpid()) return;
   try {
     const size_t spans = merge(r.solo_file, r.solo_job, -1, /*remove_parts=*/true);
-    std::fprintf(stderr, "xla-spawn: trace of %zu span(s) written to %s\n", spans,
-                 r.solo_file.c_str());
+    std::fprintf(stderr, "%s: trace of %zu span(s) written to %s\n", program_invocation_short_name,
+                 spans, r.solo_file.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "xla-spawn: trace not written: %s (the part %s is kept)\n", e.what(),
-                 r.path.c_str());
+    const bool kept = ::access(r.path.c_str(), F_OK) == 0;
+    std::fprintf(stderr, "%s: trace not written: %s%s%s%s\n", program_invocation_short_name,
+                 e.what(), kept ? " (the part " : "", kept ? r.path.c_str() : "",
+                 kept ? " is kept)" : "");
   }
 }
 
@@ -286,8 +288,8 @@ void start(const std::string& file, const std::string& job_id, int ordinal, int 
   try {
     r.max_spans = env_int("XLA_SPAWN_TRACE_MAX_SPANS", 1, int64_t{1} << 40).value_or(kDefaultMaxSpans);
   } catch (const InvalidArgument& e) {
-    std::fprintf(stderr, "xla-spawn: %s; tracing keeps the default %lld spans\n", e.what(),
-                 static_cast<long long>(kDefaultMaxSpans));
+    std::fprintf(stderr, "%s: %s; tracing keeps the default %lld spans\n",
+                 program_invocation_short_name, e.what(), static_cast<long long>(kDefaultMaxSpans));
     r.max_spans = kDefaultMaxSpans;
   }
   r.recorded = 0;
@@ -325,7 +327,8 @@ void start_from_env(int ordinal, int attempt) {
     r.solo_file = job_id ? std::string() : *file;
     r.solo_job = job_id ? std::string() : job;
   } catch (const std::exception& e) {  // a timeline is never worth the job
-    std::fprintf(stderr, "xla-spawn: ordinal %d runs without tracing: %s\n", ordinal, e.what());
+    std::fprintf(stderr, "%s: ordinal %d runs without tracing: %s\n", program_invocation_short_name,
+                 ordinal, e.what());
     trace_on.store(false, std::memory_order_relaxed);
   }
 }
@@ -451,6 +454,14 @@ std::vector<Part> find_parts(const std::string& file, const std::string& job_id)
   });
   return parts;
 }
+
+}  // namespace
+
+size_t count_parts(const std::string& file, const std::string& job_id) {
+  return find_parts(file, job_id).size();
+}
+
+namespace {
 
 // A part to read: a regular file of this user, opened without following a symlink or
 // blocking on a FIFO; -1 for anything else (planted by someone else in a shared directory).

@@ -86,6 +86,9 @@ const char* intern(const std::string& name);
 // successful merge.
 size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts);
 
+// How many parts of job `job_id` lie next to `file` (what merge() would read).
+size_t count_parts(const std::string& file, const std::string& job_id);
+
 // Why the merge must not replace what is at `file`, or empty when it may (nothing there, an
 // empty file, or an earlier trace: JSON whose first 4 KiB name "traceEvents" or
 // "displayTimeUnit"). A file that is not a trace (a checkpoint or a CSV given the same name)

@@ -87,9 +87,11 @@ void merge_trace(const detail::JobContext& job, bool last) {
     const size_t spans = trace::merge(job.trace_file, job.job_id, node, /*remove_parts=*/last);
     if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_file));
   } catch (const std::exception& e) {
-    job.mux->message(fmt::format("trace not written: {} (the replicas' parts, {}.{}.*.part, are "
-                                 "kept)",
-                                 e.what(), job.trace_file, job.job_id));
+    const bool kept = trace::count_parts(job.trace_file, job.job_id) > 0;
+    job.mux->message(fmt::format("trace not written: {}{}", e.what(),
+                                 kept ? fmt::format(" (the replicas' parts, {}.{}.*.part, are kept)",
+                                                    job.trace_file, job.job_id)
+                                      : std::string(" (no replica wrote a part)")));
   }
 }
 

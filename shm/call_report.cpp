@@ -4,8 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "xla_spawn/base/dtype.h"
 #include "xla_spawn/shm/control_block_check.h"
@@ -137,15 +140,19 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
       out += "no collective call yet\n";
       continue;
     }
-    std::string operands =
-        fmt::format("({}{} elements", c.dtype.empty() ? "" : c.dtype + ", ", c.n_elems);
-    if (c.graph_hash != 0) operands += fmt::format(", graph {:016x}", c.graph_hash);
-    operands += ")";
+    // "(f32, 8 elements, graph ...)"; a call without operands (barrier, rendezvous) shows
+    // only its graph, if any.
+    std::vector<std::string> parts;
+    if (!c.dtype.empty()) parts.push_back(c.dtype);
+    if (!c.dtype.empty() || c.n_elems != 0) parts.push_back(fmt::format("{} elements", c.n_elems));
+    if (c.graph_hash != 0) parts.push_back(fmt::format("graph {:016x}", c.graph_hash));
+    const std::string operands =
+        parts.empty() ? std::string() : fmt::format(" ({})", fmt::join(parts, ", "));
     // A node of one replica records its calls' transfers between nodes alone (no numbers).
-    const std::string what = c.seq == 0 ? fmt::format("{} {}", c.name, operands)
-                                        : fmt::format("{} #{} {}", c.name, c.seq, operands);
+    const std::string what = c.seq == 0 ? c.name + operands
+                                        : fmt::format("{} #{}{}", c.name, c.seq, operands);
     if (c.between_nodes) {  // in gloo's transfers: the other nodes are late, or the network
-      out += fmt::format("{} {} between nodes", c.name, operands);
+      out += fmt::format("{}{} between nodes", c.name, operands);
       if (c.seconds_in_call >= 0) out += fmt::format(" for {:.1f} s", c.seconds_in_call);
       out += ", waiting for the other nodes";
     } else if (c.returned) {  // computing, loading data, stuck outside the collectives

@@ -206,6 +206,9 @@ TEST(TimelineTest, AProgramTracedAloneWritesItsTraceAtExit) {
       "--max-steps 3 --train-samples 4096 --no-eval",
       file, train_fmnist_path()));
   EXPECT_EQ(status, 0) << out;
+  // In its own name: no xla-spawn was involved.
+  EXPECT_NE(out.find("train_fmnist: trace of "), std::string::npos) << out;
+  EXPECT_EQ(out.find("xla-spawn:"), std::string::npos) << out;
   EXPECT_NE(out.find(" span(s) written to " + file), std::string::npos) << out;
   const auto [checked, report] =
       check_trace(fmt::format("'{}' --ordinals 1 --require mark_step --require run", file));
@@ -245,6 +248,8 @@ TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
   EXPECT_EQ(read_file(file), "XSCKPT");
   EXPECT_NE(r.err.find("trace not written: tracing: " + file + " exists and is not a trace"), std::string::npos)
       << r.err;
+  // /bin/sh traced nothing: there is no part to keep, and the message does not pretend.
+  EXPECT_NE(r.err.find("(no replica wrote a part)"), std::string::npos) << r.err;
   // 4 KiB of blank lines before the data: not an empty file.
   { std::ofstream(file, std::ios::trunc) << std::string(4096, '\n') << "IMPORTANT DATA\n"; }
   r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});

@@ -104,7 +104,7 @@ TEST(CallReport, AnOrdinalBetweenNodesIsShownWaitingForTheOtherNodes) {
   EXPECT_EQ(report,
             "  ordinal 0 (pid 100, sleeping): all_reduce (f32, 669706 elements, graph "
             "3fa2c1d09e8b7a6f) between nodes for 12.3 s, waiting for the other nodes\n"
-            "  ordinal 1 (pid 101, sleeping): barrier (0 elements) between nodes for 2.0 s, "
+            "  ordinal 1 (pid 101, sleeping): barrier between nodes for 2.0 s, "
             "waiting for the other nodes\n");
 }
 
