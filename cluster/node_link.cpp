@@ -125,7 +125,8 @@ void NodeLink::report_failure(const Failed& failed) {
   }
 }
 
-JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code) {
+JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code, int wake_fd,
+                                  const WakeHandler& on_wake) {
   try {
     send(AttemptDone{attempt, exit_code});
   } catch (const IoError&) {
@@ -134,9 +135,16 @@ JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code) {
     for (const JobOrder& order : service()) {
       if (order.kind != JobOrder::Kind::kStop) return order;
     }
-    pollfd p{connection_->fd(), static_cast<short>(POLLIN | (connection_->wants_write() ? POLLOUT : 0)),
-             0};
-    ::poll(&p, 1, poll_timeout_ms(service_deadline()));
+    pollfd p[2] = {
+        {connection_->fd(), static_cast<short>(POLLIN | (connection_->wants_write() ? POLLOUT : 0)), 0},
+        {wake_fd, POLLIN, 0}};
+    ::poll(p, wake_fd >= 0 ? 2 : 1, poll_timeout_ms(service_deadline()));
+    if (wake_fd >= 0 && (p[1].revents & POLLIN) != 0 && on_wake) {
+      if (std::optional<JobOrder> order = on_wake()) {
+        ended_ = true;
+        return *order;
+      }
+    }
   }
 }
 

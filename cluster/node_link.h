@@ -12,8 +12,11 @@
 //   for (const xs::cluster::JobOrder& order : link.service()) ...
 //   link.report_failure(failed);
 //   xs::cluster::JobOrder next = link.finish_attempt(attempt, exit_code);   // Next or End
+//   // ... or, hearing the launcher's signals while it waits:
+//   next = link.finish_attempt(attempt, exit_code, signals.read_fd(), on_signal);
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,8 +65,11 @@ class NodeLink {
   // Queued and written without blocking.
   void report_failure(const Failed& failed);
   // Sends AttemptDone and waits (heartbeats continue) for Next or End; a Stop meanwhile is
-  // ignored (the attempt is over here already).
-  JobOrder finish_attempt(uint32_t attempt, int exit_code);
+  // ignored (the attempt is over here already). When `wake_fd` (if not -1) becomes readable,
+  // calls `on_wake`, which may end the wait with an order of its own (a second interrupt).
+  using WakeHandler = std::function<std::optional<JobOrder>()>;
+  JobOrder finish_attempt(uint32_t attempt, int exit_code, int wake_fd = -1,
+                          const WakeHandler& on_wake = {});
 
   const std::string& master() const { return master_text_; }
 

@@ -10,6 +10,7 @@
 //   const xs::PeerVerdict v = peers->end_attempt(attempt, exit_code);   // restart or end
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,8 +69,12 @@ class JobPeers {
   virtual std::optional<PeerStop> service() = 0;
   virtual void local_failure(const LocalFailure& failure) = 0;
   // This node's attempt is over (exit_code 0: every replica exited 0); blocks until the job
-  // decides.
-  virtual PeerVerdict end_attempt(int attempt, int exit_code) = 0;
+  // decides. When `wake_fd` (if not -1) becomes readable meanwhile, calls `on_wake`, whose
+  // verdict, if any, ends the wait (the supervisor's signals: the job may run on elsewhere
+  // for long).
+  using WakeHandler = std::function<std::optional<PeerVerdict>()>;
+  virtual PeerVerdict end_attempt(int attempt, int exit_code, int wake_fd = -1,
+                                  const WakeHandler& on_wake = {}) = 0;
 };
 
 }  // namespace xs

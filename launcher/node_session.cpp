@@ -194,8 +194,16 @@ void NodeSession::local_failure(const LocalFailure& failure) {
   link_.report_failure(f);
 }
 
-PeerVerdict NodeSession::end_attempt(int attempt, int exit_code) {
-  const cluster::JobOrder order = link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code);
+PeerVerdict NodeSession::end_attempt(int attempt, int exit_code, int wake_fd,
+                                     const WakeHandler& on_wake) {
+  const auto wake = [&on_wake]() -> std::optional<cluster::JobOrder> {
+    const std::optional<PeerVerdict> verdict = on_wake();
+    if (!verdict) return std::nullopt;
+    return cluster::JobOrder{cluster::JobOrder::Kind::kEnd, 0, verdict->exit_code, verdict->summary};
+  };
+  const cluster::JobOrder order =
+      on_wake ? link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code, wake_fd, wake)
+              : link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code);
   if (order.kind == cluster::JobOrder::Kind::kNext) {
     attempt_ = static_cast<int>(order.attempt);
     return {true, attempt_, 0, order.text};

@@ -43,7 +43,8 @@ class NodeSession final : public JobPeers {
   }
   std::optional<PeerStop> service() override;
   void local_failure(const LocalFailure& failure) override;
-  PeerVerdict end_attempt(int attempt, int exit_code) override;
+  PeerVerdict end_attempt(int attempt, int exit_code, int wake_fd = -1,
+                          const WakeHandler& on_wake = {}) override;
 
   const cluster::World& world() const { return world_; }
   // The rendezvous server's process on node 0; -1 elsewhere.

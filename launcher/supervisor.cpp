@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -17,6 +19,7 @@
 #include "xla_spawn/base/trace.h"
 #include "xla_spawn/cluster/connection.h"
 #include "xla_spawn/launcher/detail/attempt.h"
+#include "xla_spawn/launcher/exit_report.h"
 #include "xla_spawn/launcher/orphans.h"
 #include "xla_spawn/launcher/replica_env.h"
 #include "xla_spawn/launcher/signal_pipe.h"
@@ -142,17 +145,58 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
   return run.run(extra);
 }
 
+// While this node waits for the job's verdict its replicas have ended, but the job may run
+// on elsewhere for long (a node with more work, or a slower one). An interrupt then is this
+// node's failure: the master stops the attempt on every node, and the job ends with 128 +
+// the signal, not restarted. A second one (not the first delivered twice) leaves at once,
+// without the verdict.
+PeerVerdict wait_for_verdict(const detail::JobContext& job, int attempt, int exit_code,
+                             JobPeers& peers) {
+  int first = 0;
+  detail::Clock::time_point first_at;
+  const auto on_signal = [&]() -> std::optional<PeerVerdict> {
+    for (const int signo : job.signals->drain()) {
+      if (signo == SIGUSR1 || signo == SIGTSTP) {
+        job.mux->message(fmt::format("received {}: no replica runs on this node, which waits for "
+                                     "the other nodes to end attempt {}",
+                                     signal_name(signo), attempt));
+        continue;
+      }
+      if (first == 0) {
+        first = signo;
+        first_at = detail::Clock::now();
+        peers.local_failure({-1, LocalFailureKind::kInterrupted, 128 + signo,
+                             fmt::format("was interrupted by {} while waiting for the other nodes",
+                                         signal_name(signo)),
+                             {}});
+        job.mux->message(fmt::format("received {} while waiting for the other nodes; stopping "
+                                     "the job on every node (again: leave now)",
+                                     signal_name(signo)));
+      } else if (signo != first || detail::Clock::now() - first_at >= detail::kRepeatWindow) {
+        return PeerVerdict{false, attempt, 128 + first,
+                           fmt::format("xla-spawn: received {} again; left without the job's "
+                                       "verdict\n",
+                                       signal_name(signo))};
+      }
+    }
+    return std::nullopt;
+  };
+  return peers.end_attempt(attempt, exit_code, job.signals->read_fd(), on_signal);
+}
+
 // One node's end of a multi-node attempt: the job decides (restart, or end with the root
 // cause's status and summary, which every node prints); this node's own view of its replicas
 // follows the job's summary.
-bool settle_with_peers(const detail::AttemptResult& a, int attempt, JobPeers& peers,
-                       const OutputMux& mux, JobResult& result) {
+bool settle_with_peers(const detail::JobContext& job, const detail::AttemptResult& a, int attempt,
+                       JobPeers& peers, JobResult& result) {
+  const OutputMux& mux = *job.mux;
   PeerVerdict verdict;
   if (a.job_over) {
     verdict.exit_code = a.exit_code;
     verdict.summary = a.summary;
   } else {
-    verdict = peers.end_attempt(attempt, a.outcome == JobOutcome::kSucceeded ? 0 : std::max(1, a.exit_code));
+    verdict = wait_for_verdict(job, attempt,
+                               a.outcome == JobOutcome::kSucceeded ? 0 : std::max(1, a.exit_code), peers);
     if (!verdict.restart && verdict.exit_code != 0) verdict.summary += a.details;
   }
   if (verdict.restart) {
@@ -215,7 +259,7 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
     result.summary = a.summary;
     result.attempts = attempt + 1;
     if (options.peers != nullptr) {
-      if (settle_with_peers(a, attempt, *options.peers, mux, result)) return finish(result);
+      if (settle_with_peers(job, a, attempt, *options.peers, result)) return finish(result);
       attempt = result.attempts;
       merge_trace(job, /*last=*/false);  // what the failed attempt recorded, should this be the end
       // Node 0's --max-restarts decides (NodeSession warns when this node's differs).

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/int_ranges.h"
+#include "xla_spawn/shm/futex.h"
 
 namespace xs::detail {
 namespace {
@@ -217,8 +219,40 @@ void Attempt::poll_once() {
       if (!r.signalled) tell_peers(r);
     }
   }
-  if (!failed.empty() && reason_ == StopReason::kNone) on_failure(root_cause(failed));
+  if (!failed.empty() && reason_ == StopReason::kNone) {
+    reap_the_dying(failed);
+    on_failure(root_cause(failed));
+  }
   if (running() == 0 && !drain_deadline_) drain_deadline_ = Clock::now() + kDrainAfterExit;
+}
+
+// How long a replica found dying may take to become reapable, at most.
+constexpr int kDyingReapWaitMs = 2000;
+
+// Before the first failure is judged, the replicas already dead but not yet reapable join it.
+// A replica SIGKILLed with several threads is a zombie (its state Z) as soon as its main
+// thread goes, but reapable only once every thread has: a peer that sees it gone exits with
+// code 1 meanwhile, is reaped first, and would be taken for the root cause, the killed one
+// for a replica this launcher stopped. Nothing has been signalled yet, so such a death is not
+// ours; its wait is bounded.
+void Attempt::reap_the_dying(std::vector<Replica*>& failed) {
+  for (Replica& r : replicas_) {
+    if (r.reaped || process_alive(r.pid)) continue;
+    pollfd p{r.pidfd, POLLIN, 0};
+    const auto until = Clock::now() + std::chrono::milliseconds(kDyingReapWaitMs);
+    while (!r.reaped && Clock::now() < until) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+      if (::poll(&p, 1, static_cast<int>(left)) > 0 && reap(r)) break;
+    }
+    if (!r.reaped || !is_failure(r.status)) continue;
+    tell_peers(r);
+    failed.insert(std::upper_bound(failed.begin(), failed.end(), &r,
+                                   [](const Replica* a, const Replica* b) {
+                                     return a->ordinal < b->ordinal;
+                                   }),
+                  &r);
+  }
 }
 
 // Of failures reaped together, a replica killed by a signal is the root cause before one that
@@ -254,11 +288,6 @@ int Attempt::timeout_ms_until_next_deadline() const {
 // When another node stops the job while a replica here has been inside a collective call this
 // long, this node's hang report and stacks are printed first.
 constexpr double kReportAfterPeerStopS = 2.0;
-
-// The same signal twice this close is one interrupt delivered twice, not a second one: a
-// wrapper that passes signals on (xla_spawn.spawn, `timeout`) while the terminal or a group
-// kill reached this process too. A person's second Ctrl-C comes later.
-constexpr auto kRepeatWindow = std::chrono::milliseconds(500);
 
 void Attempt::note_interrupt(int signo) {
   interrupted_ = true;

@@ -50,6 +50,11 @@ struct AttemptResult {
   bool job_over = false;
 };
 
+// The same signal twice this close is one interrupt delivered twice, not a second one: a
+// wrapper that passes signals on (xla_spawn.spawn, `timeout`) while the terminal or a group
+// kill reached this process too. A person's second Ctrl-C comes later.
+inline constexpr auto kRepeatWindow = std::chrono::milliseconds(500);
+
 class Attempt {
  public:
   Attempt(const JobContext& job, int attempt);
@@ -90,6 +95,7 @@ class Attempt {
   bool reap(Replica& replica);  // true when it had exited and is now reaped
   std::string describe(const Replica& replica) const;  // its status, and the OOM killer's part
   void on_failure(const Replica& replica);
+  void reap_the_dying(std::vector<Replica*>& failed);
   static Replica& root_cause(const std::vector<Replica*>& failed);
   void read_pipe(Replica& replica, int stream);
   void check_deadlines();

@@ -6,6 +6,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -187,6 +188,27 @@ TEST(FailFastTest, SignalDeathIsTheRootCauseBeforeAPeersExitReapedWithIt) {
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << run.err();
   EXPECT_NE(run.err().find("failed after"), std::string::npos) << run.err();
   EXPECT_NE(run.err().find(": ordinal 1 killed by signal 9"), std::string::npos) << run.err();
+}
+
+// A replica SIGKILLed with threads and memory to free is a zombie before it is reapable; a
+// peer that sees it gone exits with code 1 meanwhile and is reaped first. The killed one is
+// still the root cause (it died first, and not by xla-spawn's hand).
+TEST(FailFastTest, AReplicaStillDyingWhenAPeerFailsIsTheRootCause) {
+  for (int round = 0; round < 3; ++round) {
+    TempDir dir;
+    Launch run({"-n", "2", "--", helper_path(), "--pid-dir", dir.path(), "--for",
+                "0=exit-when-gone:1:60", "--for", "1=slow-death:1024:60"});
+    const std::vector<pid_t> pids = wait_for_pids(dir.path(), 2, std::chrono::seconds(20));
+    ASSERT_EQ(pids.size(), 2u);
+    ASSERT_TRUE(wait_until([&] { return std::filesystem::exists(dir.path() + "/ready.1"); },
+                           std::chrono::seconds(60)));
+    ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+    const int status = run.wait_or_fail(std::chrono::seconds(60));
+    ASSERT_TRUE(WIFEXITED(status)) << status;
+    EXPECT_EQ(WEXITSTATUS(status), 128 + SIGKILL) << "round " << round << ":\n" << run.err();
+    EXPECT_NE(run.err().find(": ordinal 1 killed by signal 9"), std::string::npos) << run.err();
+    EXPECT_EQ(run.err().find("stopped by xla-spawn"), std::string::npos) << run.err();
+  }
 }
 
 TEST(FailFastTest, AllSucceedingExitsZeroWithoutSummary) {

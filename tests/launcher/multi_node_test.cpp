@@ -333,6 +333,74 @@ TEST_F(MultiNodeTest, ASignalToEveryNodeIsEachNodesFirst) {
       << node1->err();
 }
 
+// A node whose replicas have ended waits for the others (here node 0's replica sleeps on):
+// an interrupt there stops the job on every node, with the interrupt as the root cause, and a
+// second one leaves at once. Before, both went unheard until the job ended elsewhere.
+TEST_F(MultiNodeTest, AnInterruptWhileANodeWaitsForTheOthersStopsTheJob) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"},
+                          {"--max-restarts", "1", "--grace-period", "1"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"},
+                          {"--max-restarts", "1", "--grace-period", "1"});
+  const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE(wait_until([&] { return !process_alive(pids[1]); }, scaled(seconds(20))));
+  std::this_thread::sleep_for(milliseconds(300));  // node 1 is waiting for the verdict
+  ::kill(node1->pid(), SIGUSR1);
+  ASSERT_TRUE(wait_until(
+      [&] { return node1->err().find("no replica runs on this node") != std::string::npos; },
+      scaled(seconds(10))))
+      << node1->err();
+  ::kill(node1->pid(), SIGINT);
+  const int status0 = node0->wait_or_fail(scaled(seconds(20)));
+  const int status1 = node1->wait_or_fail(scaled(seconds(20)));
+  EXPECT_EQ(WEXITSTATUS(status0), 130) << node0->err();
+  EXPECT_EQ(WEXITSTATUS(status1), 130) << node1->err();
+  EXPECT_NE(node1->err().find("received SIGINT while waiting for the other nodes; stopping the "
+                              "job on every node"),
+            std::string::npos)
+      << node1->err();
+  EXPECT_NE(node0->err().find("was interrupted by SIGINT while waiting for the other nodes"),
+            std::string::npos)
+      << node0->err();
+  EXPECT_EQ(node0->err().find("restarting"), std::string::npos) << node0->err();
+  EXPECT_FALSE(process_alive(pids[0]));
+}
+
+// The same, and node 0's replica ignores SIGTERM for long: a second interrupt leaves at once.
+TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsLeavesAtOnce) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:30"},
+                          {"--grace-period", "30"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"},
+                          {"--grace-period", "30"});
+  const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE(wait_until([&] { return !process_alive(pids[1]); }, scaled(seconds(20))));
+  std::this_thread::sleep_for(milliseconds(300));
+  ::kill(node1->pid(), SIGINT);
+  ASSERT_TRUE(wait_until(
+      [&] { return node1->err().find("received SIGINT while waiting") != std::string::npos; },
+      scaled(seconds(10))))
+      << node1->err();
+  std::this_thread::sleep_for(milliseconds(600));  // past the repeat window
+  ::kill(node1->pid(), SIGINT);
+  const int status1 = node1->wait_or_fail(scaled(seconds(10)));
+  EXPECT_EQ(WEXITSTATUS(status1), 130) << node1->err();
+  EXPECT_NE(node1->err().find("received SIGINT again; left without the job's verdict"),
+            std::string::npos)
+      << node1->err();
+  // Node 0 keeps the grace period for its own first interrupt; its second kills now.
+  ::kill(node0->pid(), SIGINT);
+  ASSERT_TRUE(wait_until(
+      [&] { return node0->err().find("received SIGINT") != std::string::npos; },
+      scaled(seconds(10))))
+      << node0->err();
+  std::this_thread::sleep_for(milliseconds(600));
+  ::kill(node0->pid(), SIGINT);
+  const int status0 = node0->wait_or_fail(scaled(seconds(20)));
+  EXPECT_NE(WEXITSTATUS(status0), 0) << node0->err();
+  EXPECT_FALSE(process_alive(pids[0]));
+}
+
 // Node 1 is interrupted while the job stops for node 0's failure: the job restarts nothing
 // on any node, although --max-restarts allows it.
 TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {

@@ -9,7 +9,8 @@
 // ACTION          print-env | exit:C | signal:S | sleep:SECONDS | ignore-term:SECONDS |
 //                 ignore-all:SECONDS | catch:SECONDS | lines:COUNT:PAD | fail-attempts:N:C |
 //                 affinity | partial | exit-on-term:SECONDS (SIGTERM exits with code 1, as a
-//                 replica whose collective failed does)
+//                 replica whose collective failed does) | slow-death:MIB:SECONDS (writes
+//                 DIR/ready.<ordinal> once set up) | exit-when-gone:K:SECONDS
 // Every sleep is bounded by its SECONDS; a helper never outlives that.
 
 #include <fcntl.h>
@@ -17,12 +18,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -126,6 +130,16 @@ void print_affinity() {
   std::printf("CPUS %s\n", cpus.c_str());
 }
 
+// Whether `pid` has exited, as shm/futex.h's process_alive judges it: absent, or a zombie.
+bool gone(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return !in.is_open();
+  return text[close + 2] == 'Z' || text[close + 2] == 'X';
+}
+
 void mark_failure(const std::string& pid_dir) {
   if (pid_dir.empty()) return;
   write_file_atomically(pid_dir + "/fail." + std::to_string(g_ordinal),
@@ -172,6 +186,36 @@ int run_action(const std::string& action, const std::string& pid_dir) {
     for (size_t at = 0; at < bytes; at += 4096) block[at] = 1;
     std::printf("touched %zu MiB\n", bytes >> 20);
     std::free(block);
+  } else if (a[0] == "slow-death") {
+    // Touches MiB of memory shared by 7 more threads, then sleeps: SIGKILLed, the process is a
+    // zombie (state Z) once its main thread has gone, reapable only once the thread that
+    // drops the memory last has freed it (often not the main one).
+    const size_t bytes = static_cast<size_t>(arg(1)) << 20;
+    auto* block = static_cast<char*>(std::malloc(bytes));
+    if (block == nullptr) return 93;
+    for (size_t at = 0; at < bytes; at += 4096) block[at] = 1;
+    for (int t = 0; t < 7; ++t) std::thread([&] { sleep_bounded(arg(2)); }).detach();
+    if (!pid_dir.empty()) {
+      write_file_atomically(pid_dir + "/ready." + std::to_string(g_ordinal), "1");
+    }
+    sleep_bounded(arg(2));
+  } else if (a[0] == "exit-when-gone") {
+    // Exits with code 1 as soon as ordinal K's process is gone or a zombie, as a replica
+    // whose collective finds a peer gone does (shm/wait.cpp); at most SECONDS.
+    const std::string pid_file = pid_dir + "/pid." + std::to_string(static_cast<int>(arg(1)));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(arg(2) * 1000));
+    pid_t peer = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (peer == 0) {
+        std::ifstream in(pid_file);
+        in >> peer;
+      } else if (gone(peer)) {
+        std::fprintf(stderr, "ordinal %d is gone\n", static_cast<int>(arg(1)));
+        return 1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   } else if (a[0] == "partial") {
     std::printf("no newline at the end");
   } else {
