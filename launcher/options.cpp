@@ -133,7 +133,11 @@ std::chrono::milliseconds parse_seconds(const std::string& text, const char* fla
     throw UsageError(
         fmt::format("{}='{}': expected seconds, a number in [0, {}]", flag, text, kMaxSeconds));
   }
-  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
+  const int64_t ms = std::llround(seconds * 1000);
+  if (seconds > 0 && ms == 0) {  // would mean "none" (--timeout) or "at once" (--grace-period)
+    throw UsageError(fmt::format("{}='{}': less than a millisecond, the resolution", flag, text));
+  }
+  return std::chrono::milliseconds(ms);
 }
 
 // Wraps parse_int so its InvalidArgument becomes a UsageError (exit 2 with usage).

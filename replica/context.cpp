@@ -21,6 +21,11 @@ std::optional<int64_t> read_pair(const char* ours, const char* torch, int64_t mi
   return a ? a : b;
 }
 
+// The name a value read by read_pair came from, for messages: ours if set, else torchrun's.
+const char* set_name(const char* ours, const char* torch) {
+  return env_string(ours) ? ours : torch;
+}
+
 // "2,2,1" -> {2, 2, 1}; InvalidArgument naming the variable for anything else.
 std::vector<int> parse_node_sizes(const std::string& text) {
   std::vector<int> sizes;
@@ -56,11 +61,15 @@ void read_nodes(ReplicaContext& ctx) {
   ctx.master_addr = need(n::kMasterAddr);
   ctx.master_port = static_cast<int>(parse_int(need(n::kMasterPort), 1, 65535, n::kMasterPort));
   ctx.host_addr = need(n::kHostAddr);
+  // The count first: the sums below index node_sizes up to the node.
+  const bool counted = static_cast<int>(ctx.node_sizes.size()) == ctx.nnodes;
   int first = 0;
-  for (int k = 0; k < ctx.node; ++k) first += ctx.node_sizes[static_cast<size_t>(k)];
-  int total = first;
-  for (size_t k = static_cast<size_t>(ctx.node); k < ctx.node_sizes.size(); ++k) total += ctx.node_sizes[k];
-  if (static_cast<int>(ctx.node_sizes.size()) != ctx.nnodes || total != ctx.world_size ||
+  int total = 0;
+  for (size_t k = 0; counted && k < ctx.node_sizes.size(); ++k) {
+    if (static_cast<int>(k) < ctx.node) first += ctx.node_sizes[k];
+    total += ctx.node_sizes[k];
+  }
+  if (!counted || total != ctx.world_size ||
       ctx.node_sizes[static_cast<size_t>(ctx.node)] != ctx.local_world_size ||
       first + ctx.local_ordinal != ctx.ordinal) {
     throw InvalidArgument(fmt::format(
@@ -87,8 +96,9 @@ ReplicaContext ReplicaContext::from_env() {
   ctx.world_size = static_cast<int>(*world);
   ctx.ordinal = static_cast<int>(*ordinal);
   if (ctx.ordinal >= ctx.world_size) {
-    throw InvalidArgument(fmt::format("{}={} must be less than {}={}", n::kOrdinal, ctx.ordinal,
-                                      n::kWorldSize, ctx.world_size));
+    throw InvalidArgument(fmt::format("{}={} must be less than {}={}",
+                                      set_name(n::kOrdinal, n::kTorchRank), ctx.ordinal,
+                                      set_name(n::kWorldSize, n::kTorchWorldSize), ctx.world_size));
   }
   ctx.local_world_size = static_cast<int>(
       read_pair(n::kLocalWorldSize, n::kTorchLocalWorldSize, 1,
@@ -104,8 +114,13 @@ ReplicaContext ReplicaContext::from_env() {
                                       n::kLocalWorldSize));
   }
   if (ctx.local_ordinal >= ctx.local_world_size) {
-    throw InvalidArgument(fmt::format("{}={} must be less than {}={}", n::kLocalOrdinal,
-                                      ctx.local_ordinal, n::kLocalWorldSize, ctx.local_world_size));
+    throw InvalidArgument(fmt::format(
+        "{}={} must be less than {}={}", set_name(n::kLocalOrdinal, n::kTorchLocalRank),
+        ctx.local_ordinal,
+        env_string(n::kLocalWorldSize) || env_string(n::kTorchLocalWorldSize)
+            ? set_name(n::kLocalWorldSize, n::kTorchLocalWorldSize)
+            : "the local world size (the world size when unset)",
+        ctx.local_world_size));
   }
   ctx.attempt = static_cast<int>(env_int(n::kAttempt, 0, 1'000'000).value_or(0));
   ctx.job_id = env_string(n::kJobId).value_or(fmt::format("torchrun-{}", ctx.world_size));

@@ -204,10 +204,10 @@ std::string explain_recompile(const GraphSummary& old, const GraphSummary& now) 
         "(more distinct graphs than XLA_SPAWN_COMPILE_CACHE_SIZE)";
   } else if (const size_t shared = shared_ops(old, now); 2 * shared < std::max(on, nn)) {
     what = fmt::format(
-        "a different computation, not a changed step: the closest cached graph has only {} of "
-        "its {} ops (evaluation, generation or another part of a program compiles a graph of "
-        "its own, once)",
-        shared, nn);
+        "a different computation, not a changed step: it has {} ops and the closest cached "
+        "graph {}, of which only {} are shared (evaluation, generation or another part of a "
+        "program compiles a graph of its own, once)",
+        nn, on, shared);
   } else if (k == on && k == nn) {
     what = explain_same_nodes(old, now);
   } else if (k < on && k < nn && leaf(old.nodes[k]) && leaf(now.nodes[k])) {

@@ -65,6 +65,11 @@ TEST(OptionsTest, BadValuesThrowUsageErrorNamingFlagAndValue) {
   EXPECT_THROW(parse({"-n", "1025", "prog"}), UsageError);
   EXPECT_THROW(parse({"--grace-period", "nan", "prog"}), UsageError);
   EXPECT_THROW(parse({"--timeout", "inf", "prog"}), UsageError);
+  // Under a millisecond would round to 0, which means no limit: refused, not ignored.
+  EXPECT_THROW(parse({"--timeout", "0.0004", "prog"}), UsageError);
+  EXPECT_THROW(parse({"--grace-period", "1e-9", "prog"}), UsageError);
+  EXPECT_EQ(parse({"--timeout", "0", "prog"}).supervisor.timeout.count(), 0);
+  EXPECT_EQ(parse({"--timeout", "0.001", "prog"}).supervisor.timeout.count(), 1);
   try {
     parse({"-n", "-2", "prog"});
     FAIL() << "negative nprocs accepted";

@@ -113,5 +113,29 @@ TEST_F(EnvFixture, RejectsLocalOrdinalNotBelowLocalWorldSize) {
   EXPECT_NE(error_of().find(n::kLocalOrdinal), std::string::npos);
 }
 
+// An error names the variables the user set, torchrun's when those were given.
+TEST_F(EnvFixture, ErrorsNameTheVariablesThatWereSet) {
+  set(n::kTorchRank, "2");
+  set(n::kTorchWorldSize, "2");
+  EXPECT_EQ(error_of(), "RANK=2 must be less than WORLD_SIZE=2");
+}
+
+// A node list shorter than the node's index is refused before it is read (it was read past
+// its end: valgrind saw 16 KB of invalid reads at node 4095 of 4096 with "1").
+TEST_F(EnvFixture, RejectsNodeSizesShorterThanTheNodeIndexBeforeReadingThem) {
+  set(n::kOrdinal, "4095");
+  set(n::kWorldSize, "4096");
+  set(n::kLocalOrdinal, "0");
+  set(n::kLocalWorldSize, "1");
+  set(n::kNnodes, "4096");
+  set(n::kNode, "4095");
+  set(n::kNodeSizes, "1");
+  set(n::kMasterAddr, "127.0.0.1");
+  set(n::kMasterPort, "1");
+  set(n::kHostAddr, "127.0.0.1");
+  EXPECT_NE(error_of().find("XLA_SPAWN_NODE_SIZES=1 does not fit"), std::string::npos)
+      << error_of();
+}
+
 }  // namespace
 }  // namespace xs

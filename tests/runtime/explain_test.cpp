@@ -78,9 +78,13 @@ TEST(Explain, AnUnrelatedGraphIsNamedADifferentComputationNotAChangedStep) {
   const GraphSummary train = trace({exp(matmul(images, w)) * 2.0 + 1.0}, 1);
   const GraphSummary other = trace({sqrt(abs(neg(tanh(sigmoid(images)))))}, 2);
   const std::string why = explain_recompile(train, other);
-  EXPECT_HAS(why, "step 2 recompiled: a different computation, not a changed step: the closest "
-                  "cached graph has only 1 of its 6 ops");
+  EXPECT_HAS(why, "step 2 recompiled: a different computation, not a changed step: it has 6 ops "
+                  "and the closest cached graph 8, of which only 1 are shared");
   EXPECT_EQ(why.find("input 0"), std::string::npos) << why;
+  // A small part of the cached graph: each graph's own count, not "3 of its 3".
+  const GraphSummary part = trace({matmul(images, w)}, 3);
+  EXPECT_HAS(explain_recompile(train, part),
+             "it has 3 ops and the closest cached graph 8, of which only 3 are shared");
 }
 
 TEST(Explain, ChangedInputDtypeNamesBothDtypesAndTheOpThatReadsIt) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "tests/support/scoped_env.h"
 #include "xla_spawn/shm/futex.h"
 
 namespace xs {
@@ -46,6 +47,23 @@ TEST(WaitTest, TimesOutNamingTheAwaitedOrdinalAndPoisons) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   EXPECT_TRUE(segment.poison_message());
+}
+
+// Both spin variables are checked whichever one this segment uses (whether replicas
+// outnumber cores), so that a typo is an error on every machine.
+TEST(WaitTest, ABadSpinOrYieldValueIsAnErrorWhicheverApplies) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment segment = Segment::attach(owned.name(), 0, 2, id);
+  for (const char* name : {"XLA_SPAWN_SPIN_US", "XLA_SPAWN_YIELD_US"}) {
+    testing::ScopedEnv bad(name, "abc");
+    try {
+      Waiter waiter(segment, 200);
+      ADD_FAILURE() << name << "=abc accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(WaitTest, ReturnsWhenAnotherProcessPublishes) {
