@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -23,6 +24,7 @@
 
 #include <fmt/format.h>
 
+#include "xla_spawn/base/check.h"
 #include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/io.h"
@@ -321,6 +323,8 @@ void start_from_env(int ordinal, int attempt) {
   try {
     const int64_t t0 = env_int(kT0Env, 0, INT64_MAX).value_or(now_ns());
     const std::optional<std::string> job_id = env_string("XLA_SPAWN_JOB_ID");
+    // Alone, nobody checked FILE before: its part would go beside a directory or a device.
+    if (!job_id) check_file(*file, kFileEnv);
     const std::string job = job_id.value_or(fmt::format("solo-{}", ::getpid()));
     start(*file, job, ordinal, attempt, t0);
     Recorder& r = recorder();
@@ -528,6 +532,39 @@ std::string why_not_replaceable(const std::string& file) {
     return "";
   }
   return fmt::format("exists and is not a trace (it begins {:?})", text.substr(0, std::min<size_t>(8, text.size())));
+}
+
+void check_file(const std::string& given, const char* source) {
+  const std::filesystem::path file = std::filesystem::absolute(given);
+  XS_CHECK_ARG(!given.empty() && !given.ends_with("/") && file.filename() != "." &&
+                   file.filename() != "..",
+               "{} '{}': expected a file name", source, given);
+  XS_CHECK_ARG(file.filename().string().size() <= kMaxFileNameBytes,
+               "{} {}: the file name is {} bytes, at most {} (its parts add a suffix)", source, given,
+               file.filename().string().size(), kMaxFileNameBytes);
+  const std::filesystem::path dir = file.parent_path();
+  std::error_code ec;
+  XS_CHECK_ARG(std::filesystem::is_directory(dir, ec), "{} {}: directory {} does not exist", source,
+               given, dir.string());
+  const std::string real = std::filesystem::weakly_canonical(dir, ec).string();
+  const bool system = real == "/dev" || real.starts_with("/dev/") || real == "/proc" ||
+                      real.starts_with("/proc/");
+  XS_CHECK_ARG(!system || real == "/dev/shm" || real.starts_with("/dev/shm/"),
+               "{} {}: directory {} holds devices or processes, not files", source, given, real);
+  XS_CHECK_ARG(::access(dir.c_str(), W_OK | X_OK) == 0, "{} {}: directory {} is not writable",
+               source, given, dir.string());
+  struct stat st {};
+  XS_CHECK_ARG(::lstat(file.c_str(), &st) != 0 || S_ISREG(st.st_mode),
+               "{} {}: exists and is not a regular file (a directory, device or link is never "
+               "replaced)",
+               source, given);
+  const std::string link = foreign_symlink(dir.string());
+  XS_CHECK_ARG(link.empty(),
+               "{} {}: directory {} is reached through {}, whose owner could point it anywhere; "
+               "give its real path if you trust them",
+               source, given, dir.string(), link);
+  const std::string why = why_not_replaceable(file.string());
+  XS_CHECK_ARG(why.empty(), "{} {}: {}; the trace would replace it", source, given, why);
 }
 
 size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts) {

@@ -86,6 +86,12 @@ const char* intern(const std::string& name);
 // successful merge.
 size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts);
 
+// Throws xs::InvalidArgument, beginning with `source` ("--trace", "XLA_SPAWN_TRACE"), unless
+// `given` can take a trace: a file name whose directory exists, is writable, is not reached
+// through another user's symlink and is not /dev's or /proc's, and which names nothing or a
+// regular file the merge may replace (why_not_replaceable). Its parts go beside it.
+void check_file(const std::string& given, const char* source);
+
 // How many parts of job `job_id` lie next to `file` (what merge() would read).
 size_t count_parts(const std::string& file, const std::string& job_id);
 

@@ -51,34 +51,7 @@ void validate(int nprocs, const SupervisorOptions& options) {
                options.timeout.count());
   XS_CHECK_ARG(options.max_restarts >= 0, "max_restarts {} must not be negative",
                options.max_restarts);
-  if (options.trace_file) {
-    const std::string& given = *options.trace_file;
-    const std::filesystem::path file = std::filesystem::absolute(given);
-    XS_CHECK_ARG(!given.empty() && !given.ends_with("/") && file.filename() != "." &&
-                     file.filename() != "..",
-                 "--trace '{}': expected a file name", given);
-    XS_CHECK_ARG(file.filename().string().size() <= trace::kMaxFileNameBytes,
-                 "--trace {}: the file name is {} bytes, at most {} (its parts add a suffix)", given,
-                 file.filename().string().size(), trace::kMaxFileNameBytes);
-    const std::filesystem::path dir = file.parent_path();
-    std::error_code ec;
-    XS_CHECK_ARG(std::filesystem::is_directory(dir, ec), "--trace {}: directory {} does not exist",
-                 given, dir.string());
-    XS_CHECK_ARG(::access(dir.c_str(), W_OK | X_OK) == 0,
-                 "--trace {}: directory {} is not writable", given, dir.string());
-    struct stat st {};
-    XS_CHECK_ARG(::lstat(file.c_str(), &st) != 0 || S_ISREG(st.st_mode),
-                 "--trace {}: exists and is not a regular file (a directory, device or link is "
-                 "never replaced)",
-                 given);
-    const std::string link = foreign_symlink(dir.string());
-    XS_CHECK_ARG(link.empty(),
-                 "--trace {}: directory {} is reached through {}, whose owner could point it "
-                 "anywhere; give its real path if you trust them",
-                 given, dir.string(), link);
-    const std::string why = trace::why_not_replaceable(file.string());
-    XS_CHECK_ARG(why.empty(), "--trace {}: {}; the trace would replace it", given, why);
-  }
+  if (options.trace_file) trace::check_file(*options.trace_file, "--trace");
 }
 
 // After an attempt (and at the end of the job, when the parts go), the replicas' spans merged

@@ -190,9 +190,34 @@ TEST(TimelineTest, AReplicaThatCannotWriteItsPartRunsUntraced) {
       "--max-steps 3 --train-samples 4096 --no-eval",
       train_fmnist_path()));
   EXPECT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("ordinal 0 runs without tracing: tracing: creating /nonexistent-xs-dir/t.json."),
+  EXPECT_NE(out.find("ordinal 0 runs without tracing: XLA_SPAWN_TRACE /nonexistent-xs-dir/t.json: "
+                     "directory /nonexistent-xs-dir does not exist"),
             std::string::npos)
       << out;
+}
+
+// Alone, XLA_SPAWN_TRACE gets the checks --trace gets, before any part is made: a directory
+// or a FIFO at FILE left a part beside it at every run, and the merge refused it at exit.
+TEST(TimelineTest, AProgramTracedAloneChecksItsFileBeforeWritingAPart) {
+  TempDir dir;
+  const std::string adir = dir.path() + "/adir";
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkdir(adir.c_str(), 0700), 0);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& file : {adir, fifo}) {
+    const auto [status, out] = run_shell(fmt::format(
+        "env -u XLA_SPAWN_JOB_ID XLA_SPAWN_TRACE={} {} --model mlp --batch-size 16 --epochs 1 "
+        "--max-steps 2 --train-samples 4096 --no-eval",
+        file, train_fmnist_path()));
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("runs without tracing: XLA_SPAWN_TRACE " + file +
+                       ": exists and is not a regular file"),
+              std::string::npos)
+        << out;
+  }
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path())) {
+    EXPECT_FALSE(entry.path().string().ends_with(".part")) << entry.path() << " left behind";
+  }
 }
 
 // A program traced alone, outside any xla-spawn job, has no launcher to merge its part: it
