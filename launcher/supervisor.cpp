@@ -58,6 +58,14 @@ void validate(int nprocs, const SupervisorOptions& options) {
 // into one file; a failure to write it is reported, not fatal: the job's outcome stands.
 void merge_trace(const detail::JobContext& job, bool last) {
   if (job.trace_file.empty()) return;
+  if (trace::count_parts(job.trace_file, job.job_id) == 0) {
+    // An empty file reported as a trace would pass for one; whatever is at FILE stays.
+    if (last) job.mux->message(fmt::format("no trace written to {}: no replica wrote a part (a program "
+                                 "without xla-spawn's library records nothing; or the parts "
+                                 "were removed during the job)",
+                                 job.trace_file));
+    return;
+  }
   try {
     const int node = job.placement.nnodes > 1 ? job.placement.node : -1;
     const size_t spans = trace::merge(job.trace_file, job.job_id, node, /*remove_parts=*/last);

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -243,6 +245,64 @@ TEST(TimelineTest, AProgramTracedAloneWritesItsTraceAtExit) {
   }
 }
 
+// A trace is data from anywhere: JSON of the wrong shape is named, line by line, never a
+// Python traceback (each of these was one), and a trace of nothing or with one ordinal's
+// track twice is not called good.
+TEST(TimelineTest, TheTraceToolsNameWhatIsWrongWithAMalformedTrace) {
+  if (!has_python3()) GTEST_SKIP() << "python3 is missing (scripts/check-trace needs it)";
+  TempDir dir;
+  const std::string file = dir.path() + "/bad.json";
+  const std::string track0 =
+      R"({"ph":"M","name":"process_name","pid":0,"args":{"name":"ordinal 0"}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"traceEvents":[1]})", "an event that is not an object"},
+      {R"({"traceEvents":[{"ph":"M","name":"process_name","pid":0}]})",
+       "process_name without an integer pid and args.name"},
+      {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":0,"dur":1,"pid":[0],"tid":0}]})",
+       "span whose pid or tid is not an integer"},
+      {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":0,"dur":"x","pid":0,"tid":0}]})",
+       "span whose ts or dur is not a finite number"},
+      {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":NaN,"dur":1,"pid":0,"tid":0}]})",
+       "NaN is not a JSON number"},
+      {"[1, 2, 3]", "no traceEvents list"},
+      {R"({"traceEvents":[]})", "no tracks: the trace holds nothing"},
+      {R"({"traceEvents":[)" + track0 +
+           R"(,{"ph":"M","name":"process_name","pid":1,"args":{"name":"ordinal 0"}}]})",
+       "tracks 0 and 1 are both named 'ordinal 0'"},
+  };
+  for (const auto& [json, problem] : cases) {
+    { std::ofstream(file, std::ios::trunc) << json; }
+    const auto [status, out] = check_trace("'" + file + "' --ordinals 1");
+    EXPECT_EQ(status, 1) << json << "\n" << out;
+    EXPECT_NE(out.find(problem), std::string::npos) << json << "\n" << out;
+    EXPECT_EQ(out.find("Traceback"), std::string::npos) << json << "\n" << out;
+    const auto [plotted, plot_out] = run_shell(
+        fmt::format("python3 {} '{}' -o '{}/bad.png' --from 0", XS_PLOT_TRACE_SCRIPT, file, dir.path()));
+    EXPECT_NE(plotted, 0) << json << "\n" << plot_out;
+    EXPECT_EQ(plot_out.find("Traceback"), std::string::npos) << json << "\n" << plot_out;
+  }
+  // Arguments that cannot draw anything are usage errors.
+  for (const char* bad : {"--steps 0", "--steps -2", "--from -1", "-o /nonexistent-xs/x.png"}) {
+    const auto [status, out] =
+        run_shell(fmt::format("python3 {} '{}' {}", XS_PLOT_TRACE_SCRIPT, file, bad));
+    EXPECT_EQ(status, 2) << bad << "\n" << out;
+    EXPECT_EQ(out.find("Traceback"), std::string::npos) << bad << "\n" << out;
+  }
+}
+
+// Replicas that record nothing (here: /bin/true, without xla-spawn's library) leave no part:
+// no empty file is written and called a trace.
+TEST(TimelineTest, AJobWhoseReplicasRecordedNothingWritesNoTrace) {
+  TempDir dir;
+  const std::string file = dir.path() + "/none.json";
+  const RunResult r = run_xla_spawn({"-n", "2", "--trace", file, "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("no trace written to " + file + ": no replica wrote a part"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(file));
+}
+
 // A device, a directory or a link is never replaced by the merged file.
 TEST(TimelineTest, ATraceFileThatIsNotARegularFileIsRefusedBeforeAnythingStarts) {
   TempDir dir;
@@ -268,13 +328,21 @@ TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
   EXPECT_NE(r.err.find("--trace " + file + ": exists and is not a trace"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(file), "XSCKPT\r\n not a trace");
   ASSERT_EQ(::unlink(file.c_str()), 0);
-  r = run_xla_spawn({"-n", "1", "--trace", file, "--", "/bin/sh", "-c", "printf XSCKPT > '" + file + "'"});
+  // The replica traces a step, then puts its own file at FILE.
+  r = run_xla_spawn({"-n", "1", "--trace", file, "--", "/bin/sh", "-c",
+                     fmt::format("'{}' --model mlp --batch-size 16 --epochs 1 --max-steps 1 "
+                                 "--train-samples 4096 --no-eval && printf XSCKPT > '{}'",
+                                 train_fmnist_path(), file)});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(read_file(file), "XSCKPT");
   EXPECT_NE(r.err.find("trace not written: tracing: " + file + " exists and is not a trace"), std::string::npos)
       << r.err;
-  // /bin/sh traced nothing: there is no part to keep, and the message does not pretend.
-  EXPECT_NE(r.err.find("(no replica wrote a part)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(".*.part, are kept)"), std::string::npos) << r.err;
+  bool kept = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    kept = kept || entry.path().string().ends_with(".part");
+  }
+  EXPECT_TRUE(kept) << "the message says the parts are kept";
   // 4 KiB of blank lines before the data: not an empty file.
   { std::ofstream(file, std::ios::trunc) << std::string(4096, '\n') << "IMPORTANT DATA\n"; }
   r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
