@@ -567,17 +567,27 @@ void check_file(const std::string& given, const char* source) {
   XS_CHECK_ARG(why.empty(), "{} {}: {}; the trace would replace it", source, given, why);
 }
 
-size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts) {
+std::optional<FileStamp> stamp(const std::string& file) {
+  struct stat st {};
+  if (::lstat(file.c_str(), &st) != 0) return std::nullopt;
+  return FileStamp{st.st_dev, st.st_ino,
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+                   st.st_size};
+}
+
+size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts,
+             const std::string& output_or_empty) {
+  const std::string& output = output_or_empty.empty() ? file : output_or_empty;
   struct stat existing {};
-  if (::lstat(file.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
-    throw IoError(fmt::format("tracing: {} exists and is not a regular file", file));
+  if (::lstat(output.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) {
+    throw IoError(fmt::format("tracing: {} exists and is not a regular file", output));
   }
-  if (const std::string why = why_not_replaceable(file); !why.empty()) {
-    throw IoError(fmt::format("tracing: {} {}; the merge would replace it", file, why));
+  if (const std::string why = why_not_replaceable(output); !why.empty()) {
+    throw IoError(fmt::format("tracing: {} {}; the merge would replace it", output, why));
   }
   const std::vector<Part> parts = find_parts(file, job_id);
   const bool several_attempts = !parts.empty() && parts.back().attempt > 0;
-  const std::string temp = fmt::format("{}.merging.{}", file, ::getpid());
+  const std::string temp = fmt::format("{}.merging.{}", output, ::getpid());
   ::unlink(temp.c_str());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) throw IoError(errno_message("tracing: creating " + temp, errno));
@@ -623,10 +633,10 @@ size_t merge(const std::string& file, const std::string& job_id, int node, bool 
   written = written && (::fsync(fd) == 0 || errno == EINVAL);
   const int write_errno = errno;
   ::close(fd);
-  if (!written || ::rename(temp.c_str(), file.c_str()) != 0) {
+  if (!written || ::rename(temp.c_str(), output.c_str()) != 0) {
     const int err = written ? errno : write_errno;
     ::unlink(temp.c_str());
-    throw IoError(errno_message("tracing: writing " + file, err));
+    throw IoError(errno_message("tracing: writing " + output, err));
   }
   if (remove_parts) {
     for (const Part& p : parts) ::unlink(p.path.c_str());

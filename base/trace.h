@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,7 +85,20 @@ const char* intern(const std::string& name);
 // Returns the number of spans written. Throws xs::IoError when the file cannot be written, and
 // then leaves the parts and any earlier `file` alone; `remove_parts` deletes the parts after a
 // successful merge.
-size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts);
+// `output`, when not empty, is written instead of `file` (the parts are still found beside
+// `file`).
+size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts,
+             const std::string& output = "");
+
+// What identifies a file's contents as last seen: nullopt when there is none at `file`.
+struct FileStamp {
+  uint64_t device = 0;
+  uint64_t inode = 0;
+  int64_t mtime_ns = 0;
+  int64_t size = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+std::optional<FileStamp> stamp(const std::string& file);
 
 // Throws xs::InvalidArgument, beginning with `source` ("--trace", "XLA_SPAWN_TRACE"), unless
 // `given` can take a trace: a file name whose directory exists, is writable, is not reached

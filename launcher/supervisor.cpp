@@ -66,10 +66,23 @@ void merge_trace(const detail::JobContext& job, bool last) {
                                  job.trace_file));
     return;
   }
+  if (job.trace_output == job.trace_file && trace::stamp(job.trace_file) != job.trace_seen) {
+    // Someone wrote FILE meanwhile (another job given the same FILE): what they wrote stays,
+    // this job's trace goes beside it.
+    const std::filesystem::path file(job.trace_file);
+    job.trace_output = (file.parent_path() / fmt::format("{}.{}{}", file.stem().string(),
+                                                         job.job_id, file.extension().string()))
+                           .string();
+    job.mux->message(fmt::format("{} changed during this job (another job given the same "
+                                 "file?); this job's trace goes to {}",
+                                 job.trace_file, job.trace_output));
+  }
   try {
     const int node = job.placement.nnodes > 1 ? job.placement.node : -1;
-    const size_t spans = trace::merge(job.trace_file, job.job_id, node, /*remove_parts=*/last);
-    if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_file));
+    const size_t spans = trace::merge(job.trace_file, job.job_id, node, /*remove_parts=*/last,
+                                      job.trace_output);
+    if (job.trace_output == job.trace_file) job.trace_seen = trace::stamp(job.trace_file);
+    if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_output));
   } catch (const std::exception& e) {
     const bool kept = trace::count_parts(job.trace_file, job.job_id) > 0;
     job.mux->message(fmt::format("trace not written: {}{}", e.what(),
@@ -222,6 +235,8 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
                                         file.extension().string()));
     }
     job.trace_file = file.string();
+    job.trace_output = job.trace_file;
+    job.trace_seen = trace::stamp(job.trace_file);
     job.trace_t0_ns = trace::now_ns();
   }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/launcher/oom_watch.h"
 #include "xla_spawn/launcher/signal_pipe.h"
 #include "xla_spawn/launcher/supervisor.h"
@@ -35,6 +36,10 @@ struct JobContext {
   // --trace: the merged file (absolute) and time 0 of every replica's spans (CLOCK_MONOTONIC).
   std::string trace_file;
   int64_t trace_t0_ns = 0;
+  // What was at trace_file when the job began, then what this job's merges wrote there: a
+  // file that differs was written by someone else (another job given the same --trace).
+  mutable std::optional<trace::FileStamp> trace_seen;
+  mutable std::string trace_output;  // where the merges write: trace_file, unless diverted
 };
 
 struct AttemptResult {

@@ -290,6 +290,46 @@ TEST(TimelineTest, TheTraceToolsNameWhatIsWrongWithAMalformedTrace) {
   }
 }
 
+// Two jobs given the same --trace at once: the one that ends first writes FILE, and the other
+// finds FILE written by someone else and puts its own trace beside it. Before, the later
+// merge silently replaced the earlier job's timeline.
+TEST(TimelineTest, TwoJobsGivenTheSameTraceFileKeepBothTimelines) {
+  TempDir dir;
+  const std::string file = dir.path() + "/same.json";
+  const std::string done = dir.path() + "/done";
+  const std::string step = fmt::format(
+      "'{}' --model mlp --batch-size 16 --epochs 1 --max-steps 1 --train-samples 4096 --no-eval",
+      train_fmnist_path());
+  // A: one traced step, then waits (at most 60 s) for B to have ended.
+  Launch a({"-n", "1", "--trace", file, "--", "/bin/sh", "-c",
+            fmt::format("{} && for i in $(seq 1200); do [ -e '{}' ] && exit 0; sleep 0.05; done; "
+                        "exit 9",
+                        step, done)});
+  const RunResult b =
+      run_xla_spawn({"-n", "1", "--trace", file, "--", "/bin/sh", "-c", step});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("written to " + file), std::string::npos) << b.err;
+  const std::string b_trace = read_file(file);
+  { std::ofstream(done) << "1"; }
+  const int status = a.wait_or_fail(std::chrono::seconds(90));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << a.err();
+  EXPECT_NE(a.err().find(file + " changed during this job (another job given the same file?); "
+                         "this job's trace goes to " + dir.path() + "/same.xs-"),
+            std::string::npos)
+      << a.err();
+  EXPECT_EQ(read_file(file), b_trace) << "B's timeline was replaced";
+  size_t traces = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_FALSE(name.ends_with(".part")) << name << " left behind";
+    if (name.starts_with("same.") && name.ends_with(".json")) {
+      ++traces;
+      EXPECT_NE(read_file(entry.path().string()).find("\"mark_step\""), std::string::npos) << name;
+    }
+  }
+  EXPECT_EQ(traces, 2u);
+}
+
 // Replicas that record nothing (here: /bin/true, without xla-spawn's library) leave no part:
 // no empty file is written and called a trace.
 TEST(TimelineTest, AJobWhoseReplicasRecordedNothingWritesNoTrace) {
@@ -316,8 +356,8 @@ TEST(TimelineTest, ATraceFileThatIsNotARegularFileIsRefusedBeforeAnythingStarts)
 }
 
 // A file at FILE that is not an earlier trace (a checkpoint or a CSV given the same name) is
-// someone's work: refused before anything starts, and kept by the merge when it appears during
-// the job (the merge keeps the parts too, and says so). An earlier trace is replaced, also
+// someone's work: refused before anything starts, and kept when it appears during the job
+// (the trace goes beside it, and the launcher says where). An earlier trace is replaced, also
 // one reformatted by a JSON tool.
 TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
   TempDir dir;
@@ -335,14 +375,9 @@ TEST(TimelineTest, TheMergeNeverReplacesAFileThatIsNotATrace) {
                                  train_fmnist_path(), file)});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(read_file(file), "XSCKPT");
-  EXPECT_NE(r.err.find("trace not written: tracing: " + file + " exists and is not a trace"), std::string::npos)
+  EXPECT_NE(r.err.find(file + " changed during this job"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("this job's trace goes to " + dir.path() + "/work.xs-"), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find(".*.part, are kept)"), std::string::npos) << r.err;
-  bool kept = false;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
-    kept = kept || entry.path().string().ends_with(".part");
-  }
-  EXPECT_TRUE(kept) << "the message says the parts are kept";
   // 4 KiB of blank lines before the data: not an empty file.
   { std::ofstream(file, std::ios::trunc) << std::string(4096, '\n') << "IMPORTANT DATA\n"; }
   r = run_xla_spawn({"-n", "1", "--trace", file, "--", helper_path(), "--do", "exit:0"});
