@@ -225,7 +225,12 @@ void write_batch(Recorder& r, const std::vector<Span>& batch) {
 void flush_at_exit() {
   flush();
   Recorder& r = recorder();
-  if (r.solo_file.empty() || r.owner != ::getpid()) return;
+  if (r.owner != ::getpid()) return;
+  if (r.lost > 0) {  // the last writes failed: no later one carries the count into the part
+    std::fprintf(stderr, "%s: %lld span(s) of the timeline lost: the writes to %s failed\n",
+                 program_invocation_short_name, static_cast<long long>(r.lost), r.path.c_str());
+  }
+  if (r.solo_file.empty()) return;
   try {
     const size_t spans = merge(r.solo_file, r.solo_job, -1, /*remove_parts=*/true);
     std::fprintf(stderr, "%s: trace of %zu span(s) written to %s\n", program_invocation_short_name,

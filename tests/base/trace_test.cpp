@@ -210,6 +210,37 @@ TEST_F(TraceTest, AFailedWriteLeavesNoTornLineAndSaysWhatWasLost) {
   EXPECT_EQ(trace::merge(file_, kJob, -1, true), 3u);  // small, the marker, after
 }
 
+// A disk that stays full to the end: no later write carries the count into the part, so the
+// replica says at exit how many spans were lost.
+TEST_F(TraceTest, SpansLostToTheLastWritesAreReportedAtExit) {
+  int err[2];
+  ASSERT_EQ(::pipe(err), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::dup2(err[1], 2);
+    ::signal(SIGXFSZ, SIG_IGN);
+    trace::start(file_, kJob, 0, 0, trace::now_ns());
+    { TraceScope a("small"); }
+    trace::flush();
+    const rlimit limit{400, 400};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    for (int i = 0; i < 20; ++i) TraceScope big(std::string(300, 'x'));
+    std::exit(0);  // the exit hook's flush fails too
+  }
+  ::close(err[1]);
+  std::string said;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(err[0], buffer, sizeof buffer)) > 0;) said.append(buffer, static_cast<size_t>(n));
+  ::close(err[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_NE(said.find("20 span(s) of the timeline lost: the writes to " +
+                      trace::part_path(file_, kJob, 0, 0) + " failed"),
+            std::string::npos)
+      << said;
+}
+
 TEST_F(TraceTest, TheMergeRefusesToReplaceWhatIsNotARegularFileAndKeepsTheParts) {
   trace::start(file_, kJob, 0, 0, trace::now_ns());
   { TraceScope a("kept"); }
