@@ -42,6 +42,10 @@ bool from_scheduler(NodeOptions& nodes) {
     // Both schedulers' variables (mpirun inside an srun allocation): they must agree.
     const auto mpi_size = env_int("OMPI_COMM_WORLD_SIZE", 1, INT32_MAX);
     const auto mpi_rank = env_int("OMPI_COMM_WORLD_RANK", 0, INT32_MAX);
+    if (mpi_size.has_value() != mpi_rank.has_value()) {  // as without Slurm: mpirun sets both
+      throw UsageError(mpi_size ? "OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not"
+                                : "OMPI_COMM_WORLD_RANK is set but OMPI_COMM_WORLD_SIZE is not");
+    }
     if (mpi_size && mpi_rank && (*mpi_size != nodes.nnodes || *mpi_rank != nodes.node)) {
       throw UsageError(fmt::format(
           "Slurm says node {} of {} (SLURM_NODEID, SLURM_NNODES), Open MPI says {} of {} "
@@ -101,6 +105,10 @@ NodeOptions resolve_node_options(const NodeFlags& flags) {
     throw UsageError("--node-rank, --master-addr and --master-port need --nnodes N");
   }
   if (nodes.node >= nodes.nnodes) {
+    if (!flags.nnodes) {
+      throw UsageError(fmt::format("node rank {} must be less than the node count, {} (both from {})",
+                                   nodes.node, nodes.nnodes, nodes.source));
+    }
     throw UsageError(fmt::format("node rank {} (from {}) must be less than --nnodes {}", nodes.node,
                                  nodes.source, nodes.nnodes));
   }

@@ -55,9 +55,12 @@ void validate(TrainOptions& o, const po::variables_map& vm) {
           "sgd, adam or adamw", "'" + o.optimizer + "'");
   require(o.schedule == "cosine" || o.schedule == "constant", "schedule", "cosine or constant",
           "'" + o.schedule + "'");
-  if (o.precision.empty()) o.precision = env_string(kPrecisionEnv).value_or("f32");
-  require(o.precision == "f32" || o.precision == "bf16", "precision", "f32 or bf16",
-          "'" + o.precision + "'");
+  const bool from_env = o.precision.empty();
+  if (from_env) o.precision = env_string(kPrecisionEnv).value_or("f32");
+  if (o.precision != "f32" && o.precision != "bf16") {
+    throw InvalidArgument(fmt::format("{}: expected f32 or bf16, got '{}'",
+                                      from_env ? kPrecisionEnv : "--precision", o.precision));
+  }
   require(o.epochs >= 1 && o.epochs <= 100'000, "epochs", "1..100000", std::to_string(o.epochs));
   require(o.batch_size >= 1 && o.batch_size <= 65'536, "batch-size", "1..65536",
           std::to_string(o.batch_size));

@@ -3,12 +3,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <boost/program_options.hpp>
 
+#include "xla_spawn/base/env.h"
 #include "xla_spawn/base/error.h"
 #include "examples/cli.h"
 #include "xla_spawn/replica/context.h"
@@ -25,14 +27,13 @@ std::vector<int64_t> parse_buckets(const std::string& text, int64_t context) {
   std::vector<int64_t> out;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
-    size_t used = 0;
     int64_t v = -1;
     try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
+      v = parse_int(item, 1, INT64_MAX, "buckets");  // digits only, as every number here
+    } catch (const InvalidArgument&) {
+      v = -1;
     }
-    require(used == item.size() && v >= 1 && (out.empty() || v > out.back()), "buckets",
+    require(v >= 1 && (out.empty() || v > out.back()), "buckets",
             "ascending lengths like 32,64,128, or none", "'" + text + "'");
     out.push_back(v);
   }

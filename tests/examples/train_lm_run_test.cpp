@@ -166,6 +166,8 @@ TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
   for (const auto& [args, says] : {std::pair{"--corpus " + dir.path("empty"), std::string("no text")},
                                    {"--corpus " + dir.path("bin"), "binary"},
                                    {"--buckets 8,16 --batching docs", "ending at --context 128"},
+                                   {"--buckets \"32, 64,128\" --batching docs", "ascending lengths"},
+                                   {"--buckets 32,+64,128 --batching docs", "ascending lengths"},
                                    {"--heads 3", "a divisor of --d-model 128"},
                                    {"--buckets 32,64,128", "--buckets: expected --batching docs with it"},
                                    {"--temperature inf", "--temperature: expected a finite value > 0"},

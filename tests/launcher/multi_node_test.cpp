@@ -108,8 +108,8 @@ TEST_F(MultiNodeTest, AnInheritedMasterPortThatIsTheRendezvousPortIsReplaced) {
 // Nodes that share a filesystem (here: one directory) each write a timeline of their own.
 TEST_F(MultiNodeTest, EachNodeWritesItsOwnTraceFile) {
   const std::string file = pids_ / "trace.json";
-  auto node0 = start_node(0, 2, 1, {"--do", "print-env"}, {"--trace", file});
-  auto node1 = start_node(1, 2, 2, {"--do", "print-env"}, {"--trace", file});
+  auto node0 = start_node(0, 2, 1, {"--do", "print-env", "--then", "trace-span"}, {"--trace", file});
+  auto node1 = start_node(1, 2, 2, {"--do", "print-env", "--then", "trace-span"}, {"--trace", file});
   ASSERT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
   ASSERT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
   EXPECT_EQ(env_of(node1->out(), 2).at("XLA_SPAWN_TRACE"), pids_ / "trace.node1.json");

@@ -90,6 +90,22 @@ TEST_F(NodeOptionsTest, SlurmAndOpenMpiThatDisagreeAreRefusedNamingBoth) {
             std::string::npos);
 }
 
+// Half of Open MPI's pair inside srun is refused as it is without Slurm (it was taken for
+// no Open MPI at all).
+TEST_F(NodeOptionsTest, HalfOfOpenMpisPairUnderSlurmIsRefused) {
+  const SrunEnv srun("1", "0", "1", "a");
+  testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "3");
+  EXPECT_EQ(usage_error({}), "OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_RANK is not");
+}
+
+// A rank past the scheduler's node count names the scheduler's count, not a --nnodes nobody
+// gave.
+TEST_F(NodeOptionsTest, ARankPastTheSchedulersNodeCountNamesTheScheduler) {
+  testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "1");
+  testing::ScopedEnv rank("OMPI_COMM_WORLD_RANK", "3");
+  EXPECT_EQ(usage_error({}), "node rank 3 must be less than the node count, 1 (both from Open MPI)");
+}
+
 TEST_F(NodeOptionsTest, SlurmGivesNodesRankAndTheFirstHostAsMaster) {
   const SrunEnv srun("3", "2", "3", "gpu[07-09]");
   const NodeOptions o = resolve_node_options({});

@@ -1,7 +1,7 @@
 // A replica for the launcher tests, started by xla-spawn. Behaviour is chosen by arguments,
 // per ordinal when needed:
 //
-//   replica_helper [--pid-dir DIR] [--wait-peers] --do ACTION [--for K=ACTION ...]
+//   replica_helper [--pid-dir DIR] [--wait-peers] --do ACTION [--then ACTION] [--for K=ACTION ...]
 //
 // --pid-dir DIR   write DIR/pid.<ordinal> (atomically) at start, and DIR/fail.<ordinal>
 //                 (CLOCK_MONOTONIC ns) just before a failing action
@@ -10,7 +10,8 @@
 //                 ignore-all:SECONDS | catch:SECONDS | lines:COUNT:PAD | fail-attempts:N:C |
 //                 affinity | partial | exit-on-term:SECONDS (SIGTERM exits with code 1, as a
 //                 replica whose collective failed does) | slow-death:MIB:SECONDS (writes
-//                 DIR/ready.<ordinal> once set up) | exit-when-gone:K:SECONDS
+//                 DIR/ready.<ordinal> once set up) | exit-when-gone:K:SECONDS |
+//                 trace-span (one span on the timeline, when XLA_SPAWN_TRACE is set)
 // Every sleep is bounded by its SECONDS; a helper never outlives that.
 
 #include <fcntl.h>
@@ -31,6 +32,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "xla_spawn/base/trace.h"
 
 namespace {
 
@@ -216,6 +219,10 @@ int run_action(const std::string& action, const std::string& pid_dir) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+  } else if (a[0] == "trace-span") {  // one span on the job's timeline (XLA_SPAWN_TRACE)
+    xs::trace::start_from_env(g_ordinal, env_number("XLA_SPAWN_ATTEMPT", 0));
+    { xs::TraceScope span("helper"); }
+    xs::trace::flush();
   } else if (a[0] == "partial") {
     std::printf("no newline at the end");
   } else {
@@ -257,6 +264,7 @@ int main(int argc, char** argv) {
   std::string pid_dir;
   bool wait_peers = false;
   std::string action = "exit:0";
+  std::string then;  // a second action, after the first succeeded
   std::map<int, std::string> per_ordinal;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
@@ -266,6 +274,8 @@ int main(int argc, char** argv) {
       pid_dir = argv[++i];
     } else if (i + 1 < argc && flag == "--do") {
       action = argv[++i];
+    } else if (i + 1 < argc && flag == "--then") {
+      then = argv[++i];
     } else if (i + 1 < argc && flag == "--for") {
       const std::string spec = argv[++i];
       const size_t eq = spec.find('=');
@@ -282,5 +292,6 @@ int main(int argc, char** argv) {
                           std::to_string(::getpid()));
   }
   if (wait_peers) wait_for_peers(pid_dir, env_number("XLA_SPAWN_WORLD_SIZE", 1));
-  return run_action(action, pid_dir);
+  const int status = run_action(action, pid_dir);
+  return status != 0 || then.empty() ? status : run_action(then, pid_dir);
 }

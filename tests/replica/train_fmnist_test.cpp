@@ -280,6 +280,12 @@ TEST(TrainFmnistPrecision, ABF16RunSaysWhichPathRanAndTrains) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("--precision: expected f32 or bf16, got 'f16'"), std::string::npos)
       << r.output;
+  // From the environment, the message names the variable that was set.
+  r = run_command("XLA_SPAWN_PRECISION=BF16 " + std::string(XS_TRAIN_FMNIST));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("XLA_SPAWN_PRECISION: expected f32 or bf16, got 'BF16'"),
+            std::string::npos)
+      << r.output;
 }
 
 // The bytes the sharded update's reduce-scatter moves per step (from a trace of the job): half
