@@ -326,7 +326,7 @@ void start_from_env(int ordinal, int attempt) {
   const std::optional<std::string> file = env_string(kFileEnv);
   if (!file) return;
   try {
-    const int64_t t0 = env_int(kT0Env, 0, INT64_MAX).value_or(now_ns());
+    const int64_t t0 = env_int(kT0Env, 0, now_ns()).value_or(now_ns());  // not in the future
     const std::optional<std::string> job_id = env_string("XLA_SPAWN_JOB_ID");
     // Alone, nobody checked FILE before: its part would go beside a directory or a device.
     if (!job_id) check_file(*file, kFileEnv);

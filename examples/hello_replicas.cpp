@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "xla_spawn/base/error.h"
 #include "xla_spawn/base/log.h"
 #include "xla_spawn/replica/context.h"
 
@@ -18,6 +19,9 @@ int main() try {
                ctx.standalone() ? "standalone" : ctx.job_id, ctx.attempt);
   if (ctx.is_master()) spdlog::info("master: {} replicas started", ctx.world_size);
   return EXIT_SUCCESS;
+} catch (const xs::InvalidArgument& e) {  // a bad environment: a usage error, as the trainers'
+  fmt::print(stderr, "hello_replicas: {}\n", e.what());
+  return 2;
 } catch (const std::exception& e) {
   fmt::print(stderr, "hello_replicas: {}\n", e.what());
   return EXIT_FAILURE;

@@ -241,6 +241,17 @@ TEST_F(TraceTest, SpansLostToTheLastWritesAreReportedAtExit) {
       << said;
 }
 
+// The launcher's clock origin can only be in the past: one in the future (a stray value)
+// would put every span at a negative time; the replica runs untraced instead.
+TEST_F(TraceTest, AClockOriginInTheFutureLeavesTheReplicaUntraced) {
+  testing::ScopedEnv file(trace::kFileEnv, file_);
+  testing::ScopedEnv t0(trace::kT0Env, "9223372036854775807");
+  testing::ScopedEnv job("XLA_SPAWN_JOB_ID", kJob);
+  trace::start_from_env(0, 0);
+  EXPECT_FALSE(trace_on.load());
+  EXPECT_FALSE(std::filesystem::exists(trace::part_path(file_, kJob, 0, 0)));
+}
+
 TEST_F(TraceTest, TheMergeRefusesToReplaceWhatIsNotARegularFileAndKeepsTheParts) {
   trace::start(file_, kJob, 0, 0, trace::now_ns());
   { TraceScope a("kept"); }
