@@ -235,11 +235,18 @@ std::vector<Outgoing> JobCoordinator::end(int exit_code, std::string summary) {
 
 const JobCoordinator::Candidate& JobCoordinator::root_cause() const {
   XS_CHECK(!candidates_.empty(), "root_cause of an attempt without failures");
+  // An interruption after another failure (Ctrl-C while a failing attempt stops) prevents
+  // the restart (restartable()) but leaves that failure the root cause, its summary and status.
+  int64_t first_other = INT64_MAX;
+  for (const Candidate& c : candidates_) {
+    if (c.failed.kind != FailureKind::kInterrupted) first_other = std::min(first_other, c.failed.wall_ns);
+  }
+  const auto rank = [first_other](const Candidate& c) {
+    const bool late = c.failed.kind == FailureKind::kInterrupted && c.failed.wall_ns > first_other;
+    return std::tuple(late, priority(c.failed.kind), c.failed.wall_ns, c.node);
+  };
   return *std::min_element(candidates_.begin(), candidates_.end(),
-                           [](const Candidate& a, const Candidate& b) {
-                             return std::tuple(priority(a.failed.kind), a.failed.wall_ns, a.node) <
-                                    std::tuple(priority(b.failed.kind), b.failed.wall_ns, b.node);
-                           });
+                           [&rank](const Candidate& a, const Candidate& b) { return rank(a) < rank(b); });
 }
 
 bool JobCoordinator::restartable(const Candidate& root) const {
@@ -248,7 +255,10 @@ bool JobCoordinator::restartable(const Candidate& root) const {
                               root.failed.kind == FailureKind::kLauncherError;
   const bool any_lost =
       std::any_of(nodes_.begin(), nodes_.end(), [](const NodeState& n) { return n.lost; });
-  return replica_failed && !any_lost && attempt_ < config_.max_restarts;
+  const bool interrupted = std::any_of(candidates_.begin(), candidates_.end(), [](const Candidate& c) {
+    return c.failed.kind == FailureKind::kInterrupted;
+  });
+  return replica_failed && !any_lost && !interrupted && attempt_ < config_.max_restarts;
 }
 
 // "ordinal 3 (node 1, host b)" when a replica is to blame, else "node 1 (host b, 198.18.0.2)".
@@ -283,9 +293,11 @@ std::string JobCoordinator::describe(const Candidate& root, Clock::time_point no
   if (candidates_.size() - 1 > shown) {
     text += fmt::format("xla-spawn: also: {} more failure report(s)\n", candidates_.size() - 1 - shown);
   }
-  // A node that was done before anything failed did fewer collectives than the others.
+  // A node that was done before anything failed did fewer collectives than the others; not
+  // a hint worth giving when the failure is an interruption (often of that very node, whose
+  // user stopped waiting).
   for (size_t k = 0; k < nodes_.size(); ++k) {
-    if (!nodes_[k].finished_first) continue;
+    if (!nodes_[k].finished_first || root.failed.kind == FailureKind::kInterrupted) continue;
     text += fmt::format("xla-spawn: node {} (host {}) had finished, every replica exiting 0, before "
                         "this failure (if that was in a collective, the nodes may have run "
                         "different programs or arguments)\n",

@@ -196,9 +196,10 @@ void NodeSession::local_failure(const LocalFailure& failure) {
 
 PeerVerdict NodeSession::end_attempt(int attempt, int exit_code, int wake_fd,
                                      const WakeHandler& on_wake) {
-  const auto wake = [&on_wake]() -> std::optional<cluster::JobOrder> {
+  const auto wake = [this, &on_wake]() -> std::optional<cluster::JobOrder> {
     const std::optional<PeerVerdict> verdict = on_wake();
     if (!verdict) return std::nullopt;
+    if (server_ != nullptr) server_->leave_now();
     return cluster::JobOrder{cluster::JobOrder::Kind::kEnd, 0, verdict->exit_code, verdict->summary};
   };
   const cluster::JobOrder order =

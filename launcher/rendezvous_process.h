@@ -28,6 +28,9 @@ class RendezvousProcess {
   RendezvousProcess& operator=(const RendezvousProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // The master leaves without the job's verdict (a second interrupt): no waiting on exit, the
+  // other nodes see the connection close and stop.
+  void leave_now() { wait_ms_ = 0; }
 
  private:
   pid_t pid_ = -1;

@@ -66,9 +66,10 @@ void merge_trace(const detail::JobContext& job, bool last) {
                                  job.trace_file));
     return;
   }
-  if (job.trace_output == job.trace_file && trace::stamp(job.trace_file) != job.trace_seen) {
+  const std::optional<trace::FileStamp> now = trace::stamp(job.trace_file);
+  if (job.trace_output == job.trace_file && now && now != job.trace_seen) {
     // Someone wrote FILE meanwhile (another job given the same FILE): what they wrote stays,
-    // this job's trace goes beside it.
+    // this job's trace goes beside it. A FILE removed meanwhile protects nothing.
     const std::filesystem::path file(job.trace_file);
     job.trace_output = (file.parent_path() / fmt::format("{}.{}{}", file.stem().string(),
                                                          job.job_id, file.extension().string()))

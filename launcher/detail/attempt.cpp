@@ -236,22 +236,33 @@ constexpr int kDyingReapWaitMs = 2000;
 // for a replica this launcher stopped. Nothing has been signalled yet, so such a death is not
 // ours; its wait is bounded.
 void Attempt::reap_the_dying(std::vector<Replica*>& failed) {
+  // A signalled failure is already the root cause over any exit (root_cause()).
+  for (const Replica* r : failed) {
+    if (WIFSIGNALED(r->status)) return;
+  }
+  std::vector<Replica*> dying;
   for (Replica& r : replicas_) {
-    if (r.reaped || process_alive(r.pid)) continue;
-    pollfd p{r.pidfd, POLLIN, 0};
-    const auto until = Clock::now() + std::chrono::milliseconds(kDyingReapWaitMs);
-    while (!r.reaped && Clock::now() < until) {
-      const auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
-      if (::poll(&p, 1, static_cast<int>(left)) > 0 && reap(r)) break;
+    if (!r.reaped && !process_alive(r.pid)) dying.push_back(&r);
+  }
+  // One bound for all of them: a process whose main thread left by pthread_exit is a zombie
+  // leader too, with other threads running on, and must not hold the launcher long.
+  const auto until = Clock::now() + std::chrono::milliseconds(kDyingReapWaitMs);
+  while (!dying.empty() && Clock::now() < until) {
+    std::vector<pollfd> fds;
+    for (const Replica* r : dying) fds.push_back({r->pidfd, POLLIN, 0});
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (::poll(fds.data(), fds.size(), static_cast<int>(left)) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      Replica& r = *dying[i];
+      if (fds[i].revents == 0 || !reap(r) || !is_failure(r.status)) continue;
+      tell_peers(r);
+      failed.insert(std::upper_bound(failed.begin(), failed.end(), &r,
+                                     [](const Replica* a, const Replica* b) {
+                                       return a->ordinal < b->ordinal;
+                                     }),
+                    &r);
     }
-    if (!r.reaped || !is_failure(r.status)) continue;
-    tell_peers(r);
-    failed.insert(std::upper_bound(failed.begin(), failed.end(), &r,
-                                   [](const Replica* a, const Replica* b) {
-                                     return a->ordinal < b->ordinal;
-                                   }),
-                  &r);
+    std::erase_if(dying, [](const Replica* r) { return r->reaped; });
   }
 }
 
@@ -506,6 +517,9 @@ void Attempt::check_deadlines() {
     tell_peers(LocalFailureKind::kTimedOut, kExitTimeout,
                fmt::format("timed out (--timeout {:.3g} s)", job_.options->timeout.count() / 1000.0));
     job_.mux->message(fmt::format("job timeout expired; stopping {} replica(s)", running()));
+    // What each one was doing (a stopped or stuck replica is named by its state), before the
+    // stop changes it; no stacks: a timeout is not known to be a hang.
+    report_calls("--timeout expired", /*failing=*/false);
     stop_all(SIGTERM);
   }
   if (kill_deadline_ && now >= *kill_deadline_) kill_all();

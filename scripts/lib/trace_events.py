@@ -4,8 +4,9 @@ and a file of the wrong shape is a TraceError or a list of problems naming what 
 never a traceback.
 
   tracks, spans, problems = trace_events.load("trace.json")   # raises TraceError
-  # tracks: {pid: "ordinal 0"}; spans: complete events ("ph": "X") with a str name, finite
-  # ts and dur >= 0, int pid and tid; problems: one line per event that was left out
+  # tracks: {pid: "ordinal 0"}; spans: complete events ("ph": "X") with a str name, ts and
+  # dur >= 0 finite and within MAX_US, int pid and tid; problems: one line per event that was
+  # left out (any event but ph M and X is one)
 """
 import json
 import math
@@ -19,8 +20,18 @@ def _reject_constant(name):
     raise ValueError(f"{name} is not a JSON number")
 
 
+# Microseconds: about 31 years. Beyond it a time is not one a trace of a job holds (and
+# gnuplot cannot draw it).
+MAX_US = 1e15
+
+
 def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(float(value)) and abs(value) <= MAX_US
+    except OverflowError:  # an integer of hundreds of digits
+        return False
 
 
 def _is_int(value):
@@ -46,6 +57,11 @@ def load(path):
         if not isinstance(e, dict):
             problems.append(f"an event that is not an object: {_short(e)}")
             continue
+        if e.get("ph") not in ("M", "X"):
+            # xla-spawn writes complete spans and metadata only.
+            problems.append(f"an event that is neither a complete span (ph X) nor metadata "
+                            f"(ph M): {_short(e)}")
+            continue
         if e.get("ph") == "M" and e.get("name") == "process_name":
             args = e.get("args")
             name = args.get("name") if isinstance(args, dict) else None
@@ -62,7 +78,8 @@ def load(path):
             elif not isinstance(e["name"], str):
                 problems.append(f"span whose name is not a string: {_short(e)}")
             elif not _is_number(e["ts"]) or not _is_number(e["dur"]):
-                problems.append(f"span whose ts or dur is not a finite number: {_short(e)}")
+                problems.append(f"span whose ts or dur is not a number within {MAX_US:.0e} us: "
+                                f"{_short(e)}")
             elif not _is_int(e["pid"]) or not _is_int(e["tid"]):
                 problems.append(f"span whose pid or tid is not an integer: {_short(e)}")
             elif e["dur"] < 0:

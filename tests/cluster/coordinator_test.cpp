@@ -181,9 +181,11 @@ TEST_F(CoordinatorTest, ALostNodeEndsTheJobWithoutARestart) {
       << end->summary;
 }
 
-TEST_F(CoordinatorTest, AnInterruptionOutranksEverythingAndIsNotRestarted) {
+// An interruption before the other failures is their cause: it outranks them, even when
+// their reports arrived first, and nothing restarts.
+TEST_F(CoordinatorTest, AnInterruptionOutranksTheFailuresAfterItAndIsNotRestarted) {
   join_all();
-  Failed sigint = failure(FailureKind::kInterrupted, -1, 900, 130);
+  Failed sigint = failure(FailureKind::kInterrupted, -1, 50, 130);
   sigint.description = "was interrupted by SIGINT";
   job_.on_failed(1, failure(FailureKind::kSignalled, 0, 100, 137), now_);
   job_.on_failed(0, sigint, now_);
@@ -194,6 +196,23 @@ TEST_F(CoordinatorTest, AnInterruptionOutranksEverythingAndIsNotRestarted) {
   EXPECT_NE(end->summary.find("node 0 (host host0, 198.18.0.1) was interrupted by SIGINT"),
             std::string::npos)
       << end->summary;
+}
+
+// Ctrl-C while a failing attempt stops: the failure stays the root cause, with its status,
+// and the interruption only prevents the restart (max_restarts is 1 here).
+TEST_F(CoordinatorTest, AnInterruptionAfterAFailureKeepsItTheRootCauseButPreventsTheRestart) {
+  join_all();
+  Failed sigint = failure(FailureKind::kInterrupted, -1, 900, 143);
+  sigint.description = "was interrupted by SIGTERM";
+  Failed exit3 = failure(FailureKind::kExited, 0, 100, 3);
+  exit3.description = "exited with code 3";
+  job_.on_failed(1, exit3, now_);
+  job_.on_failed(0, sigint, now_);
+  job_.on_attempt_done(0, {0, 143}, now_);
+  const std::optional<End> end = only<End>(job_.on_attempt_done(1, {0, 3}, now_));
+  ASSERT_TRUE(end) << "restarted after an interruption";
+  EXPECT_EQ(end->exit_code, 3);
+  EXPECT_NE(end->summary.find("exited with code 3"), std::string::npos) << end->summary;
 }
 
 TEST_F(CoordinatorTest, AFailureThatClaimsExitZeroStillFailsTheJob) {

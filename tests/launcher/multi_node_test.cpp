@@ -401,6 +401,58 @@ TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsLeavesAtOnce) {
   EXPECT_FALSE(process_alive(pids[0]));
 }
 
+// Node 1's replica failed (exit 3) and node 1 waits while node 0's replica takes its grace
+// period: an interrupt there prevents the restart but the failure stays the root cause, its
+// status the job's (the interrupt had taken both).
+TEST_F(MultiNodeTest, AnInterruptWhileANodeWaitsAfterItsFailureKeepsTheFailuresStatus) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:20"},
+                          {"--max-restarts", "1", "--grace-period", "4"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--wait-peers", "--do", "exit:3"},
+                          {"--max-restarts", "1", "--grace-period", "4"});
+  ASSERT_TRUE(wait_until(
+      [&] { return node0->err().find("exited with code 3; stopping") != std::string::npos; },
+      scaled(seconds(30))))
+      << node0->err();
+  std::this_thread::sleep_for(milliseconds(500));  // node 1 is waiting for the verdict
+  ::kill(node1->pid(), SIGTERM);
+  const int status1 = node1->wait_or_fail(scaled(seconds(30)));
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  EXPECT_EQ(WEXITSTATUS(status0), 3) << node0->err();
+  EXPECT_EQ(WEXITSTATUS(status1), 3) << node1->err();
+  for (const Launch* node : {node0.get(), node1.get()}) {
+    EXPECT_EQ(node->err().find("restarting"), std::string::npos) << node->err();
+    EXPECT_NE(node->err().find("failed after"), std::string::npos) << node->err();
+    EXPECT_NE(node->err().find("exited with code 3"), std::string::npos) << node->err();
+  }
+}
+
+// Node 0 (the master) waits while node 1's replica ignores SIGTERM for long: its second
+// interrupt leaves at once, without waiting out the rendezvous server's linger.
+TEST_F(MultiNodeTest, TheMastersSecondInterruptWhileWaitingLeavesAtOnce) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"},
+                          {"--grace-period", "30"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:30"},
+                          {"--grace-period", "2"});
+  const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE(wait_until([&] { return !process_alive(pids[0]); }, scaled(seconds(20))));
+  std::this_thread::sleep_for(milliseconds(300));
+  ::kill(node0->pid(), SIGINT);
+  ASSERT_TRUE(wait_until(
+      [&] { return node0->err().find("received SIGINT while waiting") != std::string::npos; },
+      scaled(seconds(10))))
+      << node0->err();
+  std::this_thread::sleep_for(milliseconds(600));
+  const auto second = std::chrono::steady_clock::now();
+  ::kill(node0->pid(), SIGINT);
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(20)))), 130) << node0->err();
+  EXPECT_LT(std::chrono::steady_clock::now() - second, scaled(seconds(3))) << node0->err();
+  // Node 1 loses its master and stops its replica (SIGKILL after its 2 s grace period).
+  EXPECT_NE(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(20)))), 0) << node1->err();
+  EXPECT_NE(node1->err().find("lost the master"), std::string::npos) << node1->err();
+  EXPECT_FALSE(process_alive(pids[1]));
+}
+
 // Node 1 is interrupted while the job stops for node 0's failure: the job restarts nothing
 // on any node, although --max-restarts allows it.
 TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
@@ -419,8 +471,9 @@ TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
   for (const Launch* node : {node0.get(), node1.get()}) {
     EXPECT_EQ(node->err().find("restarting"), std::string::npos) << node->err();
   }
-  EXPECT_NE(WEXITSTATUS(status0), 0) << node0->err();
-  EXPECT_NE(WEXITSTATUS(status1), 0) << node1->err();
+  // The failure keeps its status: the interrupt came after it.
+  EXPECT_EQ(WEXITSTATUS(status0), 3) << node0->err();
+  EXPECT_EQ(WEXITSTATUS(status1), 3) << node1->err();
   EXPECT_NE(node1->err().find("received SIGINT while already stopping 1 replica(s); no restart"),
             std::string::npos)
       << node1->err();

@@ -261,7 +261,7 @@ TEST(TimelineTest, TheTraceToolsNameWhatIsWrongWithAMalformedTrace) {
       {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":0,"dur":1,"pid":[0],"tid":0}]})",
        "span whose pid or tid is not an integer"},
       {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":0,"dur":"x","pid":0,"tid":0}]})",
-       "span whose ts or dur is not a finite number"},
+       "span whose ts or dur is not a number within"},
       {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":NaN,"dur":1,"pid":0,"tid":0}]})",
        "NaN is not a JSON number"},
       {"[1, 2, 3]", "no traceEvents list"},
@@ -269,6 +269,14 @@ TEST(TimelineTest, TheTraceToolsNameWhatIsWrongWithAMalformedTrace) {
       {R"({"traceEvents":[)" + track0 +
            R"(,{"ph":"M","name":"process_name","pid":1,"args":{"name":"ordinal 0"}}]})",
        "tracks 0 and 1 are both named 'ordinal 0'"},
+      {R"({"traceEvents":[)" + track0 + R"(,{"ph":"X","name":"a","ts":1)" + std::string(400, '0') +
+           R"(,"dur":1,"pid":0,"tid":0}]})",
+       "span whose ts or dur is not a number within"},
+      {R"({"traceEvents":[)" + track0 + R"(,{"ph":["X"],"name":"a"}]})",
+       "an event that is neither a complete span (ph X) nor metadata (ph M)"},
+      {R"({"traceEvents":[{"ph":"M","name":"process_name","pid":0,"args":{"name":"ordinal )" +
+           std::string(5000, '9') + R"("}}]})",
+       "not 'ordinal K'"},
   };
   for (const auto& [json, problem] : cases) {
     { std::ofstream(file, std::ios::trunc) << json; }
@@ -328,6 +336,22 @@ TEST(TimelineTest, TwoJobsGivenTheSameTraceFileKeepBothTimelines) {
     }
   }
   EXPECT_EQ(traces, 2u);
+}
+
+// A FILE removed during the job protects nothing: the trace is written there, not beside it.
+TEST(TimelineTest, AFileRemovedDuringTheJobIsWrittenAgain) {
+  TempDir dir;
+  const std::string file = dir.path() + "/gone.json";
+  { std::ofstream(file) << R"({"traceEvents":[]})"; }
+  const RunResult r = run_xla_spawn(
+      {"-n", "1", "--trace", file, "--", "/bin/sh", "-c",
+       fmt::format("'{}' --model mlp --batch-size 16 --epochs 1 --max-steps 1 --train-samples "
+                   "4096 --no-eval && rm '{}'",
+                   train_fmnist_path(), file)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("changed during this job"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("written to " + file), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(file));
 }
 
 // Replicas that record nothing (here: /bin/true, without xla-spawn's library) leave no part:
