@@ -180,19 +180,25 @@ TEST_F(TraceTest, AForkedChildWritesNothingToTheParentsPart) {
   EXPECT_EQ(read(file_).find("child's"), std::string::npos);
 }
 
+// In a forked child: one span written, then a disk full (RLIMIT_FSIZE) for the 20 big spans
+// recorded next, which the next flush cannot write.
+void record_past_a_full_disk(const std::string& file) {
+  ::signal(SIGXFSZ, SIG_IGN);
+  trace::start(file, kJob, 0, 0, trace::now_ns());
+  { TraceScope a("small"); }
+  trace::flush();
+  const rlimit limit{400, 400};
+  ::setrlimit(RLIMIT_FSIZE, &limit);
+  for (int i = 0; i < 20; ++i) TraceScope big(std::string(300, 'x'));
+}
+
 // A full disk (here: RLIMIT_FSIZE) cuts the part back to its last whole line, and the next
 // write that fits says how many spans were lost; the merge then still gives valid lines.
 TEST_F(TraceTest, AFailedWriteLeavesNoTornLineAndSaysWhatWasLost) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    trace::start(file_, kJob, 0, 0, trace::now_ns());
-    { TraceScope a("small"); }
-    trace::flush();
-    const rlimit limit{400, 400};
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-    for (int i = 0; i < 20; ++i) TraceScope big(std::string(300, 'x'));
+    record_past_a_full_disk(file_);
     trace::flush();  // fails: past the limit
     const rlimit lifted{RLIM_INFINITY, RLIM_INFINITY};
     ::setrlimit(RLIMIT_FSIZE, &lifted);
@@ -219,13 +225,7 @@ TEST_F(TraceTest, SpansLostToTheLastWritesAreReportedAtExit) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::dup2(err[1], 2);
-    ::signal(SIGXFSZ, SIG_IGN);
-    trace::start(file_, kJob, 0, 0, trace::now_ns());
-    { TraceScope a("small"); }
-    trace::flush();
-    const rlimit limit{400, 400};
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-    for (int i = 0; i < 20; ++i) TraceScope big(std::string(300, 'x'));
+    record_past_a_full_disk(file_);
     std::exit(0);  // the exit hook's flush fails too
   }
   ::close(err[1]);
