@@ -144,9 +144,11 @@ detail::AttemptResult run_attempt(const detail::JobContext& job, int attempt,
 // on elsewhere for long (a node with more work, or a slower one). An interrupt then is this
 // node's failure: the master stops the attempt on every node, and the job ends with 128 +
 // the signal, not restarted. A second one (not the first delivered twice) leaves at once,
-// without the verdict.
+// without the verdict, with this node's own failure's status if it had one
+// (`own_summary`), else 128 + the signal. An interrupt the master heard too late (it had
+// decided to restart) is passed on to the next attempt, which it stops at once.
 PeerVerdict wait_for_verdict(const detail::JobContext& job, int attempt, int exit_code,
-                             JobPeers& peers) {
+                             const std::string& own_summary, JobPeers& peers) {
   int first = 0;
   detail::Clock::time_point first_at;
   const auto on_signal = [&]() -> std::optional<PeerVerdict> {
@@ -168,15 +170,23 @@ PeerVerdict wait_for_verdict(const detail::JobContext& job, int attempt, int exi
                                      "the job on every node (again: leave now)",
                                      signal_name(signo)));
       } else if (signo != first || detail::Clock::now() - first_at >= detail::kRepeatWindow) {
-        return PeerVerdict{false, attempt, 128 + first,
+        return PeerVerdict{false, attempt, exit_code != 0 ? exit_code : 128 + first,
                            fmt::format("xla-spawn: received {} again; left without the job's "
-                                       "verdict\n",
-                                       signal_name(signo))};
+                                       "verdict\n{}",
+                                       signal_name(signo), exit_code != 0 ? own_summary : "")};
       }
     }
     return std::nullopt;
   };
-  return peers.end_attempt(attempt, exit_code, job.signals->read_fd(), on_signal);
+  const PeerVerdict verdict = peers.end_attempt(attempt, exit_code, job.signals->read_fd(), on_signal);
+  if (verdict.restart && first != 0) {
+    job.mux->message(fmt::format("the job had decided to restart before it heard of the {}; it "
+                                 "stops the next attempt",
+                                 signal_name(first)));
+    const auto byte = static_cast<char>(first);  // as the handler writes it (signal_pipe.cpp)
+    [[maybe_unused]] const ssize_t n = ::write(job.signals->write_fd(), &byte, 1);
+  }
+  return verdict;
 }
 
 // One node's end of a multi-node attempt: the job decides (restart, or end with the root
@@ -191,7 +201,8 @@ bool settle_with_peers(const detail::JobContext& job, const detail::AttemptResul
     verdict.summary = a.summary;
   } else {
     verdict = wait_for_verdict(job, attempt,
-                               a.outcome == JobOutcome::kSucceeded ? 0 : std::max(1, a.exit_code), peers);
+                               a.outcome == JobOutcome::kSucceeded ? 0 : std::max(1, a.exit_code),
+                               a.summary, peers);
     if (!verdict.restart && verdict.exit_code != 0) verdict.summary += a.details;
   }
   if (verdict.restart) {

@@ -426,6 +426,73 @@ TEST_F(MultiNodeTest, AnInterruptWhileANodeWaitsAfterItsFailureKeepsTheFailuresS
   }
 }
 
+// The master decides to restart before it hears of an interrupt on a waiting node (here its
+// rendezvous server is stopped while node 0 ends its attempt, and continued after node 1's
+// interrupt): the interrupt stops the next attempt at once, on every node, instead of being
+// dropped as a stale report and the job restarted to the end.
+TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
+  ScopedEnv slow_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "20000");  // the server pauses 3 s
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:20"},
+                          {"--max-restarts", "1", "--grace-period", "2"});
+  const std::string children_file =
+      "/proc/" + std::to_string(node0->pid()) + "/task/" + std::to_string(node0->pid()) + "/children";
+  pid_t server = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        std::ifstream in(children_file);
+        return static_cast<bool>(in >> server);
+      },
+      scaled(seconds(10))))
+      << "the rendezvous server never started";
+  auto node1 = start_node(1, 2, 1,
+                          {"--pid-dir", pids_.path(), "--wait-peers", "--do", "fail-attempts:1:3"},
+                          {"--max-restarts", "1", "--grace-period", "2"});
+  ASSERT_TRUE(wait_until(
+      [&] { return node0->err().find("exited with code 3; stopping") != std::string::npos; },
+      scaled(seconds(30))))
+      << node0->err();
+  ASSERT_EQ(::kill(server, SIGSTOP), 0);
+  std::this_thread::sleep_for(milliseconds(3000));  // node 0's attempt ends meanwhile
+  ::kill(node1->pid(), SIGINT);
+  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_EQ(::kill(server, SIGCONT), 0);
+  const int status1 = node1->wait_or_fail(scaled(seconds(30)));
+  const int status0 = node0->wait_or_fail(scaled(seconds(30)));
+  EXPECT_EQ(WEXITSTATUS(status0), 130) << node0->err();
+  EXPECT_EQ(WEXITSTATUS(status1), 130) << node1->err();
+  EXPECT_NE(node1->err().find("the job had decided to restart before it heard of the SIGINT"),
+            std::string::npos)
+      << node1->err();
+}
+
+// A node whose replica failed (exit 3) leaves on a second interrupt with that failure's status
+// and summary, not 128 + the signal.
+TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsAfterItsFailureLeavesWithItsStatus) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:30"},
+                          {"--grace-period", "30"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--wait-peers", "--do", "exit:3"},
+                          {"--grace-period", "30"});
+  ASSERT_TRUE(wait_until(
+      [&] { return node0->err().find("exited with code 3; stopping") != std::string::npos; },
+      scaled(seconds(30))))
+      << node0->err();
+  std::this_thread::sleep_for(milliseconds(300));
+  ::kill(node1->pid(), SIGINT);
+  ASSERT_TRUE(wait_until(
+      [&] { return node1->err().find("received SIGINT while waiting") != std::string::npos; },
+      scaled(seconds(10))))
+      << node1->err();
+  std::this_thread::sleep_for(milliseconds(600));
+  ::kill(node1->pid(), SIGINT);
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(10)))), 3) << node1->err();
+  EXPECT_NE(node1->err().find("exited with code 3"), std::string::npos) << node1->err();
+  for (int k = 0; k < 2; ++k) {  // node 0: its own interrupts, the second kills now
+    ::kill(node0->pid(), SIGINT);
+    std::this_thread::sleep_for(milliseconds(600));
+  }
+  EXPECT_NE(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(20)))), 0) << node0->err();
+}
+
 // Node 0 (the master) waits while node 1's replica ignores SIGTERM for long: its second
 // interrupt leaves at once, without waiting out the rendezvous server's linger.
 TEST_F(MultiNodeTest, TheMastersSecondInterruptWhileWaitingLeavesAtOnce) {
