@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -59,6 +61,16 @@ bool write_file_atomically(const std::string& path, std::initializer_list<std::s
   ::unlink(temp.c_str());
   errno = error;
   return false;
+}
+
+bool in_dev_or_proc(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  char resolved[PATH_MAX];
+  if (::realpath(dir.c_str(), resolved) == nullptr) return false;
+  const std::string_view real = resolved;
+  if (real == "/dev/shm" || real.starts_with("/dev/shm/")) return false;
+  return real == "/dev" || real.starts_with("/dev/") || real == "/proc" || real.starts_with("/proc/");
 }
 
 std::string foreign_symlink(const std::string& path) {

@@ -40,4 +40,9 @@ bool write_file_atomically(const std::string& path, std::initializer_list<std::s
 // moment, so a directory reached through it is not one to write into or take code from.
 std::string foreign_symlink(const std::string& path);
 
+// Whether `path`'s directory, resolved, is in /dev (but for /dev/shm, a file system like any
+// other) or /proc: where /dev/stdout and /proc/self/fd/N live, names of devices and
+// descriptors rather than of files. False when the directory cannot be resolved.
+bool in_dev_or_proc(const std::string& path);
+
 }  // namespace xs

@@ -551,11 +551,9 @@ void check_file(const std::string& given, const char* source) {
   std::error_code ec;
   XS_CHECK_ARG(std::filesystem::is_directory(dir, ec), "{} {}: directory {} does not exist", source,
                given, dir.string());
-  const std::string real = std::filesystem::weakly_canonical(dir, ec).string();
-  const bool system = real == "/dev" || real.starts_with("/dev/") || real == "/proc" ||
-                      real.starts_with("/proc/");
-  XS_CHECK_ARG(!system || real == "/dev/shm" || real.starts_with("/dev/shm/"),
-               "{} {}: directory {} holds devices or processes, not files", source, given, real);
+  XS_CHECK_ARG(!in_dev_or_proc(file.string()),
+               "{} {}: directory {} holds devices or processes, not files", source, given,
+               dir.string());
   XS_CHECK_ARG(::access(dir.c_str(), W_OK | X_OK) == 0, "{} {}: directory {} is not writable",
                source, given, dir.string());
   struct stat st {};

@@ -203,8 +203,7 @@ PeerVerdict NodeSession::end_attempt(int attempt, int exit_code, int wake_fd,
     return cluster::JobOrder{cluster::JobOrder::Kind::kEnd, 0, verdict->exit_code, verdict->summary};
   };
   const cluster::JobOrder order =
-      on_wake ? link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code, wake_fd, wake)
-              : link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code);
+      link_.finish_attempt(static_cast<uint32_t>(attempt), exit_code, on_wake ? wake_fd : -1, wake);
   if (order.kind == cluster::JobOrder::Kind::kNext) {
     attempt_ = static_cast<int>(order.attempt);
     return {true, attempt_, 0, order.text};

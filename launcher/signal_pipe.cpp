@@ -59,6 +59,11 @@ SignalPipe::~SignalPipe() {
   ::close(write_fd_);
 }
 
+void SignalPipe::replay(int signo) {
+  const char byte = static_cast<char>(signo);  // as the handler writes it
+  [[maybe_unused]] const ssize_t n = ::write(write_fd_, &byte, 1);
+}
+
 std::vector<int> SignalPipe::drain() {
   std::vector<int> signals;
   char bytes[64];

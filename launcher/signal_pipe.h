@@ -29,6 +29,8 @@ class SignalPipe {
 
   // The signals delivered since the last call, in order (empty if none).
   std::vector<int> drain();
+  // Queues `signo` as if it had been delivered again: the next drain() returns it.
+  void replay(int signo);
 
   static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1};
   static constexpr int kCount = 5;

@@ -85,11 +85,9 @@ void merge_trace(const detail::JobContext& job, bool last) {
     if (job.trace_output == job.trace_file) job.trace_seen = trace::stamp(job.trace_file);
     if (last) job.mux->message(fmt::format("trace of {} span(s) written to {}", spans, job.trace_output));
   } catch (const std::exception& e) {
-    const bool kept = trace::count_parts(job.trace_file, job.job_id) > 0;
-    job.mux->message(fmt::format("trace not written: {}{}", e.what(),
-                                 kept ? fmt::format(" (the replicas' parts, {}.{}.*.part, are kept)",
-                                                    job.trace_file, job.job_id)
-                                      : std::string(" (no replica wrote a part)")));
+    job.mux->message(fmt::format("trace not written: {} (the replicas' parts, {}.{}.*.part, are "
+                                 "kept)",
+                                 e.what(), job.trace_file, job.job_id));
   }
 }
 
@@ -183,8 +181,7 @@ PeerVerdict wait_for_verdict(const detail::JobContext& job, int attempt, int exi
     job.mux->message(fmt::format("the job had decided to restart before it heard of the {}; it "
                                  "stops the next attempt",
                                  signal_name(first)));
-    const auto byte = static_cast<char>(first);  // as the handler writes it (signal_pipe.cpp)
-    [[maybe_unused]] const ssize_t n = ::write(job.signals->write_fd(), &byte, 1);
+    job.signals->replay(first);
   }
   return verdict;
 }

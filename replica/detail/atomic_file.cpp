@@ -33,17 +33,6 @@ std::string temp_prefix(const std::string& base) {
   return fmt::format(".{}.tmp.", base);
 }
 
-// Whether `path`'s directory, resolved, is in /dev (but for /dev/shm, a file system like any
-// other) or /proc: where /dev/stdout and /proc/self/fd/N live, names of descriptors rather
-// than of files.
-bool in_dev_or_proc(const std::string& path) {
-  char resolved[PATH_MAX];
-  if (::realpath(split_path(path).first.c_str(), resolved) == nullptr) return false;
-  const std::string_view dir = resolved;
-  if (dir == "/dev/shm" || dir.starts_with("/dev/shm/")) return false;
-  return dir == "/dev" || dir.starts_with("/dev/") || dir == "/proc" || dir.starts_with("/proc/");
-}
-
 }  // namespace
 
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string_view what)

@@ -44,6 +44,21 @@ class MultiNodeTest : public ::testing::Test {
     return std::make_unique<Launch>(args);
   }
 
+  // Waits until `node` has printed `text`.
+  static void wait_for_err(const Launch& node, const std::string& text) {
+    ASSERT_TRUE(wait_until([&] { return node.err().find(text) != std::string::npos; },
+                           scaled(std::chrono::seconds(30))))
+        << node.err();
+  }
+  // Interrupts `node`, which waits for the other nodes, and once it has said so interrupts it
+  // again past the repeat window (a second interrupt, not the first delivered twice).
+  static void interrupt_twice_while_waiting(const Launch& node) {
+    ::kill(node.pid(), SIGINT);
+    wait_for_err(node, "received SIGINT while waiting");
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    ::kill(node.pid(), SIGINT);
+  }
+
   const uint16_t port_ = cluster::pick_free_port("127.0.0.1");
   ScopedEnv token_{"XLA_SPAWN_JOB_TOKEN", "multi-node-test-token-0123"};
   // Lost nodes are found within a second, so these tests stay short.
@@ -376,13 +391,7 @@ TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsLeavesAtOnce) {
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_TRUE(wait_until([&] { return !process_alive(pids[1]); }, scaled(seconds(20))));
   std::this_thread::sleep_for(milliseconds(300));
-  ::kill(node1->pid(), SIGINT);
-  ASSERT_TRUE(wait_until(
-      [&] { return node1->err().find("received SIGINT while waiting") != std::string::npos; },
-      scaled(seconds(10))))
-      << node1->err();
-  std::this_thread::sleep_for(milliseconds(600));  // past the repeat window
-  ::kill(node1->pid(), SIGINT);
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice_while_waiting(*node1));
   const int status1 = node1->wait_or_fail(scaled(seconds(10)));
   EXPECT_EQ(WEXITSTATUS(status1), 130) << node1->err();
   EXPECT_NE(node1->err().find("received SIGINT again; left without the job's verdict"),
@@ -409,10 +418,7 @@ TEST_F(MultiNodeTest, AnInterruptWhileANodeWaitsAfterItsFailureKeepsTheFailuresS
                           {"--max-restarts", "1", "--grace-period", "4"});
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--wait-peers", "--do", "exit:3"},
                           {"--max-restarts", "1", "--grace-period", "4"});
-  ASSERT_TRUE(wait_until(
-      [&] { return node0->err().find("exited with code 3; stopping") != std::string::npos; },
-      scaled(seconds(30))))
-      << node0->err();
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
   std::this_thread::sleep_for(milliseconds(500));  // node 1 is waiting for the verdict
   ::kill(node1->pid(), SIGTERM);
   const int status1 = node1->wait_or_fail(scaled(seconds(30)));
@@ -447,10 +453,7 @@ TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
   auto node1 = start_node(1, 2, 1,
                           {"--pid-dir", pids_.path(), "--wait-peers", "--do", "fail-attempts:1:3"},
                           {"--max-restarts", "1", "--grace-period", "2"});
-  ASSERT_TRUE(wait_until(
-      [&] { return node0->err().find("exited with code 3; stopping") != std::string::npos; },
-      scaled(seconds(30))))
-      << node0->err();
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
   ASSERT_EQ(::kill(server, SIGSTOP), 0);
   std::this_thread::sleep_for(milliseconds(3000));  // node 0's attempt ends meanwhile
   ::kill(node1->pid(), SIGINT);
@@ -472,18 +475,9 @@ TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsAfterItsFailureLeavesWithIt
                           {"--grace-period", "30"});
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--wait-peers", "--do", "exit:3"},
                           {"--grace-period", "30"});
-  ASSERT_TRUE(wait_until(
-      [&] { return node0->err().find("exited with code 3; stopping") != std::string::npos; },
-      scaled(seconds(30))))
-      << node0->err();
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
   std::this_thread::sleep_for(milliseconds(300));
-  ::kill(node1->pid(), SIGINT);
-  ASSERT_TRUE(wait_until(
-      [&] { return node1->err().find("received SIGINT while waiting") != std::string::npos; },
-      scaled(seconds(10))))
-      << node1->err();
-  std::this_thread::sleep_for(milliseconds(600));
-  ::kill(node1->pid(), SIGINT);
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice_while_waiting(*node1));
   EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(10)))), 3) << node1->err();
   EXPECT_NE(node1->err().find("exited with code 3"), std::string::npos) << node1->err();
   for (int k = 0; k < 2; ++k) {  // node 0: its own interrupts, the second kills now
@@ -504,14 +498,8 @@ TEST_F(MultiNodeTest, TheMastersSecondInterruptWhileWaitingLeavesAtOnce) {
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_TRUE(wait_until([&] { return !process_alive(pids[0]); }, scaled(seconds(20))));
   std::this_thread::sleep_for(milliseconds(300));
-  ::kill(node0->pid(), SIGINT);
-  ASSERT_TRUE(wait_until(
-      [&] { return node0->err().find("received SIGINT while waiting") != std::string::npos; },
-      scaled(seconds(10))))
-      << node0->err();
-  std::this_thread::sleep_for(milliseconds(600));
+  ASSERT_NO_FATAL_FAILURE(interrupt_twice_while_waiting(*node0));
   const auto second = std::chrono::steady_clock::now();
-  ::kill(node0->pid(), SIGINT);
   EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(20)))), 130) << node0->err();
   EXPECT_LT(std::chrono::steady_clock::now() - second, scaled(seconds(3))) << node0->err();
   // Node 1 loses its master and stops its replica (SIGKILL after its 2 s grace period).
@@ -528,10 +516,7 @@ TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
   auto node1 = start_node(1, 2, 1,
                           {"--pid-dir", pids_.path(), "--wait-peers", "--do", "ignore-term:15"},
                           {"--max-restarts", "1", "--grace-period", "3"});
-  ASSERT_TRUE(wait_until(
-      [&] { return node1->err().find("exited with code 3; stopping") != std::string::npos; },
-      scaled(seconds(30))))
-      << node1->err();
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(*node1, "exited with code 3; stopping"));
   ::kill(node1->pid(), SIGINT);
   const int status1 = node1->wait_or_fail(scaled(seconds(30)));
   const int status0 = node0->wait_or_fail(scaled(seconds(30)));
