@@ -293,11 +293,15 @@ std::string JobCoordinator::describe(const Candidate& root, Clock::time_point no
   if (candidates_.size() - 1 > shown) {
     text += fmt::format("xla-spawn: also: {} more failure report(s)\n", candidates_.size() - 1 - shown);
   }
-  // A node that was done before anything failed did fewer collectives than the others; not
-  // a hint worth giving when the failure is an interruption (often of that very node, whose
-  // user stopped waiting).
+  // A node that was done before anything failed did fewer collectives than the others: a hint
+  // when a replica failed or a deadline passed, the ways a collective with a missing member
+  // ends. Not when a person interrupted (often that very node, whose user stopped waiting), a
+  // node was lost or a launcher found corruption: none of those says anything about programs.
+  const bool may_be_a_mismatch = root.failed.kind == FailureKind::kExited ||
+                                 root.failed.kind == FailureKind::kSignalled ||
+                                 root.failed.kind == FailureKind::kTimedOut;
   for (size_t k = 0; k < nodes_.size(); ++k) {
-    if (!nodes_[k].finished_first || root.failed.kind == FailureKind::kInterrupted) continue;
+    if (!nodes_[k].finished_first || !may_be_a_mismatch) continue;
     text += fmt::format("xla-spawn: node {} (host {}) had finished, every replica exiting 0, before "
                         "this failure (if that was in a collective, the nodes may have run "
                         "different programs or arguments)\n",

@@ -181,6 +181,21 @@ TEST_F(CoordinatorTest, ALostNodeEndsTheJobWithoutARestart) {
       << end->summary;
 }
 
+// Node 0 finished; node 1's launcher was then SIGKILLed. Nothing suggests that the nodes ran
+// different programs, so the summary says only that node 1 was lost.
+TEST_F(CoordinatorTest, ALostNodeAfterAnotherFinishedGivesNoHintOfDifferentPrograms) {
+  join_all();
+  EXPECT_TRUE(job_.on_attempt_done(0, {0, 0}, now_).empty());
+  const std::vector<Outgoing> out = job_.on_lost(1, "connection reset", 10, now_);
+  ASSERT_FALSE(out.empty());
+  ASSERT_TRUE(std::holds_alternative<End>(out.back().message)) << "the job waits for a lost node";
+  const End& end = std::get<End>(out.back().message);
+  EXPECT_EQ(end.exit_code, kJobFailedExitCode);
+  EXPECT_NE(end.summary.find("node 1 (host host1, 198.18.0.2) lost"), std::string::npos)
+      << end.summary;
+  EXPECT_EQ(end.summary.find("had finished"), std::string::npos) << end.summary;
+}
+
 // An interruption before the other failures is their cause: it outranks them, even when
 // their reports arrived first, and nothing restarts.
 TEST_F(CoordinatorTest, AnInterruptionOutranksTheFailuresAfterItAndIsNotRestarted) {
