@@ -74,6 +74,9 @@ int run(int argc, const char* const* argv) {
   // it) exits kExitCommandNotFound naming it.
   const xs::ExecCommand command{xs::resolve_command(cl.command[0]), cl.command};
   const xs::ReplicaBody unused_body = [](int) { ::_exit(xs::kExitCommandNotFound); };
+  // Its settings are checked (and stale segments swept) before a multi-node job forms: a node
+  // with a bad setting fails at once instead of after every node has joined.
+  xs::SegmentResources segment;
   // A multi-node job forms before anything is started here: a node that cannot join starts
   // no replica.
   std::unique_ptr<xs::NodeSession> session;
@@ -90,7 +93,6 @@ int run(int argc, const char* const* argv) {
     }
     options.peers = session.get();
   }
-  xs::SegmentResources segment;
   // Forked before any replica, so it holds none of their pipes; removes the segment and kills
   // the replicas' groups if this process dies without doing so (SIGKILL, OOM kill).
   xs::SegmentMonitor monitor(&segment);

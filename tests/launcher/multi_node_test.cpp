@@ -219,6 +219,19 @@ TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
   EXPECT_NE(node2->err().find("node(s) 1 never registered"), std::string::npos) << node2->err();
 }
 
+// A node with a bad segment setting fails at once, before it joins: not after every node has
+// come (or at the rendezvous deadline, when the master is not there yet).
+TEST_F(MultiNodeTest, ABadSegmentSettingFailsTheNodeBeforeItJoins) {
+  ScopedEnv arena("XLA_SPAWN_ARENA_BYTES", "lots");
+  auto node1 = start_node(1, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "60"});
+  const int status = node1->wait_or_fail(scaled(seconds(10)));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << node1->err();
+  EXPECT_NE(node1->err().find("XLA_SPAWN_ARENA_BYTES='lots': expected an integer"),
+            std::string::npos)
+      << node1->err();
+  EXPECT_EQ(node1->err().find("joining the job"), std::string::npos) << node1->err();
+}
+
 // kill -USR1 (the hang report) during the rendezvous, to the launcher and to its rendezvous
 // server (as `kill -USR1 %1` reaches the job's group): neither dies of it; the rendezvous
 // still ends with its own timeout.
