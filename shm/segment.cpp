@@ -135,8 +135,14 @@ void check_in(shm::OrdinalSlot& slot, const std::string& name, int ordinal) {
   int32_t seen = slot.pid.load(std::memory_order_acquire);
   while (seen != me) {
     if (seen != 0 && process_alive(seen)) {
+      // A replica's child (a forked worker, a subprocess handed the environment) is no
+      // replica: only the process xla-spawn started joins as its ordinal.
+      const bool parent = seen == static_cast<int32_t>(::getppid());
       throw InvalidArgument(fmt::format(
-          "segment {}: ordinal {} is already checked in by live pid {}", name, ordinal, seen));
+          "segment {}: ordinal {} is already checked in by live pid {}{}", name, ordinal, seen,
+          parent ? " (this process's parent: a replica's child cannot join its job; only the "
+                   "replica itself calls init)"
+                 : ""));
     }
     if (slot.pid.compare_exchange_weak(seen, me, std::memory_order_acq_rel)) break;
   }

@@ -168,6 +168,28 @@ TEST(SegmentTest, AnOrdinalHeldByALiveProcessCannotBeTakenAgain) {
   EXPECT_THROW(Segment::attach(owned.name(), 0, 2, id), InvalidArgument);
 }
 
+// A replica's forked child that calls init() as the replica's ordinal is told why it cannot.
+TEST(SegmentTest, AReplicasChildTakingItsOrdinalIsToldItIsTheChild) {
+  const std::string id = job_id();
+  OwnedSegment owned(id, 2, kStaging);
+  Segment replica = Segment::attach(owned.name(), 0, 2, id);
+  const testing::ChildOutcome child = testing::run_in_child([&] {
+    try {
+      Segment::attach(owned.name(), 0, 2, id);
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      const bool named = what.find(fmt::format("checked in by live pid {} (this process's parent: "
+                                               "a replica's child cannot join its job",
+                                               ::getppid())) != std::string::npos;
+      if (!named) std::cerr << what << "\n";
+      return named ? 0 : 1;
+    }
+    return 3;
+  });
+  ASSERT_FALSE(child.hung);
+  EXPECT_EQ(child.exit_code, 0) << "1: the message does not say so, 3: the child took the ordinal";
+}
+
 TEST(SegmentTest, PoisonKeepsTheFirstReason) {
   const std::string id = job_id();
   OwnedSegment owned(id, 2, kStaging);
