@@ -114,6 +114,7 @@ std::vector<Outgoing> JobCoordinator::record(int node, Failed failed, Clock::tim
   std::vector<Outgoing> out;
   if (phase_ == Phase::kRunning) {
     phase_ = Phase::kStopping;
+    stopping_since_ = now;
     const Candidate& first = candidates_.back();
     out.push_back({Outgoing::kEveryNode,
                    Stop{static_cast<uint32_t>(attempt_),
@@ -223,6 +224,7 @@ std::vector<Outgoing> JobCoordinator::maybe_end_attempt(Clock::time_point now) {
   }
   phase_ = Phase::kRunning;
   attempt_started_ = now;
+  stopping_since_ = Clock::time_point::max();
   return {{Outgoing::kEveryNode, Next{static_cast<uint32_t>(attempt_), std::move(cause)}}};
 }
 
@@ -273,7 +275,9 @@ std::string JobCoordinator::who(const Candidate& c) const {
 }
 
 std::string JobCoordinator::describe(const Candidate& root, Clock::time_point now) const {
-  const double elapsed_s = std::chrono::duration<double>(now - attempt_started_).count();
+  // Until the job began to stop, not until the last node was done (the grace period).
+  const double elapsed_s =
+      std::chrono::duration<double>(std::min(now, stopping_since_) - attempt_started_).count();
   std::string text = fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {} {}\n",
                                  config_.job_id, attempt_, elapsed_s, who(root),
                                  root.failed.description);

@@ -109,6 +109,7 @@ class JobCoordinator {
   Phase phase_ = Phase::kJoining;
   Clock::time_point joining_deadline_;
   Clock::time_point attempt_started_;
+  Clock::time_point stopping_since_ = Clock::time_point::max();  // the attempt's first failure
   int attempt_ = 0;
   std::vector<NodeState> nodes_;
   std::vector<Candidate> candidates_;  // failures of the current attempt, in arrival order

@@ -1,5 +1,6 @@
 #include "xla_spawn/launcher/options.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -30,7 +31,7 @@ po::options_description describe_options() {
       ("help,h", "show this help and exit")
       ("version", "print the version and exit")
       ("nprocs,n", po::value<std::string>()->value_name("N"),
-       "number of replicas on this node, 1..1024 (default: the number of CPUs; -np also "
+       "number of replicas on this node, 1..1024 (default: the CPUs it may use; -np also "
        "works)")
       ("no-prefix", po::bool_switch(), "do not prefix console lines with \"[ordinal] \"")
       ("timestamp", po::bool_switch(), "prefix each line with the local time HH:MM:SS.mmm")
@@ -200,7 +201,12 @@ std::vector<bool> resolve_shown_ordinals(const std::string& spec, int first_ordi
 }
 
 int default_nprocs() {
-  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  // The CPUs this process may use (taskset, a container's cpuset), as nproc counts them; all
+  // online CPUs only when the set does not fit cpu_set_t (more than 1024).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long cpus = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                  : ::sysconf(_SC_NPROCESSORS_ONLN);
   return static_cast<int>(std::clamp<long>(cpus, 1, kMaxLocalWorldSize));
 }
 

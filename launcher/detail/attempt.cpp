@@ -551,6 +551,7 @@ void Attempt::stop_all(int signo) {
     signal_replica(r.pid, SIGCONT);
     r.signalled = true;
   }
+  if (!stopping_since_) stopping_since_ = Clock::now();
   if (!kill_deadline_) kill_deadline_ = Clock::now() + job_.options->grace;
 }
 
@@ -633,7 +634,9 @@ std::string Attempt::details() const {
 }
 
 std::string Attempt::headline() const {
-  const double elapsed_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  // Until the attempt began to stop, not until its last replica was reaped (the grace period).
+  const double elapsed_s =
+      std::chrono::duration<double>(stopping_since_.value_or(Clock::now()) - started_).count();
   if (reason_ == StopReason::kTimeout) {
     return fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
                        job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s,
@@ -657,6 +660,7 @@ std::string Attempt::headline() const {
       fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: ordinal {} {}\n",
                   job_.job_id, attempt_, elapsed_s, ordinal, describe(root));
   const auto& tail = job_.mux->tail(root.ordinal);
+  if (tail.empty()) return text + fmt::format("xla-spawn: ordinal {} printed nothing\n", ordinal);
   text += fmt::format("xla-spawn: last {} line(s) of ordinal {}:\n", tail.size(), ordinal);
   for (const std::string& line : tail) text += fmt::format("  [{}] {}\n", ordinal, line);
   return text;

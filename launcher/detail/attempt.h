@@ -128,6 +128,7 @@ class Attempt {
   int stop_signal_ = 0;                              // this node's interrupt (kSignal)
   Clock::time_point stop_signal_at_{};              // when it was handled
   bool interrupted_ = false;  // a SIGINT, SIGTERM or SIGHUP was handled (the next kills)
+  std::optional<Clock::time_point> stopping_since_;  // the first stop_all
   std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
   Clock::time_point started_;

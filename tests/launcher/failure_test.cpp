@@ -299,6 +299,27 @@ TEST(SummaryTest, ShowsTheLastTwentyLinesOfTheRootCause) {
   EXPECT_EQ(r.err.find("  [0] line 10\n"), std::string::npos) << r.err;
 }
 
+// "failed after" is the time to the failure, not to the end of the grace period that the
+// others took; a root cause that printed nothing is said so, without an empty heading.
+TEST(SummaryTest, TheFailureTimeLeavesOutTheGracePeriodAndSilenceIsNamed) {
+  TempDir dir;
+  // Ordinal 0 fails once ordinal 1 ignores SIGTERM (at most 10 s).
+  const std::string ready = dir / "ready";
+  const RunResult r = run_xla_spawn(
+      {"-n", "2", "--grace-period", "2", "--", "/bin/sh", "-c",
+       fmt::format("if [ \"$RANK\" = 0 ]; then for i in $(seq 1000); do [ -e {0} ] && exit 3; "
+                   "sleep 0.01; done; exit 4; fi; trap '' TERM; touch {0}; sleep 30",
+                   ready)});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_GE(r.seconds, 2.0) << r.err;
+  const size_t at = r.err.find("attempt 0 failed after ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const double failed_after = std::stod(r.err.substr(at + 23));
+  EXPECT_LT(failed_after, 1.9) << r.err;
+  EXPECT_NE(r.err.find("xla-spawn: ordinal 0 printed nothing\n"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("last 0 line(s)"), std::string::npos) << r.err;
+}
+
 TEST(RestartTest, WithoutRestartsTheFirstFailureIsFinal) {
   const RunResult r = run_xla_spawn(
       {"-n", "2", "--", helper_path(), "--do", "exit:0", "--for", "1=fail-attempts:1:3"});

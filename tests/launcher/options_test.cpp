@@ -2,6 +2,9 @@
 
 #include "xla_spawn/launcher/options.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -31,6 +34,23 @@ TEST(OptionsTest, DefaultsFollowTheDocumentation) {
   EXPECT_EQ(cl.supervisor.timeout.count(), 0);
   EXPECT_EQ(cl.supervisor.max_restarts, 0);
   EXPECT_EQ(cl.supervisor.bind_cores, CoreBinding::kAuto);
+}
+
+// Under taskset or a container's cpuset the default is the CPUs xla-spawn may use, not every
+// CPU online.
+TEST(OptionsTest, TheDefaultReplicaCountIsTheCpusThisProcessMayUse) {
+  cpu_set_t saved;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof saved, &saved), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  const int nprocs = parse({"--", "train"}).nprocs;
+  ASSERT_EQ(::sched_setaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(nprocs, 1);
+  EXPECT_EQ(parse({"--", "train"}).nprocs, std::min(CPU_COUNT(&saved), 1024));
 }
 
 TEST(OptionsTest, EveryOptionIsParsed) {
