@@ -125,6 +125,16 @@ void Trainer::resume() {
         "differ)",
         options_.checkpoint, view.meta_int("seed"), options_.seed));
   }
+  // A checkpoint of another training set resumes into another data order, even when its
+  // batch falls inside an epoch here (older checkpoints do not say; the epoch checks below
+  // are all they get).
+  if (view.metadata.contains("train_samples") &&
+      view.meta_int("train_samples") != train_data_->n_samples) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint {} was trained on {} training samples, this run uses {} (--train-samples; "
+        "the data order would differ)",
+        options_.checkpoint, view.meta_int("train_samples"), train_data_->n_samples));
+  }
   start_epoch_ = view.meta_int("epoch");
   start_batch_ = view.meta_int("batch");
   global_step_ = view.meta_int("global_step");
@@ -154,6 +164,7 @@ void Trainer::save(int64_t epoch, int64_t next_batch) {
             {"global_step", global_step_},
             {"global_batch", options_.batch_size * xm::world_size()},
             {"seed", static_cast<int64_t>(options_.seed)},
+            {"train_samples", train_data_->n_samples},
             {"model", options_.model},
             {"optimizer", options_.optimizer}});
 }
