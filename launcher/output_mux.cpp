@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <ctime>
@@ -83,6 +84,10 @@ OutputMux::OutputMux(const OutputOptions& options, int world_size)
   XS_CHECK_ARG(options_.shown.empty() || options_.shown.size() == static_cast<size_t>(world_size),
                "OutputOptions::shown has {} entries for world size {}", options_.shown.size(),
                world_size);
+  const auto shown = options_.shown.empty()
+                         ? world_size
+                         : std::count(options_.shown.begin(), options_.shown.end(), true);
+  console_has_one_writer_ = shown == 1;
   if (options_.log_dir.empty()) return;
   if (const std::string link = foreign_symlink(options_.log_dir); !link.empty()) {
     // Its owner would choose where the replicas' output goes.
@@ -134,7 +139,7 @@ void OutputMux::on_eof(int ordinal, ReplicaStream stream) {
   if (!scratch_.empty()) emit(ordinal, stream, scratch_);
 }
 
-void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::string>& lines) {
+void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<LinePiece>& pieces) {
   const auto k = static_cast<size_t>(ordinal);
   const std::string stamp = options_.timestamp ? timestamp_now() : std::string();
   const std::string prefix =
@@ -142,23 +147,41 @@ void OutputMux::emit(int ordinal, ReplicaStream stream, const std::vector<std::s
   const bool shown = options_.shown.empty() || options_.shown[k];
   std::string console;
   std::string file_text;
-  for (const std::string& line : lines) {
-    // A replica's stack (shm/stack_dump.h): counted, so the hang report knows when it is whole.
-    if (stream == ReplicaStream::kStderr) {
-      if (const std::optional<int> frames = stack_header_frames(line)) {
-        ++stacks_begun_;
-        frames_pending_ += *frames;
-      } else if (frames_pending_ > 0 && line.starts_with(kFrameLinePrefix)) {
-        --frames_pending_;
+  for (const LinePiece& piece : pieces) {
+    const std::string& line = piece.text;
+    if (piece.starts_line) {
+      // A replica's stack (shm/stack_dump.h): counted, so the hang report knows when it is
+      // whole.
+      if (stream == ReplicaStream::kStderr) {
+        if (const std::optional<int> frames = stack_header_frames(line)) {
+          ++stacks_begun_;
+          frames_pending_ += *frames;
+        } else if (frames_pending_ > 0 && line.starts_with(kFrameLinePrefix)) {
+          --frames_pending_;
+        }
       }
+      tails_[k].push_back(line.substr(0, kTailLineBytes));
+      if (tails_[k].size() > options_.tail_lines) tails_[k].pop_front();
     }
-    if (shown) console.append(prefix).append(line).push_back('\n');
-    if (!log_files_.empty()) file_text.append(stamp).append(line).push_back('\n');
+    // A line longer than the cap goes on where its piece stopped, unless other replicas
+    // write to the same console: then each piece is a line of its own, since waiting for the
+    // rest of the line would hold up their output.
+    if (shown && console_has_one_writer_) {
+      if (piece.starts_line) console.append(prefix);
+      console.append(line);
+      if (piece.ends_line) console.push_back('\n');
+    } else if (shown) {
+      console.append(prefix).append(line).push_back('\n');
+    }
+    if (!log_files_.empty()) {  // one file per ordinal: its lines stay whole
+      if (piece.starts_line) file_text.append(stamp);
+      file_text.append(line);
+      if (piece.ends_line) file_text.push_back('\n');
+    }
     if (options_.on_line) options_.on_line(ordinal, stream, line);
-    tails_[k].push_back(line.substr(0, kTailLineBytes));
-    if (tails_[k].size() > options_.tail_lines) tails_[k].pop_front();
   }
-  // One write per batch: whole lines only, so concurrent replicas never split a line.
+  // One write per batch: whole lines (or pieces of one over the cap) only, so concurrent
+  // replicas never split a line.
   if (!console.empty()) {
     write_all(stream == ReplicaStream::kStdout ? options_.stdout_fd : options_.stderr_fd, console);
   }

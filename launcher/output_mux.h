@@ -31,7 +31,8 @@ struct OutputOptions {
   std::vector<bool> shown;
   std::string log_dir;     // non-empty: DIR/ordinal-<k>.log gets every line (created if missing)
   size_t tail_lines = 20;  // lines kept per ordinal for the failure summary
-  // Called for every line (without '\n'), shown or not; for tests and embedding.
+  // Called for every line (without '\n'), shown or not, and for each 64 KiB piece of a longer
+  // one; for tests and embedding.
   std::function<void(int ordinal, ReplicaStream stream, std::string_view line)> on_line;
   int stdout_fd = 1;  // console: replica stdout lines go here...
   int stderr_fd = 2;  // ...and replica stderr lines and xla-spawn's own messages here
@@ -66,14 +67,15 @@ class OutputMux {
   void report(std::string_view text) const;
 
  private:
-  void emit(int ordinal, ReplicaStream stream, const std::vector<std::string>& lines);
+  void emit(int ordinal, ReplicaStream stream, const std::vector<LinePiece>& pieces);
 
   OutputOptions options_;
   std::vector<LineSplitter> splitters_;  // [2 * ordinal + stream]
   std::vector<std::deque<std::string>> tails_;
   std::vector<FILE*> log_files_;  // empty without --log-dir
   std::vector<bool> log_failed_;  // a write to the ordinal's log failed: it is written no more
-  std::vector<std::string> scratch_;
+  std::vector<LinePiece> scratch_;
+  bool console_has_one_writer_ = false;  // one ordinal shown: a long line stays whole there too
   int stacks_begun_ = 0;
   int frames_pending_ = 0;
 };

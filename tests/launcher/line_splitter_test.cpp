@@ -20,39 +20,56 @@ namespace {
 
 using Lines = std::vector<std::string>;
 
+// The texts of whole lines (every piece here must be one).
+Lines texts(const std::vector<LinePiece>& pieces) {
+  Lines lines;
+  for (const LinePiece& p : pieces) {
+    EXPECT_TRUE(p.starts_line && p.ends_line) << p.text;
+    lines.push_back(p.text);
+  }
+  return lines;
+}
+
 TEST(LineSplitterTest, CompletesLinesAcrossChunks) {
   LineSplitter splitter;
-  Lines lines;
-  splitter.feed("ab", lines);
-  EXPECT_TRUE(lines.empty());
-  splitter.feed("c\nde\n\nf", lines);
-  EXPECT_EQ(lines, (Lines{"abc", "de", ""}));
+  std::vector<LinePiece> pieces;
+  splitter.feed("ab", pieces);
+  EXPECT_TRUE(pieces.empty());
+  splitter.feed("c\nde\n\nf", pieces);
+  EXPECT_EQ(texts(pieces), (Lines{"abc", "de", ""}));
   EXPECT_TRUE(splitter.has_partial());
-  splitter.finish(lines);
-  EXPECT_EQ(lines, (Lines{"abc", "de", "", "f"}));
-  splitter.finish(lines);  // nothing pending: nothing added
-  EXPECT_EQ(lines.size(), 4u);
+  splitter.finish(pieces);
+  EXPECT_EQ(texts(pieces), (Lines{"abc", "de", "", "f"}));
+  splitter.finish(pieces);  // nothing pending: nothing added
+  EXPECT_EQ(pieces.size(), 4u);
 }
 
 TEST(LineSplitterTest, EveryChunkingGivesTheSameLines) {
   const std::string text = "first line\nsecond\n\nthird one is longer\nlast";
   for (size_t chunk = 1; chunk <= text.size(); ++chunk) {
     LineSplitter splitter;
-    Lines lines;
-    for (size_t at = 0; at < text.size(); at += chunk) splitter.feed(text.substr(at, chunk), lines);
-    splitter.finish(lines);
-    EXPECT_EQ(lines, (Lines{"first line", "second", "", "third one is longer", "last"}))
+    std::vector<LinePiece> pieces;
+    for (size_t at = 0; at < text.size(); at += chunk) splitter.feed(text.substr(at, chunk), pieces);
+    splitter.finish(pieces);
+    EXPECT_EQ(texts(pieces), (Lines{"first line", "second", "", "third one is longer", "last"}))
         << "chunk " << chunk;
   }
 }
 
-TEST(LineSplitterTest, OverlongLineIsCutAtTheCap) {
+// Pieces of a line over the cap say where the line starts and ends, so that a writer can put
+// it back together.
+TEST(LineSplitterTest, AnOverlongLineComesInPiecesThatSayWhereItStartsAndEnds) {
   LineSplitter splitter(4);
-  Lines lines;
-  splitter.feed("abcdefghij\nxy", lines);
-  EXPECT_EQ(lines, (Lines{"abcd", "efgh", "ij"}));
-  splitter.feed("zw", lines);
-  EXPECT_EQ(lines, (Lines{"abcd", "efgh", "ij", "xyzw"}));
+  std::vector<LinePiece> pieces;
+  splitter.feed("abcdefghij\nxy", pieces);
+  EXPECT_EQ(pieces, (std::vector<LinePiece>{
+                        {"abcd", true, false}, {"efgh", false, false}, {"ij", false, true}}));
+  splitter.feed("zw", pieces);
+  EXPECT_EQ(pieces.back(), (LinePiece{"xyzw", true, false}));
+  EXPECT_TRUE(splitter.has_partial());
+  splitter.finish(pieces);  // cut exactly at the cap: the end still comes
+  EXPECT_EQ(pieces.back(), (LinePiece{"", false, true}));
+  EXPECT_FALSE(splitter.has_partial());
 }
 
 TEST(ReplicaEnvTest, OursAndTorchrunsNamesAndExtrasLast) {

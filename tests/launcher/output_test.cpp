@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/launcher/launch_support.h"
@@ -104,6 +105,42 @@ TEST(OutputTest, LogDirKeepsEveryOrdinalsLinesWhileShowOrdinalsFiltersTheConsole
     EXPECT_NE(text.find("err " + kk + "\n"), std::string::npos) << text;
     EXPECT_EQ(text.find('['), std::string::npos) << "log files carry no prefix: " << text;
   }
+}
+
+// A line far over the 64 KiB cap stays whole in the log files and on a console that shows one
+// replica; on a console that several share, it comes in 64 KiB lines, each all of one replica.
+TEST(OutputTest, AnOverlongLineStaysWholeWhereNoOtherReplicaWritesAndNeverMixes) {
+  TempDir dir;
+  const std::vector<std::string> command = {
+      "--", "/bin/sh", "-c", "head -c 200000 /dev/zero | tr '\\0' \"$RANK\"; echo; echo done"};
+  std::vector<std::string> one = {"-n", "2", "--log-dir", dir.path(), "--show-ordinals", "0"};
+  one.insert(one.end(), command.begin(), command.end());
+  RunResult r = run_xla_spawn(one);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.out == "[0] " + std::string(200000, '0') + "\n[0] done\n")
+      << r.out.size() << " bytes: " << r.out.substr(0, 100);
+  for (int k = 0; k < 2; ++k) {
+    const std::string log = read_file(dir / fmt::format("ordinal-{}.log", k));
+    EXPECT_TRUE(log == std::string(200000, static_cast<char>('0' + k)) + "\ndone\n")
+        << log.size() << " bytes";
+  }
+  std::vector<std::string> shared = {"-n", "2"};
+  shared.insert(shared.end(), command.begin(), command.end());
+  r = run_xla_spawn(shared);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  size_t digits[2] = {0, 0};
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.ends_with("done")) continue;
+    ASSERT_TRUE(line.starts_with("[0] ") || line.starts_with("[1] ")) << line.substr(0, 100);
+    const char own = line[1];
+    const std::string text = line.substr(4);
+    EXPECT_LE(text.size(), size_t{64} << 10);
+    EXPECT_EQ(text.find_first_not_of(own), std::string::npos) << "mixed: " << line.substr(0, 100);
+    digits[own - '0'] += text.size();
+  }
+  EXPECT_EQ(digits[0], 200000u);
+  EXPECT_EQ(digits[1], 200000u);
 }
 
 // A log file is never reached through a symlink planted in the log directory (the target
