@@ -28,16 +28,21 @@
 
 namespace {
 
-// While a node waits in the rendezvous (before any replica exists), Ctrl-C, SIGTERM or SIGHUP
-// end xla-spawn as they would by default, but say so first. The master sees this node's
-// connection close and names it as having left.
+// While a node waits in the rendezvous (before any replica exists), Ctrl-C, SIGTERM, SIGHUP or
+// SIGQUIT end xla-spawn as they would by default, but say so first (a SIGHUP ignored under
+// nohup stays ignored). The master sees this node's connection close and names it as having
+// left.
 class RendezvousInterrupt {
  public:
   RendezvousInterrupt() {
     struct sigaction action {};
     action.sa_handler = &RendezvousInterrupt::on_signal;
     sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+    for (size_t i = 0; i < std::size(kSignals); ++i) {
+      ::sigaction(kSignals[i], nullptr, &previous_[i]);
+      if (kSignals[i] == SIGHUP && previous_[i].sa_handler == SIG_IGN) continue;  // nohup
+      ::sigaction(kSignals[i], &action, nullptr);
+    }
   }
   ~RendezvousInterrupt() {
     for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
@@ -46,7 +51,7 @@ class RendezvousInterrupt {
   RendezvousInterrupt& operator=(const RendezvousInterrupt&) = delete;
 
  private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
   static void on_signal(int signal) {  // async-signal-safe: write, then the default death
     static constexpr char kMessage[] =
         "xla-spawn: interrupted during the rendezvous; no replica was started\n";

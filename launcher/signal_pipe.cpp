@@ -44,7 +44,11 @@ SignalPipe::SignalPipe() {
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &action, &previous_[i]);
+  for (int i = 0; i < kCount; ++i) {
+    ::sigaction(kSignals[i], nullptr, &previous_[i]);
+    if (kSignals[i] == SIGHUP && previous_[i].sa_handler == SIG_IGN) continue;  // nohup
+    ::sigaction(kSignals[i], &action, nullptr);
+  }
   struct sigaction child_default {};
   child_default.sa_handler = SIG_DFL;
   sigemptyset(&child_default.sa_mask);

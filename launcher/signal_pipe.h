@@ -1,8 +1,8 @@
 #pragma once
-// Turns SIGINT, SIGTERM, SIGHUP, SIGTSTP (Ctrl-Z) and SIGUSR1 (the hang report) into bytes on
-// a pipe while it lives, so
-// the supervisor's poll() loop sees them like any other event (the self-pipe trick;
-// async-signal-safe).
+// Turns SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP (Ctrl-Z) and SIGUSR1 (the hang report) into
+// bytes on a pipe while it lives, so the supervisor's poll() loop sees them like any other
+// event (the self-pipe trick; async-signal-safe). A SIGHUP ignored when it is made stays
+// ignored: the program was started under nohup, to outlive its terminal.
 // Also puts SIGCHLD back to SIG_DFL meanwhile: with SIG_IGN the kernel would reap the
 // replicas itself and their exit statuses would be lost.
 //
@@ -32,8 +32,8 @@ class SignalPipe {
   // Queues `signo` as if it had been delivered again: the next drain() returns it.
   void replay(int signo);
 
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGTSTP, SIGUSR1};
-  static constexpr int kCount = 5;
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGUSR1};
+  static constexpr int kCount = 6;
 
  private:
   int read_fd_ = -1;

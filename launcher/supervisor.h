@@ -2,7 +2,7 @@
 // The supervisor behind both xla-spawn and spawn(fn): forks N replicas, multiplexes their
 // output line-whole, and tears the job down fail-fast. The first replica to exit non-zero
 // or die by a signal is the root cause; the others get SIGTERM to their process group and
-// SIGKILL after the grace period. SIGINT/SIGTERM/SIGHUP received by the supervisor are
+// SIGKILL after the grace period. SIGINT/SIGTERM/SIGHUP/SIGQUIT received by the supervisor are
 // forwarded to every replica (SIGKILL after the grace period; a second signal kills at once).
 //
 //   xs::SupervisorOptions options;

@@ -90,8 +90,8 @@ class Attempt {
   void poll_once();
   void handle_signals();
   void suspend();  // SIGTSTP: the replicas stop with xla-spawn and continue with it
-  // This node's first SIGINT, SIGTERM or SIGHUP: remembered (the next one kills; the job is
-  // not restarted) and told to the other nodes.
+  // This node's first SIGINT, SIGTERM, SIGHUP or SIGQUIT: remembered (the next one kills; the
+  // job is not restarted) and told to the other nodes.
   void note_interrupt(int signo);
   void report_calls(const std::string& why, bool failing);  // the hang report, to stderr
   // Reads the replicas' pipes (only) until done() or kStackWait passed.
@@ -127,7 +127,7 @@ class Attempt {
   std::optional<int> root_;                          // ordinal of the root cause
   int stop_signal_ = 0;                              // this node's interrupt (kSignal)
   Clock::time_point stop_signal_at_{};              // when it was handled
-  bool interrupted_ = false;  // a SIGINT, SIGTERM or SIGHUP was handled (the next kills)
+  bool interrupted_ = false;  // an interrupting signal was handled (the next kills)
   std::optional<Clock::time_point> stopping_since_;  // the first stop_all
   std::optional<Clock::time_point> kill_deadline_;   // SIGKILL the rest when reached
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF

@@ -51,6 +51,9 @@ Launch::Launch(const std::vector<std::string>& args, bool raw) {
     const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(120);
+    // As from an interactive shell, whatever the test runner ignores (nohup, a background job
+    // of a script): the signal tests send these.
+    for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(signo, SIG_DFL);
     ::execv(ptrs[0], ptrs.data());
     ::_exit(121);
   }

@@ -238,11 +238,10 @@ void set_dispositions(const std::string& action) {
     std::signal(SIGTERM, SIG_IGN);
   }
   if (action.rfind("ignore-all", 0) == 0) {
-    std::signal(SIGINT, SIG_IGN);
-    std::signal(SIGHUP, SIG_IGN);
+    for (int signo : {SIGINT, SIGHUP, SIGQUIT}) std::signal(signo, SIG_IGN);
   }
   if (action.rfind("catch", 0) == 0) {
-    for (int signo : {SIGINT, SIGTERM, SIGHUP}) std::signal(signo, on_caught);
+    for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(signo, on_caught);
   }
   if (action.rfind("exit-on-term", 0) == 0) std::signal(SIGTERM, on_term_exit_1);
 }

@@ -40,7 +40,7 @@ TEST_P(ForwardTest, SignalToXlaSpawnIsForwardedToEveryReplica) {
   EXPECT_NE(run.err().find("interrupted by " + name), std::string::npos) << run.err();
 }
 
-INSTANTIATE_TEST_SUITE_P(Signals, ForwardTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
+INSTANTIATE_TEST_SUITE_P(Signals, ForwardTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
 
 class SecondSignalTest : public ::testing::TestWithParam<int> {};
@@ -72,8 +72,25 @@ TEST_P(SecondSignalTest, KillsReplicasThatIgnoreTheFirst) {
   EXPECT_NE(run.err().find("SIGKILL needed for 0-1"), std::string::npos) << run.err();
 }
 
-INSTANTIATE_TEST_SUITE_P(Signals, SecondSignalTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
+INSTANTIATE_TEST_SUITE_P(Signals, SecondSignalTest,
+                         ::testing::Values(SIGINT, SIGTERM, SIGHUP, SIGQUIT),
                          [](const auto& info) { return std::string(sigabbrev_np(info.param)); });
+
+// Started under nohup, xla-spawn keeps SIGHUP ignored: the job outlives its terminal.
+TEST(ForwardTest, UnderNohupAHangupLeavesTheJobRunning) {
+  const std::string nohup = "/usr/bin/nohup";
+  if (::access(nohup.c_str(), X_OK) != 0) GTEST_SKIP() << "needs " << nohup << " (coreutils)";
+  TempDir dir;
+  Launch run({nohup, xla_spawn_path(), "-n", "2", "--", helper_path(), "--pid-dir", dir.path(),
+              "--do", "sleep:1"},
+             /*raw=*/true);
+  ASSERT_EQ(wait_for_pids(dir.path(), 2, std::chrono::seconds(20)).size(), 2u);
+  ASSERT_EQ(::kill(run.pid(), SIGHUP), 0);
+  const int status = run.wait_or_fail(scaled(std::chrono::seconds(20)));
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << run.err();
+  EXPECT_EQ(run.err().find("SIGHUP"), std::string::npos) << run.err();
+}
 
 // A replica stopped (SIGSTOP) when the job is interrupted is continued to take the signal, and
 // ends at once instead of waiting out the grace period for SIGKILL.
