@@ -106,6 +106,7 @@ struct SpawnArgs {
   const char* path;
   char* const* argv;
   char* const* envp;
+  char* const* sh_argv;  // "/bin/sh", path, argv[1...]
 };
 
 // spawn_replica's child: the parent is suspended until this execs or exits.
@@ -113,6 +114,8 @@ int exec_child(void* arg) {
   const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
   set_up_child(*a.setup);  // also unblocks what spawn_replica blocked
   ::execve(a.path, a.argv, a.envp);
+  // An executable text file without "#!": run by /bin/sh, as a shell and execvp do.
+  if (errno == ENOEXEC) ::execve(a.sh_argv[0], a.sh_argv, a.envp);
   child_fail(a.path, "xla-spawn: cannot execute ");
 }
 
@@ -126,7 +129,11 @@ pid_t spawn_replica(const ChildSetup& setup, const ExecCommand& command) {
   std::vector<char*> argv;
   for (const std::string& arg : command.argv) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  const SpawnArgs args{&setup, command.path.c_str(), argv.data(), envp.data()};
+  std::string sh = "/bin/sh";
+  std::vector<char*> sh_argv = {sh.data(), const_cast<char*>(command.path.c_str())};
+  if (argv.size() > 1) sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());
+  if (sh_argv.back() != nullptr) sh_argv.push_back(nullptr);
+  const SpawnArgs args{&setup, command.path.c_str(), argv.data(), envp.data(), sh_argv.data()};
   // The child runs on a stack of its own; no handler of ours may run in it before it has
   // reset them, so every signal stays blocked across the clone (the child unblocks them).
   std::vector<std::byte> stack(size_t{64} << 10);

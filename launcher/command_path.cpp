@@ -1,5 +1,6 @@
 #include "xla_spawn/launcher/command_path.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,6 +39,31 @@ FileCheck check_file(const std::string& path) {
   throw CommandNotFound(fmt::format("command cannot be run: {}", name));
 }
 
+// A script's interpreter ("#!/usr/bin/python3 -u") must exist and be executable: else every
+// replica would fail to start with ENOENT, which names the script. Unreadable files (execute
+// permission only) and binaries are left to the kernel.
+void check_interpreter(const std::string& name, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return;
+  char head[256];
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  if (n < 2 || head[0] != '#' || head[1] != '!') return;
+  const std::string_view line(head + 2, static_cast<size_t>(n) - 2);
+  const size_t begin = line.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return;
+  const size_t end = line.find_first_of(" \t\n", begin);
+  if (end == std::string_view::npos) return;  // longer than we read: the kernel judges it
+  const std::string interpreter(line.substr(begin, end - begin));
+  const FileCheck check = check_file(interpreter);
+  if (check == FileCheck::kExecutable) return;
+  throw CommandNotFound(fmt::format(
+      "{}: bad interpreter {}: {}", name, interpreter,
+      check == FileCheck::kMissing     ? "no such file"
+      : check == FileCheck::kDirectory ? "a directory"
+                                       : "not executable"));
+}
+
 }  // namespace
 
 std::string resolve_command(const std::string& name) {
@@ -45,6 +71,7 @@ std::string resolve_command(const std::string& name) {
   if (name.find('/') != std::string::npos) {
     const FileCheck check = check_file(name);
     if (check != FileCheck::kExecutable) reject(name, check);
+    check_interpreter(name, name);
     return name;
   }
   const std::string path = env_string("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
@@ -59,7 +86,10 @@ std::string resolve_command(const std::string& name) {
         colon > start ? std::string_view(path).substr(start, colon - start) : ".";
     const std::string candidate = fmt::format("{}/{}", dir, name);
     const FileCheck check = check_file(candidate);
-    if (check == FileCheck::kExecutable) return candidate;
+    if (check == FileCheck::kExecutable) {
+      check_interpreter(name, candidate);
+      return candidate;
+    }
     if (check != FileCheck::kMissing && !worst_match) worst_match = check;
     start = colon + 1;
   }

@@ -19,7 +19,8 @@ class CommandNotFound : public InvalidArgument {
 // A name containing '/' is used as is; otherwise each PATH entry is tried in order
 // (PATH unset: "/usr/local/bin:/usr/bin:/bin"). Returns the path of a regular, executable
 // file; throws CommandNotFound saying which name and why (not found, a directory, not
-// executable).
+// executable, a script whose "#!" interpreter is missing or not executable). A text file
+// without "#!" is run by /bin/sh when started, as a shell does.
 std::string resolve_command(const std::string& name);
 
 }  // namespace xs

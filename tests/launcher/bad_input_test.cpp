@@ -105,6 +105,30 @@ TEST(BadInputTest, NonExecutableFileExits127NamingIt) {
   EXPECT_NE(r.err.find("command is not executable: " + script), std::string::npos) << r.err;
 }
 
+// A script whose interpreter is missing is named with it before any replica starts (it used
+// to fail in every replica with ENOENT, which named the script, an existing file).
+TEST(BadInputTest, AScriptsMissingInterpreterExits127NamingItBeforeAnythingStarts) {
+  TempDir dir;
+  const std::string script = dir / "script.sh";
+  std::ofstream(script) << "#!/no/such/interpreter -x\necho hi\n";
+  ::chmod(script.c_str(), 0755);
+  const RunResult r = run_xla_spawn({"-n", "2", "--", script});
+  EXPECT_EQ(r.exit_code, 127) << r.err;
+  EXPECT_EQ(r.err, "xla-spawn: " + script + ": bad interpreter /no/such/interpreter: no such file\n");
+}
+
+// An executable text file without "#!" runs under /bin/sh, as a shell runs it.
+TEST(BadInputTest, AScriptWithoutAnInterpreterLineRunsUnderSh) {
+  TempDir dir;
+  const std::string script = dir / "plain";
+  std::ofstream(script) << "echo \"$RANK says $1\"\n";
+  ::chmod(script.c_str(), 0755);
+  const RunResult r = run_xla_spawn({"-n", "2", "--", script, "hello"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] 0 says hello\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[1] 1 says hello\n"), std::string::npos) << r.out;
+}
+
 TEST(BadInputTest, DirectoryExits127NamingIt) {
   TempDir dir;
   const RunResult r = run_xla_spawn({"-n", "2", "--", dir.path()});
