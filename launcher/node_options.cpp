@@ -101,8 +101,9 @@ NodeOptions resolve_node_options(const NodeFlags& flags) {
     nodes.rdzv_timeout = std::chrono::seconds(seconds);
   }
   // Harmless on one node, but most likely a forgotten --nnodes: say so rather than run alone.
-  if (!flags.nnodes && !scheduled && (flags.node_rank || flags.master_addr || flags.master_port)) {
-    throw UsageError("--node-rank, --master-addr and --master-port need --nnodes N");
+  if (!flags.nnodes && !scheduled &&
+      (flags.node_rank || flags.master_addr || flags.master_port || flags.rdzv_timeout)) {
+    throw UsageError("--node-rank, --master-addr, --master-port and --rdzv-timeout need --nnodes N");
   }
   if (nodes.node >= nodes.nnodes) {
     if (!flags.nnodes) {

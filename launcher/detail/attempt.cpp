@@ -638,9 +638,16 @@ std::string Attempt::headline() const {
   const double elapsed_s =
       std::chrono::duration<double>(stopping_since_.value_or(Clock::now()) - started_).count();
   if (reason_ == StopReason::kTimeout) {
-    return fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
-                       job_.job_id, job_.options->timeout.count() / 1000.0, elapsed_s,
-                       kExitTimeout);
+    const double timeout_s = job_.options->timeout.count() / 1000.0;
+    if (attempt_ == 0) {
+      return fmt::format("xla-spawn: job {} timed out (--timeout {:.3g} s) after {:.2f} s; exit {}\n",
+                         job_.job_id, timeout_s, elapsed_s, kExitTimeout);
+    }
+    // The timeout covers the whole job, its restarts included.
+    return fmt::format(
+        "xla-spawn: job {} timed out (--timeout {:.3g} s, the whole job) during attempt {}, "
+        "{:.2f} s into it; exit {}\n",
+        job_.job_id, timeout_s, attempt_, elapsed_s, kExitTimeout);
   }
   if (reason_ == StopReason::kCorrupt) {
     return fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {}\n", job_.job_id,

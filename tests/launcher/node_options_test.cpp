@@ -70,6 +70,7 @@ TEST_F(NodeOptionsTest, BadCombinationsSayWhatIsMissing) {
   EXPECT_NE(usage_error({"2", "2", "a", {}, {}}).find("node rank 2"), std::string::npos);
   EXPECT_NE(usage_error({"2", "0", {}, {}, {}}).find("needs --master-addr"), std::string::npos);
   EXPECT_NE(usage_error({{}, "1", "a", {}, {}}).find("need --nnodes"), std::string::npos);
+  EXPECT_NE(usage_error({{}, {}, {}, {}, "30"}).find("need --nnodes"), std::string::npos);
   EXPECT_NE(usage_error({"0", {}, {}, {}, {}}).find("--nnodes"), std::string::npos);
   EXPECT_NE(usage_error({"2", "0", "a", "70000", {}}).find("--master-port"), std::string::npos);
   EXPECT_NE(usage_error({"2", "0", "a", {}, "0"}).find("--rdzv-timeout"), std::string::npos);
