@@ -43,7 +43,18 @@ FILE* open_log(const std::string& dir, int ordinal) {
   // O_CLOEXEC: replicas must not inherit it.
   const int fd = ::open(path.c_str(),
                         O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
-  if (fd < 0) throw IoError(errno_message(fmt::format("open log file {}", path), errno));
+  if (fd < 0) {
+    // A directory no file can be made in (no permission, read-only, /proc) is a bad value, as
+    // one that cannot be made (exit 2); anything else the system refused (a full disk), 1.
+    const int error = errno;
+    const std::string what =
+        errno_message(fmt::format("--log-dir {}: cannot open ordinal-{}.log", dir, ordinal), error);
+    if (error == EACCES || error == EPERM || error == EROFS || error == ENOENT ||
+        error == ENOTDIR || error == EISDIR) {
+      throw InvalidArgument(what);
+    }
+    throw IoError(what);
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);

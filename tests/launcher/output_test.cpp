@@ -181,6 +181,11 @@ TEST(OutputTest, ALogDirThatCannotBeADirectoryIsABadValue) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--log-dir " + file + ": cannot create directory"), std::string::npos)
       << r.err;
+  // A directory in which no file can be made: named as the flag's value, before any start.
+  const RunResult proc = run_xla_spawn({"-n", "1", "--log-dir", "/proc/self", "--", "/bin/true"});
+  EXPECT_EQ(proc.exit_code, 2) << proc.err;
+  EXPECT_NE(proc.err.find("--log-dir /proc/self: cannot open ordinal-0.log"), std::string::npos)
+      << proc.err;
 }
 
 TEST(OutputTest, FailureSummaryShowsHiddenRootCauseLines) {
