@@ -1,6 +1,7 @@
 #include "examples/train_fmnist/options.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <boost/program_options.hpp>
@@ -77,6 +78,11 @@ void validate(TrainOptions& o, const po::variables_map& vm) {
     require(v >= 0, flag, "a count >= 0", std::to_string(v));
   }
   require(!vm.count("checkpoint") || !o.checkpoint.empty(), "checkpoint", "a path", "''");
+  if (vm.count("data-dir") && !std::filesystem::is_directory(o.data_dir)) {
+    throw InvalidArgument(fmt::format("--data-dir '{}': not a directory (the Fashion-MNIST files' "
+                                      "directory)",
+                                      o.data_dir));
+  }
   require(!o.resume || !o.checkpoint.empty(), "resume", "--checkpoint PATH with it", "none");
   require(o.checkpoint_every == 0 || !o.checkpoint.empty(), "checkpoint-every",
           "--checkpoint PATH with it", "none");

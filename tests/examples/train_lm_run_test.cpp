@@ -172,6 +172,7 @@ TEST(TrainLmBadInput, AnEmptyOrBinaryCorpusAndBadFlagsExitWithUsageErrors) {
                                    {"--buckets 32,64,128", "--buckets: expected --batching docs with it"},
                                    {"--temperature inf", "--temperature: expected a finite value > 0"},
                                    {"--checkpoint ''", "the required argument for option '--checkpoint' is missing"},
+                                   {"--step-timing-csv ''", "the required argument for option '--step-timing-csv' is missing"},
                                    {"--seed -1", "--seed: expected an integer >= 0, got -1"},
                                    {"--steps 3 5", "too many positional options"},
                                    {"--d-model 1000000 --heads 4", "fit in this machine's"}}) {

@@ -116,6 +116,8 @@ TEST(TrainFmnistOptions, BadValuesAreRejectedNamingTheFlag) {
         {"--seed -1", "--seed: expected an integer >= 0, got -1"},
         {"--weight-decay inf", "--weight-decay: expected a finite value >= 0, got inf"},
         {"--checkpoint ''", "the required argument for option '--checkpoint' is missing"},
+        {"--step-timing-csv ''", "the required argument for option '--step-timing-csv' is missing"},
+        {"--data-dir /no/such/dir", "--data-dir '/no/such/dir': not a directory"},
         {"--train-samples 60001", "--train-samples 60001: the training set has 60000 samples"}}) {
     r = run_command(fmt::format("{} {}", XS_TRAIN_FMNIST, args));
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
