@@ -60,10 +60,13 @@ void merge_trace(const detail::JobContext& job, bool last) {
   if (job.trace_file.empty()) return;
   if (trace::count_parts(job.trace_file, job.job_id) == 0) {
     // An empty file reported as a trace would pass for one; whatever is at FILE stays.
-    if (last) job.mux->message(fmt::format("no trace written to {}: no replica wrote a part (a program "
-                                 "without xla-spawn's library records nothing; or the parts "
-                                 "were removed during the job)",
-                                 job.trace_file));
+    if (last) {
+      job.mux->message(fmt::format("no trace written to {}: no replica wrote a part (only a "
+                                   "replica that calls xm::init(), as the trainers and the Python "
+                                   "module do, records spans; or the parts were removed during "
+                                   "the job)",
+                                   job.trace_file));
+    }
     return;
   }
   const std::optional<trace::FileStamp> now = trace::stamp(job.trace_file);
