@@ -95,12 +95,16 @@ def alloc_buffer(shape, dtype="float32"):
     """A NumPy array in the job's shared-memory arena (heap when the arena is full).
 
     Collectives on it reduce in place without staging copies. It stays valid until
-    ``shutdown()``, which refuses while any such array is alive.
+    ``shutdown()``, which refuses while any such array is alive. NumPy has no bfloat16:
+    ``dtype="bf16"`` gives uint16 elements holding bf16 bits, for the collectives'
+    ``dtype="bf16"``.
     """
     import numpy as np
 
     if isinstance(shape, int):
         shape = (shape,)
+    if isinstance(dtype, str) and dtype in ("bf16", "bfloat16"):
+        dtype = np.uint16
     return _core.alloc_buffer(list(shape), np.dtype(dtype))
 
 

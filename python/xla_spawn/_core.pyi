@@ -10,7 +10,7 @@ class IoError(Error): ...
 class PeerFailure(Error):
     """Another replica died, poisoned the job, or called a different collective."""
 class Timeout(Error):
-    """A collective waited past the launcher's deadline (--timeout)."""
+    """A collective waited past its deadline (XLA_SPAWN_COLLECTIVE_TIMEOUT_MS, 60 s by default)."""
 class InternalError(Error): ...
 
 class ReplicaContext:

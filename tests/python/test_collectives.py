@@ -96,6 +96,21 @@ def test_shutdown_refuses_while_an_arena_array_lives_and_is_final():
     assert "shutdown() was called: this process has left its job" in out[1], out
 
 
+def test_alloc_buffer_takes_bf16_as_uint16_bits_for_the_bf16_reductions():
+    result, _ = run_job(2, """
+        import numpy as np, xla_spawn as xs
+        data = xs.alloc_buffer(3, "bf16")
+        assert data.dtype == np.uint16, data.dtype
+        data[:] = np.array([1.5, -2.0, 3.0], np.float32).view(np.uint32) >> 16
+        xs.all_reduce(data, dtype="bf16")
+        print("sum:", (data.astype(np.uint32) << 16).view(np.float32).tolist(), flush=True)
+        del data
+    """)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for k in range(2):
+        assert lines_of(result.stdout, k) == ["sum: [3.0, -4.0, 6.0]"], result.stdout
+
+
 def test_python_objects_and_overlapping_operands_are_refused():
     with pytest.raises(xs.InvalidArgument, match=r"broadcast: data holds Python objects"):
         xs.broadcast(np.array(["a", {}], dtype=object))
