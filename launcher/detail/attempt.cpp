@@ -102,11 +102,11 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
     check_peers();
   }
   // A job that failed another way may still have a scribbled segment behind it: say so.
-  if (reason_ != StopReason::kNone && reason_ != StopReason::kCorrupt &&
+  if (reason_ != StopReason::kNone && reason_ != StopReason::kMonitor &&
       job_.options->monitor != nullptr) {
     std::vector<pid_t> pids;
     for (const Replica& r : replicas_) pids.push_back(r.pid);
-    corruption_ = job_.options->monitor->check(pids).value_or("");
+    finding_ = job_.options->monitor->check(pids).value_or("");
   }
   // After a collective timed out, the hang report already ended with the straggler line
   // (format_calls) from the same counts: no collective completes in a poisoned segment.
@@ -212,12 +212,15 @@ void Attempt::poll_once() {
   for (size_t i = 1; i < fds.size(); ++i) {
     if (owners[i].first == nullptr) continue;
     Replica& r = *owners[i].first;
-    if (fds[i].revents != 0 && owners[i].second == 2 && reap(r) && is_failure(r.status)) {
-      failed.push_back(&r);
-      // Every failure we did not cause, even after a stop: the job's root cause is chosen
-      // among all nodes' reports.
-      if (!r.signalled) tell_peers(r);
+    if (fds[i].revents == 0 || owners[i].second != 2 || !reap(r)) continue;
+    if (!is_failure(r.status)) {
+      if (reason_ == StopReason::kNone) ended_.push_back(r.ordinal);
+      continue;
     }
+    failed.push_back(&r);
+    // Every failure we did not cause, even after a stop: the job's root cause is chosen among
+    // all nodes' reports.
+    if (!r.signalled) tell_peers(r);
   }
   if (!failed.empty() && reason_ == StopReason::kNone) {
     reap_the_dying(failed);
@@ -525,6 +528,10 @@ void Attempt::check_deadlines() {
   if (kill_deadline_ && now >= *kill_deadline_) kill_all();
 }
 
+// How long a replica must have waited for one that ended without joining before the job is
+// stopped: the ended one's own child (a wrapper script's program) may still be joining.
+constexpr double kDepartedWaitS = 1.0;
+
 void Attempt::check_monitor() {
   if (reason_ != StopReason::kNone || job_.options->monitor == nullptr) return;
   const auto now = Clock::now();
@@ -533,12 +540,22 @@ void Attempt::check_monitor() {
   std::vector<pid_t> pids;
   for (const Replica& r : replicas_) pids.push_back(r.pid);
   std::optional<std::string> bad = job_.options->monitor->check(pids);
+  // A replica that ended (code 0) without ever joining the job cannot come to a collective:
+  // whoever waits for it would wait out the collective timeout (a minute by default).
+  for (size_t i = 0; !bad && i < ended_.size(); ++i) {
+    if (auto waiter = job_.options->monitor->waits_for_departed(
+            pids, ended_[i], kDepartedWaitS, job_.placement.first_ordinal)) {
+      bad = fmt::format("ordinal {} exited with code 0 without joining the job, and {} for it "
+                        "(every replica must make the same collective calls)",
+                        global(ended_[i]), *waiter);
+    }
+  }
   if (!bad) return;
-  reason_ = StopReason::kCorrupt;
-  corruption_ = std::move(*bad);
-  tell_peers(LocalFailureKind::kLauncherError, kExitLauncherError, corruption_);
+  reason_ = StopReason::kMonitor;
+  finding_ = std::move(*bad);
+  tell_peers(LocalFailureKind::kLauncherError, kExitLauncherError, finding_);
   job_.mux->message(fmt::format("{}; stopping {} replica(s) (SIGTERM, SIGKILL after {} ms)",
-                                corruption_, running(), job_.options->grace.count()));
+                                finding_, running(), job_.options->grace.count()));
   stop_all(SIGTERM);
 }
 
@@ -590,7 +607,7 @@ AttemptResult Attempt::result() const {
       result.failed_ordinal = root_;
       result.exit_code = exit_code_for_status(replicas_[static_cast<size_t>(*root_)].status);
       break;
-    case StopReason::kCorrupt:
+    case StopReason::kMonitor:
       result.outcome = JobOutcome::kFailed;
       result.exit_code = kExitLauncherError;
       break;
@@ -627,8 +644,8 @@ std::string Attempt::report() const {
 
 std::string Attempt::details() const {
   std::string text = others_report();
-  if (reason_ != StopReason::kCorrupt && !corruption_.empty()) {
-    text += fmt::format("xla-spawn: also found: {}\n", corruption_);
+  if (reason_ != StopReason::kMonitor && !finding_.empty()) {
+    text += fmt::format("xla-spawn: also found: {}\n", finding_);
   }
   return text;
 }
@@ -649,9 +666,9 @@ std::string Attempt::headline() const {
         "{:.2f} s into it; exit {}\n",
         job_.job_id, timeout_s, attempt_, elapsed_s, kExitTimeout);
   }
-  if (reason_ == StopReason::kCorrupt) {
+  if (reason_ == StopReason::kMonitor) {
     return fmt::format("xla-spawn: job {} attempt {} failed after {:.2f} s: {}\n", job_.job_id,
-                       attempt_, elapsed_s, corruption_);
+                       attempt_, elapsed_s, finding_);
   }
   if (reason_ == StopReason::kPeers) {
     return fmt::format("xla-spawn: job {} attempt {} stopped on node {} after {:.2f} s: {}\n",

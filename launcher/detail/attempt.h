@@ -71,7 +71,9 @@ class Attempt {
   AttemptResult run(const std::vector<EnvVar>& extra_env);
 
  private:
-  enum class StopReason { kNone, kFailure, kTimeout, kSignal, kCorrupt, kPeers };
+  // kMonitor: the JobMonitor found the job unsound (a scribbled segment, a replica waiting for
+  // one that ended without joining).
+  enum class StopReason { kNone, kFailure, kTimeout, kSignal, kMonitor, kPeers };
   struct Replica {
     int ordinal = 0;
     pid_t pid = -1;
@@ -133,7 +135,8 @@ class Attempt {
   std::optional<Clock::time_point> drain_deadline_;  // all reaped: stop waiting for pipe EOF
   Clock::time_point started_;
   Clock::time_point next_monitor_check_{};
-  std::string corruption_;  // JobMonitor's message (kCorrupt)
+  std::string finding_;     // JobMonitor's message (kMonitor)
+  std::vector<int> ended_;  // ordinals that exited with code 0 while the attempt ran
   OomWatch oom_;            // the OOM kill counters as this attempt started
   std::optional<PeerStop> peer_stop_;  // what the other nodes said (kPeers)
   bool hang_reported_ = false;  // a collective timed out and its hang report was printed

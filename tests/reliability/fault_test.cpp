@@ -378,6 +378,27 @@ TEST_F(FaultTest, AStragglerNamedByTheHangReportIsNotNamedAgainAtTheEnd) {
   expect_nothing_left(run.pid());
 }
 
+// A replica that exits 0 before it joins the job (before init) cannot come to a collective:
+// its peer, waiting for it, stops within seconds instead of at the collective timeout.
+TEST_F(FaultTest, AReplicaThatEndsWithoutJoiningFailsItsWaitingPeerWithinSeconds) {
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "60000");
+  std::vector<std::string> train = train_command(checkpoint(), 5);
+  train.erase(train.begin());  // its "--"
+  std::string command = "if [ \"$RANK\" = 1 ]; then exit 0; fi; exec";
+  for (const std::string& word : train) command += " '" + word + "'";
+  const auto start = Clock::now();
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", command});
+  const int status = run.wait_or_fail(kJobDeadline);
+  EXPECT_LT(std::chrono::duration<double>(run.exit_time() - start).count(), 30.0) << run.err();
+  EXPECT_EQ(WEXITSTATUS(status), 1) << run.err();
+  EXPECT_NE(run.err().find("failed after"), std::string::npos) << run.err();
+  EXPECT_NE(run.err().find("ordinal 1 exited with code 0 without joining the job, and ordinal 0 "
+                           "has waited"),
+            std::string::npos)
+      << run.err();
+  expect_nothing_left(run.pid());
+}
+
 TEST_F(FaultTest, SigkillOfXlaSpawnLeavesNoReplicaAndNoSegment) {
   Launch run(args(0));
   wait_for_first_checkpoint(run);
