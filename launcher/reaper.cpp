@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <string_view>
 
@@ -25,10 +27,86 @@
 namespace xs {
 namespace {
 
+// The NUL-separated environment of process `pid` (at most 1 MiB), empty when unreadable.
+std::string environment_of(pid_t pid) {
+  const int fd = ::open(fmt::format("/proc/{}/environ", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string env;
+  char buffer[16384];
+  ssize_t n;
+  while (env.size() < (size_t{1} << 20) && (n = ::read(fd, buffer, sizeof buffer)) > 0) {
+    env.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return env;
+}
+
+bool has_entry(const std::string& env, const std::string& entry) {
+  for (size_t at = 0; at < env.size();) {
+    const size_t end = std::min(env.find('\0', at), env.size());
+    if (std::string_view(env).substr(at, end - at) == entry) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+// What marks a process of this node's job: the job id and node its replicas were given, which
+// whatever they start inherits (other jobs, and other nodes of this job on one machine, differ).
+struct JobMark {
+  std::string job;   // "XLA_SPAWN_JOB_ID=..."
+  std::string node;  // "XLA_SPAWN_NODE=..."
+
+  bool empty() const { return job.empty() || node.empty(); }
+  // Read from a replica's environment, once, at its start.
+  void learn_from(pid_t replica) {
+    if (!empty()) return;
+    const std::string env = environment_of(replica);
+    for (size_t at = 0; at < env.size();) {
+      const size_t end = std::min(env.find('\0', at), env.size());
+      const std::string_view entry = std::string_view(env).substr(at, end - at);
+      if (entry.starts_with(fmt::format("{}=", env_names::kJobId))) job = entry;
+      if (entry.starts_with(fmt::format("{}=", env_names::kNode))) node = entry;
+      at = end + 1;
+    }
+  }
+  bool marks(pid_t pid) const {
+    const std::string env = environment_of(pid);
+    return has_entry(env, job) && has_entry(env, node);
+  }
+};
+
+// SIGKILLs this user's processes that carry `mark`: what replicas started in sessions of their
+// own (`setsid cmd &`), which the group kill misses and no subreaper will collect once the
+// launcher is gone. A few rounds, for processes forked meanwhile. Returns how many.
+int kill_marked(const JobMark& mark) {
+  if (mark.empty()) return 0;
+  int killed = 0;
+  for (int round = 0; round < 3; ++round) {
+    int found = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const auto pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+      struct stat st {};
+      if (pid == ::getpid() || ::stat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid() ||
+          !mark.marks(pid)) {
+        continue;
+      }
+      if (::kill(pid, SIGKILL) == 0) ++found;
+    }
+    killed += found;
+    if (found == 0) break;
+    ::usleep(50'000);
+  }
+  return killed;
+}
+
 // Lines on the pipe: "+s NAME", "-s NAME" (segment), "+g PGID", "-g PGID" (process group).
 struct Tracked {
   std::set<std::string> segments;
   std::set<pid_t> groups;
+  JobMark mark;
 
   void apply(std::string_view line) {
     if (line.size() < 4 || line[2] != ' ') return;
@@ -40,6 +118,7 @@ struct Tracked {
       const pid_t pgid = static_cast<pid_t>(std::strtol(value.c_str(), nullptr, 10));
       if (pgid <= 1) return;
       add ? (void)groups.insert(pgid) : (void)groups.erase(pgid);
+      if (add) mark.learn_from(pgid);  // a replica leads its group
     }
   }
 };
@@ -70,13 +149,16 @@ struct Tracked {
   for (pid_t pgid : tracked.groups) {
     if (::kill(-pgid, SIGKILL) == 0) killed += fmt::format(" {}", pgid);
   }
+  const int strays = tracked.groups.empty() ? 0 : kill_marked(tracked.mark);
   std::string removed;
   for (const std::string& name : tracked.segments) {
     if (remove_segment(name)) removed += " " + name;
   }
   write_all(2, fmt::format("xla-spawn reaper: launcher pid {} is gone; SIGKILLed process "
-                           "group(s):{}; removed segment(s):{}\n",
+                           "group(s):{}{}; removed segment(s):{}\n",
                            launcher, killed.empty() ? " none left" : killed,
+                           strays == 0 ? "" : fmt::format(" and {} process(es) the replicas "
+                                                          "started outside them", strays),
                            removed.empty() ? " none left" : removed));
   ::_exit(0);
 }

@@ -191,6 +191,29 @@ TEST_P(OrphanTest, SigkillOfXlaSpawnLeavesNoReplicaAliveAfterOneSecond) {
   EXPECT_TRUE(all_gone) << "replicas still alive 1 s after xla-spawn was SIGKILLed";
 }
 
+// What a replica started in a session of its own escapes the group kill and, with xla-spawn
+// gone, the subreaper: xla-spawn's reaper finds it by the job it inherited and kills it too.
+TEST(OrphanTest, WhatAReplicaStartedInASessionOfItsOwnDiesWithAKilledXlaSpawn) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string script = "/usr/bin/setsid sleep 300 & echo $! > " + d + "/pid.$RANK.tmp; mv " +
+                             d + "/pid.$RANK.tmp " + d + "/pid.$RANK; exec sleep 300";
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", script});
+  const std::vector<pid_t> escaped = wait_for_pids(d, 2, std::chrono::seconds(20));
+  ASSERT_EQ(escaped.size(), 2u) << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  for (pid_t pid : escaped) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, scaled(std::chrono::seconds(3))))
+        << "a setsid child (pid " << pid << ") outlived the SIGKILLed xla-spawn";
+    if (process_alive(pid)) ::kill(pid, SIGKILL);
+  }
+  EXPECT_TRUE(wait_until(
+      [&] { return run.err().find("process(es) the replicas started outside them") != std::string::npos; },
+      scaled(std::chrono::seconds(3))))
+      << run.err();
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, OrphanTest, ::testing::Values("sleep:30", "ignore-all:30"),
                          [](const auto& info) {
                            return std::strcmp(info.param, "sleep:30") == 0 ? "Sleeping"
