@@ -267,7 +267,9 @@ def test_a_signal_handler_that_returns_lets_the_collective_finish_and_may_not_ca
     assert result.returncode == 0, result.stdout + result.stderr
     [zero] = lines_of(result.stdout, 0)
     assert zero.startswith("sum 2, handler ran "), zero
-    assert float(zero.split()[4]) < 1.5, zero  # during the wait, not after it
+    # Sent 0.3 s in, heard at the next check (100 ms apart), not at the end of the 2 s wait;
+    # the rest of the margin is for a loaded machine.
+    assert float(zero.split()[4]) < 0.9, zero
     assert "called from a signal handler while this thread is inside another call" in zero, zero
     assert lines_of(result.stdout, 1) == ["sum 2"], result.stdout
 
