@@ -171,10 +171,12 @@ PeerVerdict wait_for_verdict(const detail::JobContext& job, int attempt, int exi
                                      "the job on every node (again: leave now)",
                                      signal_name(signo)));
       } else if (signo != first || detail::Clock::now() - first_at >= detail::kRepeatWindow) {
+        const std::string again =
+            signo == first ? std::string(" again") : fmt::format(" after {}", signal_name(first));
         return PeerVerdict{false, attempt, exit_code != 0 ? exit_code : 128 + first,
-                           fmt::format("xla-spawn: received {} again; left without the job's "
+                           fmt::format("xla-spawn: received {}{}; left without the job's "
                                        "verdict\n{}",
-                                       signal_name(signo), exit_code != 0 ? own_summary : "")};
+                                       signal_name(signo), again, exit_code != 0 ? own_summary : "")};
       }
     }
     return std::nullopt;

@@ -341,8 +341,11 @@ void Attempt::handle_signals() {
                                     "delivered twice, still stopping",
                                     signal_name(signo), kRepeatWindow.count()));
     } else {
-      job_.mux->message(fmt::format("received {} again; killing {} replica(s) now",
-                                    signal_name(signo), running()));
+      const std::string again = signo == stop_signal_
+                                    ? std::string(" again")
+                                    : fmt::format(" after {}", signal_name(stop_signal_));
+      job_.mux->message(fmt::format("received {}{}; killing {} replica(s) now",
+                                    signal_name(signo), again, running()));
       kill_all();
     }
   }

@@ -166,6 +166,25 @@ TEST(ForwardTest, TheSameSignalAgainWithinHalfASecondIsTheSameInterrupt) {
   EXPECT_NE(run.err().find("received SIGINT again; killing"), std::string::npos) << run.err();
 }
 
+// A second interrupt of another kind is named as following the first, not as the same again.
+TEST(SecondSignalTest, AnotherSignalAfterTheFirstIsNamedAsSuch) {
+  TempDir dir;
+  Launch run({"-n", "2", "--grace-period", "60", "--", helper_path(), "--pid-dir", dir.path(),
+              "--do", "ignore-all:30"});
+  ASSERT_EQ(wait_for_pids(dir.path(), 2, std::chrono::seconds(20)).size(), 2u);
+  ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+  ASSERT_TRUE(wait_until([&] { return run.err().find("received SIGTERM;") != std::string::npos; },
+                         scaled(std::chrono::seconds(10))))
+      << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGINT), 0);
+  const int status = run.wait_or_fail(std::chrono::seconds(20));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << run.err();
+  EXPECT_NE(run.err().find("received SIGINT after SIGTERM; killing 2 replica(s) now"),
+            std::string::npos)
+      << run.err();
+}
+
 class OrphanTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OrphanTest, SigkillOfXlaSpawnLeavesNoReplicaAliveAfterOneSecond) {
