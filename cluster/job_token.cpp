@@ -47,7 +47,15 @@ std::string default_token_path() {
 // not ours, as ssh refuses a private key with loose permissions.
 std::string read_token_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw IoError(errno_message(fmt::format("job token file {}", path), errno));
+  if (fd < 0) {
+    // Missing or not ours to read: a bad setting (exit 2), not a failure of the system.
+    const int error = errno;
+    const std::string what = errno_message(fmt::format("job token file {}", path), error);
+    if (error == ENOENT || error == EACCES || error == ELOOP || error == ENOTDIR) {
+      throw InvalidArgument(what);
+    }
+    throw IoError(what);
+  }
   struct stat st {};
   std::string text(kMaxTokenChars + 2, '\0');
   ssize_t n = -1;
@@ -124,7 +132,13 @@ JobToken::JobToken(std::string_view text, std::string where) : text_(text), sour
 
 JobToken JobToken::load() {
   if (auto text = env_string(kJobTokenEnv)) return JobToken(*text, kJobTokenEnv);
-  if (auto path = env_string(kJobTokenFileEnv)) return JobToken(read_token_file(*path), *path);
+  if (auto path = env_string(kJobTokenFileEnv)) {
+    try {  // the file must exist: only the default one is made on first use
+      return JobToken(read_token_file(*path), *path);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("{}: {}", kJobTokenFileEnv, e.what()));
+    }
+  }
   const std::string path = default_token_path();
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {

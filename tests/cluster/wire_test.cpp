@@ -167,5 +167,22 @@ TEST_F(TokenFileTest, AFileOthersCanReadIsRefused) {
   EXPECT_EQ(JobToken::load().text(), "0123456789abcdef0123");
 }
 
+// A file named by the variable must exist (only the default one is made): its absence is a
+// bad setting, named with the variable, not a failure of the system.
+TEST_F(TokenFileTest, AMissingNamedFileIsABadSettingNamingTheVariable) {
+  testing::ScopedEnv no_token(kJobTokenEnv, std::nullopt);
+  const std::string path = (dir_ / "no-such-token").string();
+  testing::ScopedEnv file(kJobTokenFileEnv, path);
+  try {
+    JobToken::load();
+    FAIL() << "a missing token file was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string(kJobTokenFileEnv) + ": job token file " + path),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(path)) << "the named file was created";
+}
+
 }  // namespace
 }  // namespace xs::cluster
