@@ -3,6 +3,7 @@
 //
 //   xla-spawn -n 8 -- ./train --epochs 3
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -124,6 +125,18 @@ void fail(const std::string& message) {
 int main(int argc, char** argv) {
   // A closed console must not kill the supervisor (and with it, every replica).
   std::signal(SIGPIPE, SIG_IGN);
+  // Started with stdin, stdout or stderr closed (`>&-`), the first pipe or file would take its
+  // number, and the replicas' output would be written into it. /dev/null holds the place.
+  bool stdout_closed = false;
+  for (const int fd : {0, 1, 2}) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    if (::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) return xs::kExitLauncherError;
+    stdout_closed = stdout_closed || fd == 1;
+  }
+  if (stdout_closed) {
+    xs::write_all(2, "xla-spawn: stdout is closed: the replicas' stdout lines are dropped "
+                     "(--log-dir keeps them)\n");
+  }
   try {
     return run(argc, argv);
   } catch (const xs::UsageError& e) {

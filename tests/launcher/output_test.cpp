@@ -143,6 +143,26 @@ TEST(OutputTest, AnOverlongLineStaysWholeWhereNoOtherReplicaWritesAndNeverMixes)
   EXPECT_EQ(digits[1], 200000u);
 }
 
+// Started with stdout closed, xla-spawn says that stdout lines are dropped, and the replicas'
+// stderr still comes out on stderr, apart (a pipe once took fd 1 and the streams mixed).
+TEST(OutputTest, AClosedStdoutIsSaidAndStderrStillComesThrough) {
+  Launch run({"/bin/sh", "-c",
+              "exec \"$0\" -n 2 -- /bin/sh -c 'echo out $RANK; echo err $RANK >&2' >&-",
+              xla_spawn_path()},
+             /*raw=*/true);
+  const int status = run.wait_or_fail(std::chrono::seconds(60));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << run.err();
+  const std::string err = run.err();
+  EXPECT_NE(err.find("xla-spawn: stdout is closed: the replicas' stdout lines are dropped"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("[0] err 0\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("[1] err 1\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("] out "), std::string::npos) << err;
+  EXPECT_EQ(run.out(), "");
+}
+
 // A log file is never reached through a symlink planted in the log directory (the target
 // stays as it was, the job fails naming the file), and is owner-only under a umask of 0.
 TEST(OutputTest, LogFilesAreOwnerOnlyAndNeverFollowASymlink) {
