@@ -151,6 +151,11 @@ TEST(TrainFmnistResume, AnotherSeedOrTrainingSetIsRefusedAndAnUnwritablePathFail
               std::string::npos)
         << r.output;
   }
+  // Another optimizer's state does not fit: named as the optimizer, not as its tensors.
+  r = run_command(spawn_train(1, "", "--optimizer sgd --no-eval --resume --checkpoint " + ckpt));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("is for optimizer 'adam', this run trains 'sgd'"), std::string::npos)
+      << r.output;
   r = run_command(spawn_train(1, "", "--epochs 1 --no-eval --checkpoint " + dir.path("none/ck")));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("create temporary"), std::string::npos) << r.output;
