@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string_view>
 
@@ -74,7 +75,9 @@ std::string resolve_command(const std::string& name) {
     check_interpreter(name, name);
     return name;
   }
-  const std::string path = env_string("PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  // Set but empty is one empty entry, the current directory, as for a shell and execvp.
+  const char* set = std::getenv("PATH");
+  const std::string path = set != nullptr ? set : "/usr/local/bin:/usr/bin:/bin";
   // A shell reports "permission denied" when the only match is not executable, so remember
   // the best failure seen rather than always saying "not found".
   std::optional<FileCheck> worst_match;

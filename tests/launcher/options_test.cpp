@@ -123,6 +123,14 @@ TEST(CommandPathTest, SearchesPathInOrder) {
   EXPECT_THROW(resolve_command("no-such-program-xs"), CommandNotFound);
 }
 
+// PATH set but empty is the current directory alone, as for a shell: not the default path.
+TEST(CommandPathTest, AnEmptyPathSearchesTheCurrentDirectoryOnly) {
+  testing::ScopedEnv path("PATH", "");
+  EXPECT_THROW(resolve_command("sh"), CommandNotFound);
+  testing::ScopedEnv unset("PATH", std::nullopt);
+  EXPECT_NO_THROW(resolve_command("sh"));  // the default path
+}
+
 TEST(CommandPathTest, NameWithSlashIsUsedAsIs) {
   EXPECT_EQ(resolve_command("/bin/sh"), "/bin/sh");
   EXPECT_THROW(resolve_command("/etc/passwd"), CommandNotFound);  // not executable
