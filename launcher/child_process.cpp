@@ -16,8 +16,10 @@
 namespace xs {
 namespace {
 
-// Writes "<head><what>: <errno text>" to fd 2 without allocating, then exits 127.
-[[noreturn]] void child_fail(const char* what, const char* head = "xla-spawn child: ") {
+// Writes "<head><what>: <errno text>" to fd 2 without allocating, then exits with `code`
+// (127: could not be run; 126, as a shell: found but not executable).
+[[noreturn]] void child_fail(const char* what, const char* head = "xla-spawn child: ",
+                             int code = 127) {
   const int saved = errno;
   const char* reason = ::strerror(saved);
   [[maybe_unused]] ssize_t n = ::write(2, head, std::strlen(head));
@@ -25,7 +27,21 @@ namespace {
   n = ::write(2, ": ", 2);
   n = ::write(2, reason, std::strlen(reason));
   n = ::write(2, "\n", 1);
-  ::_exit(127);
+  ::_exit(code);
+}
+
+// Whether `path` starts like a binary (a NUL byte in its first line, as a shell judges it):
+// such a file the kernel cannot run is no script for /bin/sh. Allocation-free.
+bool looks_binary(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  char head[128];
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  for (ssize_t i = 0; i < n && head[i] != '\n'; ++i) {
+    if (head[i] == '\0') return true;
+  }
+  return false;
 }
 
 // Everything the launcher changed (handlers, ignored SIGPIPE, blocked signals) goes back to
@@ -114,8 +130,15 @@ int exec_child(void* arg) {
   const SpawnArgs& a = *static_cast<const SpawnArgs*>(arg);
   set_up_child(*a.setup);  // also unblocks what spawn_replica blocked
   ::execve(a.path, a.argv, a.envp);
-  // An executable text file without "#!": run by /bin/sh, as a shell and execvp do.
-  if (errno == ENOEXEC) ::execve(a.sh_argv[0], a.sh_argv, a.envp);
+  // An executable text file without "#!": run by /bin/sh, as a shell and execvp do. A binary
+  // for another machine is said to be one.
+  if (errno == ENOEXEC) {
+    if (looks_binary(a.path)) {
+      errno = ENOEXEC;
+      child_fail(a.path, "xla-spawn: cannot execute binary file ", 126);
+    }
+    ::execve(a.sh_argv[0], a.sh_argv, a.envp);
+  }
   child_fail(a.path, "xla-spawn: cannot execute ");
 }
 

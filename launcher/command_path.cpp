@@ -52,7 +52,8 @@ void check_interpreter(const std::string& name, const std::string& path) {
   if (n < 2 || head[0] != '#' || head[1] != '!') return;
   const std::string_view line(head + 2, static_cast<size_t>(n) - 2);
   const size_t begin = line.find_first_not_of(" \t");
-  if (begin == std::string_view::npos) return;
+  // "#!" alone: the kernel refuses it (ENOEXEC) and /bin/sh runs the file, as in a shell.
+  if (begin == std::string_view::npos || line[begin] == '\n') return;
   const size_t end = line.find_first_of(" \t\n", begin);
   if (end == std::string_view::npos) return;  // longer than we read: the kernel judges it
   const std::string interpreter(line.substr(begin, end - begin));

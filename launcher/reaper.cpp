@@ -19,6 +19,7 @@
 
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/base/io.h"
+#include "xla_spawn/base/trace.h"
 #include "xla_spawn/launcher/exit_report.h"
 #include "xla_spawn/launcher/helper_process.h"
 #include "xla_spawn/replica/context.h"
@@ -27,18 +28,26 @@
 namespace xs {
 namespace {
 
-// The NUL-separated environment of process `pid` (at most 1 MiB), empty when unreadable.
-std::string environment_of(pid_t pid) {
-  const int fd = ::open(fmt::format("/proc/{}/environ", pid).c_str(), O_RDONLY | O_CLOEXEC);
+constexpr const char* kReaperName = "xla-spawn-reap";  // its comm, at most 15 characters
+
+// The first `max_bytes` of /proc/PID/FILE, empty when unreadable.
+std::string proc_file(pid_t pid, const char* file, size_t max_bytes) {
+  const int fd = ::open(fmt::format("/proc/{}/{}", pid, file).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
-  std::string env;
+  std::string text;
   char buffer[16384];
   ssize_t n;
-  while (env.size() < (size_t{1} << 20) && (n = ::read(fd, buffer, sizeof buffer)) > 0) {
-    env.append(buffer, static_cast<size_t>(n));
+  while (text.size() < max_bytes && (n = ::read(fd, buffer, sizeof buffer)) > 0) {
+    text.append(buffer, static_cast<size_t>(n));
   }
   ::close(fd);
-  return env;
+  return text;
+}
+
+// The NUL-separated environment of process `pid`, whole (the launcher's variables come last,
+// after whatever the user exported: the kernel bounds it, at a quarter of the stack limit).
+std::string environment_of(pid_t pid) {
+  return proc_file(pid, "environ", size_t{1} << 30);
 }
 
 bool has_entry(const std::string& env, const std::string& entry) {
@@ -52,9 +61,12 @@ bool has_entry(const std::string& env, const std::string& entry) {
 
 // What marks a process of this node's job: the job id and node its replicas were given, which
 // whatever they start inherits (other jobs, and other nodes of this job on one machine, differ).
+// Also where the replicas write their timeline's parts, to merge what they wrote.
 struct JobMark {
   std::string job;   // "XLA_SPAWN_JOB_ID=..."
   std::string node;  // "XLA_SPAWN_NODE=..."
+  std::string nnodes;      // "XLA_SPAWN_NNODES=..."
+  std::string trace_file;  // "XLA_SPAWN_TRACE=...", when the job is traced
 
   bool empty() const { return job.empty() || node.empty(); }
   // Read from a replica's environment, once, at its start.
@@ -64,11 +76,16 @@ struct JobMark {
     for (size_t at = 0; at < env.size();) {
       const size_t end = std::min(env.find('\0', at), env.size());
       const std::string_view entry = std::string_view(env).substr(at, end - at);
-      if (entry.starts_with(fmt::format("{}=", env_names::kJobId))) job = entry;
-      if (entry.starts_with(fmt::format("{}=", env_names::kNode))) node = entry;
+      for (auto [name, field] : {std::pair{env_names::kJobId, &job},
+                                 {env_names::kNode, &node},
+                                 {env_names::kNnodes, &nnodes},
+                                 {trace::kFileEnv, &trace_file}}) {
+        if (entry.starts_with(fmt::format("{}=", name))) *field = entry;
+      }
       at = end + 1;
     }
   }
+  static std::string value(const std::string& entry) { return entry.substr(entry.find('=') + 1); }
   bool marks(pid_t pid) const {
     const std::string env = environment_of(pid);
     return has_entry(env, job) && has_entry(env, node);
@@ -78,28 +95,59 @@ struct JobMark {
 // SIGKILLs this user's processes that carry `mark`: what replicas started in sessions of their
 // own (`setsid cmd &`), which the group kill misses and no subreaper will collect once the
 // launcher is gone. A few rounds, for processes forked meanwhile. Returns how many.
+// The reaper of a job nested in this one (an xla-spawn run by a replica) carries this job's
+// mark too, inherited by its launcher; it must live to clean up after its own job, whose
+// launcher dies here.
+bool is_reaper(pid_t pid) { return proc_file(pid, "comm", 64) == std::string(kReaperName) + "\n"; }
+
 int kill_marked(const JobMark& mark) {
   if (mark.empty()) return 0;
-  int killed = 0;
+  std::set<pid_t> killed;
   for (int round = 0; round < 3; ++round) {
-    int found = 0;
+    bool found = false;
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
       const std::string name = entry.path().filename().string();
       if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
       const auto pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
       struct stat st {};
-      if (pid == ::getpid() || ::stat(entry.path().c_str(), &st) != 0 || st.st_uid != ::getuid() ||
-          !mark.marks(pid)) {
+      if (pid == ::getpid() || killed.contains(pid) || ::stat(entry.path().c_str(), &st) != 0 ||
+          st.st_uid != ::getuid() || !mark.marks(pid) || is_reaper(pid)) {
         continue;
       }
-      if (::kill(pid, SIGKILL) == 0) ++found;
+      if (::kill(pid, SIGKILL) == 0) {
+        killed.insert(pid);
+        found = true;
+      }
     }
-    killed += found;
-    if (found == 0) break;
+    if (!found) break;
     ::usleep(50'000);
   }
-  return killed;
+  return static_cast<int>(killed.size());
+}
+
+// The timeline of a launcher that died without merging it: the parts the replicas wrote (up to
+// their last flush) merged beside the --trace file, as STEM.JOB-ID.EXT (whatever is at the file
+// itself may be another job's by now). Says what it did, or why not.
+std::string merge_orphaned_trace(const JobMark& mark) {
+  if (mark.empty() || mark.trace_file.empty()) return {};
+  const std::string file = JobMark::value(mark.trace_file);
+  const std::string job_id = JobMark::value(mark.job);
+  if (trace::count_parts(file, job_id) == 0) return {};
+  const std::filesystem::path path(file);
+  const std::string output =
+      (path.parent_path() /
+       fmt::format("{}.{}{}", path.stem().string(), job_id, path.extension().string()))
+          .string();
+  try {
+    const bool several = !mark.nnodes.empty() && JobMark::value(mark.nnodes) != "1";
+    const int node = several ? std::stoi(JobMark::value(mark.node)) : -1;
+    const size_t spans = trace::merge(file, job_id, node, /*remove_parts=*/true, output);
+    return fmt::format("; the replicas' trace of {} span(s) written to {}", spans, output);
+  } catch (const std::exception& e) {
+    return fmt::format("; trace not written: {} (the parts, {}.{}.*.part, are kept)", e.what(), file,
+                       job_id);
+  }
 }
 
 // Lines on the pipe: "+s NAME", "-s NAME" (segment), "+g PGID", "-g PGID" (process group).
@@ -126,7 +174,7 @@ struct Tracked {
 // The reaper's whole life: record until EOF, then clean what is still recorded.
 [[noreturn]] void reaper_main(int read_fd, pid_t launcher) {
   // Only fd 2 (for its one report line) and the pipe stay open.
-  const int fd = isolate_helper_process("xla-spawn-reap", read_fd);
+  const int fd = isolate_helper_process(kReaperName, read_fd);
   // Out of the launcher's process group: `kill -9 -- -PGID` (or a shell killing the job) must
   // not take the reaper with the launcher, since cleaning up after that is its purpose. Job
   // control no longer reaches it either, so it ignores the stop signals of a background group.
@@ -150,16 +198,17 @@ struct Tracked {
     if (::kill(-pgid, SIGKILL) == 0) killed += fmt::format(" {}", pgid);
   }
   const int strays = tracked.groups.empty() ? 0 : kill_marked(tracked.mark);
+  const std::string trace = tracked.groups.empty() ? "" : merge_orphaned_trace(tracked.mark);
   std::string removed;
   for (const std::string& name : tracked.segments) {
     if (remove_segment(name)) removed += " " + name;
   }
   write_all(2, fmt::format("xla-spawn reaper: launcher pid {} is gone; SIGKILLed process "
-                           "group(s):{}{}; removed segment(s):{}\n",
+                           "group(s):{}{}; removed segment(s):{}{}\n",
                            launcher, killed.empty() ? " none left" : killed,
                            strays == 0 ? "" : fmt::format(" and {} process(es) the replicas "
                                                           "started outside them", strays),
-                           removed.empty() ? " none left" : removed));
+                           removed.empty() ? " none left" : removed, trace));
   ::_exit(0);
 }
 

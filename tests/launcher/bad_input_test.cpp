@@ -129,6 +129,33 @@ TEST(BadInputTest, AScriptWithoutAnInterpreterLineRunsUnderSh) {
   EXPECT_NE(r.out.find("[1] 1 says hello\n"), std::string::npos) << r.out;
 }
 
+// "#!" without an interpreter is no script line for the kernel: /bin/sh runs the file, as in
+// a shell.
+TEST(BadInputTest, AnInterpreterLineWithoutAnInterpreterRunsUnderSh) {
+  TempDir dir;
+  const std::string script = dir / "bare";
+  std::ofstream(script) << "#!\necho \"bare $RANK\"\n";
+  ::chmod(script.c_str(), 0755);
+  const RunResult r = run_xla_spawn({"-n", "1", "--", script});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] bare 0\n"), std::string::npos) << r.out;
+}
+
+// A binary the kernel cannot run (another machine's, or garbage) is not fed to /bin/sh: it is
+// said to be a binary, with a shell's 126.
+TEST(BadInputTest, ABinaryThatCannotRunIsNotRunAsAScript) {
+  TempDir dir;
+  const std::string binary = dir / "foreign";
+  std::ofstream(binary, std::ios::binary) << std::string("\x7f" "ELF\x02\x01\x01\0\0\0garbage(", 17);
+  ::chmod(binary.c_str(), 0755);
+  const RunResult r = run_xla_spawn({"-n", "2", "--", binary});
+  EXPECT_EQ(r.exit_code, 126) << r.err;
+  EXPECT_NE(r.err.find("cannot execute binary file " + binary + ": Exec format error"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("Syntax error"), std::string::npos) << r.err;
+}
+
 TEST(BadInputTest, DirectoryExits127NamingIt) {
   TempDir dir;
   const RunResult r = run_xla_spawn({"-n", "2", "--", dir.path()});

@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -231,6 +232,45 @@ TEST(OrphanTest, WhatAReplicaStartedInASessionOfItsOwnDiesWithAKilledXlaSpawn) {
       [&] { return run.err().find("process(es) the replicas started outside them") != std::string::npos; },
       scaled(std::chrono::seconds(3))))
       << run.err();
+}
+
+// A job run by a replica (a nested xla-spawn) carries the outer job's mark in its launcher and
+// reaper: a SIGKILL of the outer launcher kills the inner launcher, and the inner reaper, left
+// alive, cleans up the inner job, what its replicas started in sessions of their own too.
+TEST(OrphanTest, ANestedJobIsCleanedUpByItsOwnReaperWhenTheOuterLauncherIsKilled) {
+  TempDir dir;
+  const std::string d = dir.path();
+  const std::string inner = "/usr/bin/setsid sleep 300 & echo $! > " + d + "/pid.$RANK.tmp; mv " +
+                            d + "/pid.$RANK.tmp " + d + "/pid.$RANK; exec sleep 300";
+  Launch run({"-n", "1", "--", xla_spawn_path(), "-n", "2", "--", "/bin/sh", "-c", inner});
+  const std::vector<pid_t> escaped = wait_for_pids(d, 2, std::chrono::seconds(20));
+  ASSERT_EQ(escaped.size(), 2u) << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  for (pid_t pid : escaped) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, scaled(std::chrono::seconds(5))))
+        << "a setsid child (pid " << pid << ") of the inner job outlived it";
+    if (process_alive(pid)) ::kill(pid, SIGKILL);
+  }
+  // The inner launcher was the outer job's replica, whose group the outer reaper names; the
+  // inner job's segment (its id holds that pid) is removed by the inner reaper.
+  std::string err;
+  ASSERT_TRUE(wait_until(
+      [&] { return (err = run.err()).find("SIGKILLed process group(s): ") != std::string::npos; },
+      scaled(std::chrono::seconds(5))))
+      << err;
+  const std::string inner_launcher =
+      std::to_string(std::stol(err.substr(err.find("SIGKILLed process group(s): ") + 28)));
+  const std::string prefix = "xla-spawn-" + std::to_string(::getuid()) + "-xs-" + inner_launcher + "-";
+  const auto inner_segments = [&] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      n += entry.path().filename().string().starts_with(prefix) ? 1 : 0;
+    }
+    return n;
+  };
+  EXPECT_TRUE(wait_until([&] { return inner_segments() == 0; }, scaled(std::chrono::seconds(5))))
+      << "the inner job's segment " << prefix << "* is left";
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, OrphanTest, ::testing::Values("sleep:30", "ignore-all:30"),
