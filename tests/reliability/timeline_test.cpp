@@ -1,6 +1,7 @@
 // The timeline end to end: `xla-spawn --trace FILE` over a real train_fmnist job at N = 4 gives
 // one valid trace-event file with a track per ordinal whose spans nest
 // (scripts/check-trace), and a bad --trace is refused before anything starts.
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -352,6 +353,44 @@ TEST(TimelineTest, AFileRemovedDuringTheJobIsWrittenAgain) {
   EXPECT_EQ(r.err.find("changed during this job"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("written to " + file), std::string::npos) << r.err;
   EXPECT_TRUE(std::filesystem::exists(file));
+}
+
+// A launcher SIGKILLed during a traced job merges nothing; its reaper does, beside FILE (which
+// may be another job's by now), from what the replicas had flushed, and removes the parts.
+TEST(TimelineTest, TheReaperOfASigkilledLauncherWritesTheTimelineBesideTheFile) {
+  TempDir dir;
+  const std::string file = dir.path() + "/killed.json";
+  Launch run({"-n", "2", "--trace", file, "--", helper_path(), "--do", "trace-span", "--then",
+              "sleep:60"});
+  const auto parts = [&] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      n += entry.path().extension() == ".part" && entry.file_size() > 0 ? 1 : 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(wait_until([&] { return parts() == 2; }, scaled(std::chrono::seconds(30))))
+      << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  std::string err;
+  ASSERT_TRUE(wait_until([&] { return (err = run.err()).find("span(s) written to ") != std::string::npos; },
+                         scaled(std::chrono::seconds(10))))
+      << err;
+  EXPECT_NE(err.find("the replicas' trace of 2 span(s) written to " + dir.path() + "/killed.xs-"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_EQ(parts(), 0) << "parts left behind";
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("killed.xs-")) continue;
+    if (has_python3()) {
+      const auto [status, out] = check_trace(entry.path().string());
+      EXPECT_EQ(status, 0) << out;
+    }
+    EXPECT_NE(read_file(entry.path().string()).find("\"helper\""), std::string::npos) << name;
+  }
 }
 
 // Replicas that record nothing (here: /bin/true, without xla-spawn's library) leave no part:
