@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string_view>
 
@@ -60,49 +61,56 @@ bool has_entry(const std::string& env, const std::string& entry) {
 }
 
 // What marks a process of this node's job: the job id and node its replicas were given, which
-// whatever they start inherits (other jobs, and other nodes of this job on one machine, differ).
-// Also where the replicas write their timeline's parts, to merge what they wrote.
+// whatever they start inherits (other jobs, and other nodes of this job on one machine,
+// differ). Also where the replicas write their timeline's parts. The launcher sends the
+// variables ("+m NAME=VALUE"); "-m NAME" forgets one (the trace, once the launcher merged it).
 struct JobMark {
-  std::string job;   // "XLA_SPAWN_JOB_ID=..."
-  std::string node;  // "XLA_SPAWN_NODE=..."
-  std::string nnodes;      // "XLA_SPAWN_NNODES=..."
-  std::string trace_file;  // "XLA_SPAWN_TRACE=...", when the job is traced
+  std::map<std::string, std::string, std::less<>> vars;
 
-  bool empty() const { return job.empty() || node.empty(); }
-  // Read from a replica's environment, once, at its start.
-  void learn_from(pid_t replica) {
-    if (!empty()) return;
-    const std::string env = environment_of(replica);
-    for (size_t at = 0; at < env.size();) {
-      const size_t end = std::min(env.find('\0', at), env.size());
-      const std::string_view entry = std::string_view(env).substr(at, end - at);
-      for (auto [name, field] : {std::pair{env_names::kJobId, &job},
-                                 {env_names::kNode, &node},
-                                 {env_names::kNnodes, &nnodes},
-                                 {trace::kFileEnv, &trace_file}}) {
-        if (entry.starts_with(fmt::format("{}=", name))) *field = entry;
-      }
-      at = end + 1;
-    }
+  std::string entry(std::string_view name) const {
+    const auto it = vars.find(name);
+    return it == vars.end() ? std::string() : fmt::format("{}={}", name, it->second);
   }
-  static std::string value(const std::string& entry) { return entry.substr(entry.find('=') + 1); }
+  std::string value(std::string_view name) const {
+    const auto it = vars.find(name);
+    return it == vars.end() ? std::string() : it->second;
+  }
+  bool empty() const { return !vars.contains(env_names::kJobId) || !vars.contains(env_names::kNode); }
   bool marks(pid_t pid) const {
     const std::string env = environment_of(pid);
-    return has_entry(env, job) && has_entry(env, node);
+    return has_entry(env, entry(env_names::kJobId)) && has_entry(env, entry(env_names::kNode));
   }
 };
 
-// SIGKILLs this user's processes that carry `mark`: what replicas started in sessions of their
-// own (`setsid cmd &`), which the group kill misses and no subreaper will collect once the
-// launcher is gone. A few rounds, for processes forked meanwhile. Returns how many.
+// The process group of `pid` (/proc/PID/stat's fifth field), 0 when gone.
+pid_t process_group(pid_t pid) {
+  const std::string stat = proc_file(pid, "stat", 4096);
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  char state = 0;
+  int ppid = 0, pgrp = 0;
+  if (std::sscanf(stat.c_str() + paren + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return 0;
+  return pgrp;
+}
+
 // The reaper of a job nested in this one (an xla-spawn run by a replica) carries this job's
 // mark too, inherited by its launcher; it must live to clean up after its own job, whose
-// launcher dies here.
-bool is_reaper(pid_t pid) { return proc_file(pid, "comm", 64) == std::string(kReaperName) + "\n"; }
+// launcher dies here. Known by its name and its program's, xla-spawn.
+bool is_reaper(pid_t pid) {
+  if (proc_file(pid, "comm", 64) != std::string(kReaperName) + "\n") return false;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), ec);
+  return !ec && exe.filename() == "xla-spawn";
+}
 
-int kill_marked(const JobMark& mark) {
+// SIGKILLs this user's processes that carry `mark`: what replicas started in sessions of their
+// own (`setsid cmd &`), which the group kill misses and no subreaper will collect once the
+// launcher is gone. A few rounds, for processes forked meanwhile. Returns how many, not
+// counting members of `groups` (killed with their group already, and dying).
+int kill_marked(const JobMark& mark, const std::set<pid_t>& groups) {
   if (mark.empty()) return 0;
   std::set<pid_t> killed;
+  int strays = 0;
   for (int round = 0; round < 3; ++round) {
     bool found = false;
     std::error_code ec;
@@ -115,42 +123,54 @@ int kill_marked(const JobMark& mark) {
           st.st_uid != ::getuid() || !mark.marks(pid) || is_reaper(pid)) {
         continue;
       }
+      const bool in_group = groups.contains(process_group(pid));
       if (::kill(pid, SIGKILL) == 0) {
         killed.insert(pid);
         found = true;
+        strays += in_group ? 0 : 1;
       }
     }
     if (!found) break;
     ::usleep(50'000);
   }
-  return static_cast<int>(killed.size());
+  return strays;
 }
 
-// The timeline of a launcher that died without merging it: the parts the replicas wrote (up to
-// their last flush) merged beside the --trace file, as STEM.JOB-ID.EXT (whatever is at the file
-// itself may be another job's by now). Says what it did, or why not.
-std::string merge_orphaned_trace(const JobMark& mark) {
-  if (mark.empty() || mark.trace_file.empty()) return {};
-  const std::string file = JobMark::value(mark.trace_file);
-  const std::string job_id = JobMark::value(mark.job);
-  if (trace::count_parts(file, job_id) == 0) return {};
+// The timeline of a launcher that died before its last merge: the parts the replicas wrote
+// (up to their last flush) merged beside the --trace file, as STEM.JOB-ID.EXT (whatever is at
+// the file itself may be another job's by now), after removing what a merge the launcher had
+// begun left (FILE.merging.PID). Says what it did, or why not.
+std::string merge_orphaned_trace(const JobMark& mark, pid_t launcher) {
+  const std::string file = mark.value(trace::kFileEnv);
+  const std::string job_id = mark.value(env_names::kJobId);
+  if (file.empty() || job_id.empty()) return {};
   const std::filesystem::path path(file);
   const std::string output =
       (path.parent_path() /
        fmt::format("{}.{}{}", path.stem().string(), job_id, path.extension().string()))
           .string();
+  for (const std::string& merged : {file, output}) {
+    const std::string temp = fmt::format("{}.merging.{}", merged, launcher);
+    struct stat st {};
+    if (::lstat(temp.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::getuid()) {
+      ::unlink(temp.c_str());
+    }
+  }
+  if (trace::count_parts(file, job_id) == 0) return {};
   try {
-    const bool several = !mark.nnodes.empty() && JobMark::value(mark.nnodes) != "1";
-    const int node = several ? std::stoi(JobMark::value(mark.node)) : -1;
+    const std::string nnodes = mark.value(env_names::kNnodes);
+    const int node =
+        !nnodes.empty() && nnodes != "1" ? std::stoi(mark.value(env_names::kNode)) : -1;
     const size_t spans = trace::merge(file, job_id, node, /*remove_parts=*/true, output);
     return fmt::format("; the replicas' trace of {} span(s) written to {}", spans, output);
   } catch (const std::exception& e) {
-    return fmt::format("; trace not written: {} (the parts, {}.{}.*.part, are kept)", e.what(), file,
-                       job_id);
+    return fmt::format("; trace not written: {} (the parts, {}.{}.*.part, are kept)", e.what(),
+                       file, job_id);
   }
 }
 
-// Lines on the pipe: "+s NAME", "-s NAME" (segment), "+g PGID", "-g PGID" (process group).
+// Lines on the pipe: "+s NAME", "-s NAME" (segment), "+g PGID", "-g PGID" (process group),
+// "+m NAME=VALUE", "-m NAME" (the job's mark).
 struct Tracked {
   std::set<std::string> segments;
   std::set<pid_t> groups;
@@ -166,7 +186,13 @@ struct Tracked {
       const pid_t pgid = static_cast<pid_t>(std::strtol(value.c_str(), nullptr, 10));
       if (pgid <= 1) return;
       add ? (void)groups.insert(pgid) : (void)groups.erase(pgid);
-      if (add) mark.learn_from(pgid);  // a replica leads its group
+    } else if (line[1] == 'm') {
+      const size_t eq = value.find('=');
+      if (!add) {
+        mark.vars.erase(value);
+      } else if (eq != std::string::npos) {
+        mark.vars[value.substr(0, eq)] = value.substr(eq + 1);
+      }
     }
   }
 };
@@ -192,17 +218,23 @@ struct Tracked {
       tracked.apply(std::string_view(pending).substr(0, eol));
     }
   }
-  if (tracked.groups.empty() && tracked.segments.empty()) ::_exit(0);
+  // Nothing left to clean when the launcher ended normally: its replicas reaped, its segment
+  // removed, its trace merged.
+  if (tracked.groups.empty() && tracked.segments.empty() &&
+      tracked.mark.value(trace::kFileEnv).empty()) {
+    ::_exit(0);
+  }
   std::string killed;
   for (pid_t pgid : tracked.groups) {
     if (::kill(-pgid, SIGKILL) == 0) killed += fmt::format(" {}", pgid);
   }
-  const int strays = tracked.groups.empty() ? 0 : kill_marked(tracked.mark);
-  const std::string trace = tracked.groups.empty() ? "" : merge_orphaned_trace(tracked.mark);
+  const int strays = tracked.groups.empty() ? 0 : kill_marked(tracked.mark, tracked.groups);
   std::string removed;
   for (const std::string& name : tracked.segments) {
     if (remove_segment(name)) removed += " " + name;
   }
+  const std::string trace = merge_orphaned_trace(tracked.mark, launcher);
+  if (tracked.groups.empty() && tracked.segments.empty() && trace.empty()) ::_exit(0);
   write_all(2, fmt::format("xla-spawn reaper: launcher pid {} is gone; SIGKILLed process "
                            "group(s):{}{}; removed segment(s):{}{}\n",
                            launcher, killed.empty() ? " none left" : killed,
@@ -263,6 +295,7 @@ void Reaper::restart_if_gone() noexcept {
                            describe_status(status), pid_));
   if (!segment_.empty()) send('+', 's', segment_);
   for (pid_t pgid : groups_) send('+', 'g', std::to_string(pgid));
+  for (const auto& [name, value] : mark_) send('+', 'm', fmt::format("{}={}", name, value));
 }
 
 std::optional<std::string> Reaper::check(std::span<const pid_t> pids_by_ordinal) noexcept {
@@ -301,6 +334,29 @@ void Reaper::release() noexcept {
   if (inner_ != nullptr) inner_->release();
   if (!segment_.empty()) send('-', 's', segment_);
   segment_.clear();
+}
+
+void Reaper::job_environment(const std::vector<EnvVar>& env) noexcept {
+  try {
+    for (const char* name : {env_names::kJobId, env_names::kNode, env_names::kNnodes,
+                             trace::kFileEnv}) {
+      std::optional<std::string> value;  // the last setting of `name` wins, as in the replica
+      for (const EnvVar& var : env) {
+        if (var.name == name) value = var.value;
+      }
+      if (value && value->find('\n') == std::string::npos) {
+        mark_[name] = *value;
+        send('+', 'm', fmt::format("{}={}", name, *value));
+      } else if (mark_.erase(name) > 0) {
+        send('-', 'm', name);
+      }
+    }
+  } catch (const std::exception&) {  // allocation only: the reaper then marks less
+  }
+}
+
+void Reaper::trace_merged() noexcept {
+  if (mark_.erase(trace::kFileEnv) > 0) send('-', 'm', trace::kFileEnv);
 }
 
 void Reaper::replica_started(pid_t pid) noexcept {

@@ -14,6 +14,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -39,8 +40,10 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
 
   std::vector<EnvVar> prepare(const std::string& job_id, int world_size, int attempt) override;
   void release() noexcept override;
+  void job_environment(const std::vector<EnvVar>& env) noexcept override;
   void replica_started(pid_t pid) noexcept override;
   void replica_reaped(pid_t pid) noexcept override;
+  void trace_merged() noexcept override;
   std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
   std::string call_report(std::span<const pid_t> pids_by_ordinal,
                           int first_ordinal) noexcept override {
@@ -76,6 +79,7 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
   JobResources* inner_;
   JobMonitor* monitor_;
   std::set<pid_t> groups_;  // replica process groups started and not yet reaped
+  std::map<std::string, std::string> mark_;  // what job_environment() sent ("+m NAME=VALUE")
   pid_t pid_ = -1;
   int write_fd_ = -1;  // -1 when the reaper is gone (EPIPE): cleanup falls back to the sweep
   std::string segment_;

@@ -58,6 +58,15 @@ void validate(int nprocs, const SupervisorOptions& options) {
 // into one file; a failure to write it is reported, not fatal: the job's outcome stands.
 void merge_trace(const detail::JobContext& job, bool last) {
   if (job.trace_file.empty()) return;
+  // After the last merge, written or not, the reaper has nothing to merge should this process
+  // be killed.
+  struct Done {
+    const detail::JobContext& job;
+    bool last;
+    ~Done() {
+      if (last && job.options->observer != nullptr) job.options->observer->trace_merged();
+    }
+  } done{job, last};
   if (trace::count_parts(job.trace_file, job.job_id) == 0) {
     // An empty file reported as a trace would pass for one; whatever is at FILE stays.
     if (last) {

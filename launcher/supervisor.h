@@ -38,8 +38,13 @@ enum class CoreBinding { kAuto, kOn, kOff };
 class ReplicaObserver {
  public:
   virtual ~ReplicaObserver() = default;
+  // The variables every replica of the attempt gets (job id, node, trace file, ...), before
+  // its first replica starts.
+  virtual void job_environment(const std::vector<EnvVar>& /*env*/) noexcept {}
   virtual void replica_started(pid_t pid) noexcept = 0;
   virtual void replica_reaped(pid_t pid) noexcept = 0;
+  // The job's last trace merge is done, written or not: nothing is left to merge.
+  virtual void trace_merged() noexcept {}
 };
 
 // Asked every kMonitorIntervalMs while an attempt runs whether the job is still sound; a

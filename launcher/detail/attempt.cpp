@@ -163,6 +163,9 @@ void Attempt::start_one(Replica& replica, const std::vector<EnvVar>& extra_env,
   const ReplicaPlace place{global(replica.ordinal), replica.ordinal, job_.placement.world_size,
                           job_.nprocs};
   setup.env = replica_env(job_.job_id, place, attempt_, extra_env);
+  if (replica.ordinal == 0 && job_.options->observer != nullptr) {
+    job_.options->observer->job_environment(setup.env);
+  }
   try {
     replica.pid = job_.options->exec != nullptr ? spawn_replica(setup, *job_.options->exec)
                                                 : fork_replica(setup, *job_.body);

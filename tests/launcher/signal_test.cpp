@@ -229,7 +229,7 @@ TEST(OrphanTest, WhatAReplicaStartedInASessionOfItsOwnDiesWithAKilledXlaSpawn) {
     if (process_alive(pid)) ::kill(pid, SIGKILL);
   }
   EXPECT_TRUE(wait_until(
-      [&] { return run.err().find("process(es) the replicas started outside them") != std::string::npos; },
+      [&] { return run.err().find("and 2 process(es) the replicas started outside them") != std::string::npos; },
       scaled(std::chrono::seconds(3))))
       << run.err();
 }

@@ -371,6 +371,9 @@ TEST(TimelineTest, TheReaperOfASigkilledLauncherWritesTheTimelineBesideTheFile) 
   };
   ASSERT_TRUE(wait_until([&] { return parts() == 2; }, scaled(std::chrono::seconds(30))))
       << run.err();
+  // As if the launcher died while merging: its temporary goes too.
+  const std::string temp = fmt::format("{}.merging.{}", file, run.pid());
+  { std::ofstream(temp) << "half a trace"; }
   ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
   std::string err;
@@ -381,7 +384,10 @@ TEST(TimelineTest, TheReaperOfASigkilledLauncherWritesTheTimelineBesideTheFile) 
             std::string::npos)
       << err;
   EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_FALSE(std::filesystem::exists(temp)) << "the launcher's merge temporary is left";
   EXPECT_EQ(parts(), 0) << "parts left behind";
+  // The replicas started nothing of their own: none is counted as such.
+  EXPECT_EQ(err.find("started outside them"), std::string::npos) << err;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("killed.xs-")) continue;
