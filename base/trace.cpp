@@ -466,6 +466,13 @@ std::vector<Part> find_parts(const std::string& file, const std::string& job_id)
 
 }  // namespace
 
+std::string tagged_path(const std::string& file, const std::string& tag) {
+  const std::filesystem::path path(file);
+  return (path.parent_path() /
+          fmt::format("{}.{}{}", path.stem().string(), tag, path.extension().string()))
+      .string();
+}
+
 size_t count_parts(const std::string& file, const std::string& job_id) {
   return find_parts(file, job_id).size();
 }

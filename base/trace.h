@@ -90,6 +90,10 @@ const char* intern(const std::string& name);
 size_t merge(const std::string& file, const std::string& job_id, int node, bool remove_parts,
              const std::string& output = "");
 
+// `file` with `tag` before its extension, in the same directory: ("run/t.json", "node1") ->
+// "run/t.node1.json". A node's own trace file, or a job's beside another job's.
+std::string tagged_path(const std::string& file, const std::string& tag);
+
 // What identifies a file's contents as last seen: nullopt when there is none at `file`.
 struct FileStamp {
   uint64_t device = 0;

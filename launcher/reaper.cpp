@@ -144,11 +144,7 @@ std::string merge_orphaned_trace(const JobMark& mark, pid_t launcher) {
   const std::string file = mark.value(trace::kFileEnv);
   const std::string job_id = mark.value(env_names::kJobId);
   if (file.empty() || job_id.empty()) return {};
-  const std::filesystem::path path(file);
-  const std::string output =
-      (path.parent_path() /
-       fmt::format("{}.{}{}", path.stem().string(), job_id, path.extension().string()))
-          .string();
+  const std::string output = trace::tagged_path(file, job_id);
   for (const std::string& merged : {file, output}) {
     const std::string temp = fmt::format("{}.merging.{}", merged, launcher);
     struct stat st {};

@@ -82,10 +82,7 @@ void merge_trace(const detail::JobContext& job, bool last) {
   if (job.trace_output == job.trace_file && now && now != job.trace_seen) {
     // Someone wrote FILE meanwhile (another job given the same FILE): what they wrote stays,
     // this job's trace goes beside it. A FILE removed meanwhile protects nothing.
-    const std::filesystem::path file(job.trace_file);
-    job.trace_output = (file.parent_path() / fmt::format("{}.{}{}", file.stem().string(),
-                                                         job.job_id, file.extension().string()))
-                           .string();
+    job.trace_output = trace::tagged_path(job.trace_file, job.job_id);
     job.mux->message(fmt::format("{} changed during this job (another job given the same "
                                  "file?); this job's trace goes to {}",
                                  job.trace_file, job.trace_output));
@@ -250,14 +247,12 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
   job.signals = &signals;
   if (options.timeout.count() > 0) job.deadline = detail::Clock::now() + options.timeout;
   if (options.trace_file) {
-    std::filesystem::path file = std::filesystem::absolute(*options.trace_file).lexically_normal();
+    job.trace_file = std::filesystem::absolute(*options.trace_file).lexically_normal().string();
     // Each node writes its own file: on a filesystem the nodes share, one name would be
     // written by all of them, and each merge would take the others' parts.
     if (job.placement.nnodes > 1) {
-      file.replace_filename(fmt::format("{}.node{}{}", file.stem().string(), job.placement.node,
-                                        file.extension().string()));
+      job.trace_file = trace::tagged_path(job.trace_file, fmt::format("node{}", job.placement.node));
     }
-    job.trace_file = file.string();
     job.trace_output = job.trace_file;
     job.trace_seen = trace::stamp(job.trace_file);
     job.trace_t0_ns = trace::now_ns();
