@@ -211,23 +211,34 @@ TEST_P(OrphanTest, SigkillOfXlaSpawnLeavesNoReplicaAliveAfterOneSecond) {
   EXPECT_TRUE(all_gone) << "replicas still alive 1 s after xla-spawn was SIGKILLed";
 }
 
+// A replica (ordinal $RANK) that starts `sleep 300` in a session of its own, writes its pid to
+// DIR/pid.$RANK and then sleeps too.
+std::string start_an_escaper(const std::string& dir) {
+  return "/usr/bin/setsid sleep 300 & echo $! > " + dir + "/pid.$RANK.tmp; mv " + dir +
+         "/pid.$RANK.tmp " + dir + "/pid.$RANK; exec sleep 300";
+}
+
+// SIGKILLs the launcher of `run` once its `n` escapers have started (DIR/pid.K), and expects
+// them gone within `within` (each killed at the end either way).
+void kill_the_launcher_and_expect_the_escapers_gone(Launch& run, const std::string& dir, int n,
+                                                    std::chrono::seconds within) {
+  const std::vector<pid_t> escaped = wait_for_pids(dir, n, std::chrono::seconds(20));
+  ASSERT_EQ(escaped.size(), static_cast<size_t>(n)) << run.err();
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
+  for (pid_t pid : escaped) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, scaled(within)))
+        << "a setsid child (pid " << pid << ") outlived the SIGKILLed xla-spawn";
+    if (process_alive(pid)) ::kill(pid, SIGKILL);
+  }
+}
+
 // What a replica started in a session of its own escapes the group kill and, with xla-spawn
 // gone, the subreaper: xla-spawn's reaper finds it by the job it inherited and kills it too.
 TEST(OrphanTest, WhatAReplicaStartedInASessionOfItsOwnDiesWithAKilledXlaSpawn) {
   TempDir dir;
-  const std::string d = dir.path();
-  const std::string script = "/usr/bin/setsid sleep 300 & echo $! > " + d + "/pid.$RANK.tmp; mv " +
-                             d + "/pid.$RANK.tmp " + d + "/pid.$RANK; exec sleep 300";
-  Launch run({"-n", "2", "--", "/bin/sh", "-c", script});
-  const std::vector<pid_t> escaped = wait_for_pids(d, 2, std::chrono::seconds(20));
-  ASSERT_EQ(escaped.size(), 2u) << run.err();
-  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
-  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
-  for (pid_t pid : escaped) {
-    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, scaled(std::chrono::seconds(3))))
-        << "a setsid child (pid " << pid << ") outlived the SIGKILLed xla-spawn";
-    if (process_alive(pid)) ::kill(pid, SIGKILL);
-  }
+  Launch run({"-n", "2", "--", "/bin/sh", "-c", start_an_escaper(dir.path())});
+  kill_the_launcher_and_expect_the_escapers_gone(run, dir.path(), 2, std::chrono::seconds(3));
   EXPECT_TRUE(wait_until(
       [&] { return run.err().find("and 2 process(es) the replicas started outside them") != std::string::npos; },
       scaled(std::chrono::seconds(3))))
@@ -239,19 +250,9 @@ TEST(OrphanTest, WhatAReplicaStartedInASessionOfItsOwnDiesWithAKilledXlaSpawn) {
 // alive, cleans up the inner job, what its replicas started in sessions of their own too.
 TEST(OrphanTest, ANestedJobIsCleanedUpByItsOwnReaperWhenTheOuterLauncherIsKilled) {
   TempDir dir;
-  const std::string d = dir.path();
-  const std::string inner = "/usr/bin/setsid sleep 300 & echo $! > " + d + "/pid.$RANK.tmp; mv " +
-                            d + "/pid.$RANK.tmp " + d + "/pid.$RANK; exec sleep 300";
-  Launch run({"-n", "1", "--", xla_spawn_path(), "-n", "2", "--", "/bin/sh", "-c", inner});
-  const std::vector<pid_t> escaped = wait_for_pids(d, 2, std::chrono::seconds(20));
-  ASSERT_EQ(escaped.size(), 2u) << run.err();
-  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
-  ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
-  for (pid_t pid : escaped) {
-    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, scaled(std::chrono::seconds(5))))
-        << "a setsid child (pid " << pid << ") of the inner job outlived it";
-    if (process_alive(pid)) ::kill(pid, SIGKILL);
-  }
+  Launch run({"-n", "1", "--", xla_spawn_path(), "-n", "2", "--", "/bin/sh", "-c",
+              start_an_escaper(dir.path())});
+  kill_the_launcher_and_expect_the_escapers_gone(run, dir.path(), 2, std::chrono::seconds(5));
   // The inner launcher was the outer job's replica, whose group the outer reaper names; the
   // inner job's segment (its id holds that pid) is removed by the inner reaper.
   std::string err;
