@@ -4,11 +4,13 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/launcher/launch_support.h"
@@ -224,6 +226,11 @@ void kill_the_launcher_and_expect_the_escapers_gone(Launch& run, const std::stri
                                                     std::chrono::seconds within) {
   const std::vector<pid_t> escaped = wait_for_pids(dir, n, std::chrono::seconds(20));
   ASSERT_EQ(escaped.size(), static_cast<size_t>(n)) << run.err();
+  // Its pid is written as soon as it is forked, before setsid has taken it out of the group.
+  for (pid_t pid : escaped) {
+    ASSERT_TRUE(wait_until([&] { return ::getpgid(pid) == pid; }, std::chrono::seconds(10)))
+        << "pid " << pid << " never left its replica's group";
+  }
   ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
   for (pid_t pid : escaped) {
@@ -252,16 +259,18 @@ TEST(OrphanTest, ANestedJobIsCleanedUpByItsOwnReaperWhenTheOuterLauncherIsKilled
   TempDir dir;
   Launch run({"-n", "1", "--", xla_spawn_path(), "-n", "2", "--", "/bin/sh", "-c",
               start_an_escaper(dir.path())});
+  // The inner launcher: the parent of an inner replica, the parent of an escaper.
+  const auto parent = [](pid_t pid) {
+    const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+    const size_t paren = stat.rfind(')');
+    return paren == std::string::npos ? 0 : std::atoi(stat.c_str() + paren + 4);
+  };
+  const std::vector<pid_t> escaped = wait_for_pids(dir.path(), 2, std::chrono::seconds(20));
+  ASSERT_EQ(escaped.size(), 2u) << run.err();
+  const std::string inner_launcher = std::to_string(parent(parent(escaped[0])));
   kill_the_launcher_and_expect_the_escapers_gone(run, dir.path(), 2, std::chrono::seconds(5));
-  // The inner launcher was the outer job's replica, whose group the outer reaper names; the
-  // inner job's segment (its id holds that pid) is removed by the inner reaper.
-  std::string err;
-  ASSERT_TRUE(wait_until(
-      [&] { return (err = run.err()).find("SIGKILLed process group(s): ") != std::string::npos; },
-      scaled(std::chrono::seconds(5))))
-      << err;
-  const std::string inner_launcher =
-      std::to_string(std::stol(err.substr(err.find("SIGKILLed process group(s): ") + 28)));
+  // The inner job's segment (its id holds the inner launcher's pid) is removed by the inner
+  // reaper.
   const std::string prefix = "xla-spawn-" + std::to_string(::getuid()) + "-xs-" + inner_launcher + "-";
   const auto inner_segments = [&] {
     int n = 0;
