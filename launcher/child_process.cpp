@@ -154,8 +154,7 @@ pid_t spawn_replica(const ChildSetup& setup, const ExecCommand& command) {
   argv.push_back(nullptr);
   std::string sh = "/bin/sh";
   std::vector<char*> sh_argv = {sh.data(), const_cast<char*>(command.path.c_str())};
-  if (argv.size() > 1) sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());
-  if (sh_argv.back() != nullptr) sh_argv.push_back(nullptr);
+  sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());  // the arguments, then nullptr
   const SpawnArgs args{&setup, command.path.c_str(), argv.data(), envp.data(), sh_argv.data()};
   // The child runs on a stack of its own; no handler of ours may run in it before it has
   // reset them, so every signal stays blocked across the clone (the child unblocks them).

@@ -25,6 +25,7 @@
 #include "xla_spawn/launcher/reaper.h"
 #include "xla_spawn/launcher/segment_monitor.h"
 #include "xla_spawn/launcher/segment_resources.h"
+#include "xla_spawn/launcher/signal_pipe.h"
 #include "xla_spawn/launcher/supervisor.h"
 
 namespace {
@@ -40,9 +41,7 @@ class RendezvousInterrupt {
     action.sa_handler = &RendezvousInterrupt::on_signal;
     sigemptyset(&action.sa_mask);
     for (size_t i = 0; i < std::size(kSignals); ++i) {
-      ::sigaction(kSignals[i], nullptr, &previous_[i]);
-      if (kSignals[i] == SIGHUP && previous_[i].sa_handler == SIG_IGN) continue;  // nohup
-      ::sigaction(kSignals[i], &action, nullptr);
+      xs::install_unless_nohup(kSignals[i], action, &previous_[i]);
     }
   }
   ~RendezvousInterrupt() {

@@ -24,6 +24,7 @@
 #include "xla_spawn/launcher/exit_report.h"
 #include "xla_spawn/launcher/helper_process.h"
 #include "xla_spawn/replica/context.h"
+#include "xla_spawn/shm/futex.h"
 #include "xla_spawn/shm/segment.h"
 
 namespace xs {
@@ -84,12 +85,10 @@ struct JobMark {
 
 // The process group of `pid` (/proc/PID/stat's fifth field), 0 when gone.
 pid_t process_group(pid_t pid) {
-  const std::string stat = proc_file(pid, "stat", 4096);
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
+  const std::optional<std::string> fields = process_stat_fields(pid);
   char state = 0;
   int ppid = 0, pgrp = 0;
-  if (std::sscanf(stat.c_str() + paren + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) return 0;
+  if (!fields || std::sscanf(fields->c_str(), "%c %d %d", &state, &ppid, &pgrp) != 3) return 0;
   return pgrp;
 }
 

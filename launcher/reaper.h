@@ -56,11 +56,11 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
   double longest_wait_s() noexcept override {
     return monitor_ != nullptr ? monitor_->longest_wait_s() : 0;
   }
-  std::optional<std::string> waits_for_departed(std::span<const pid_t> pids_by_ordinal,
-                                                int departed, double min_wait_s,
-                                                int first_ordinal) noexcept override {
+  std::optional<std::pair<int, std::string>> waits_for_departed(
+      std::span<const pid_t> pids_by_ordinal, std::span<const int> ended, double min_wait_s,
+      int first_ordinal) noexcept override {
     if (monitor_ == nullptr) return std::nullopt;
-    return monitor_->waits_for_departed(pids_by_ordinal, departed, min_wait_s, first_ordinal);
+    return monitor_->waits_for_departed(pids_by_ordinal, ended, min_wait_s, first_ordinal);
   }
   int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override {
     return monitor_ != nullptr ? monitor_->request_stacks(pids_by_ordinal, continue_stopped) : 0;

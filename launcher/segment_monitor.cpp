@@ -166,24 +166,27 @@ double SegmentMonitor::longest_wait_s() noexcept {
   return longest;
 }
 
-std::optional<std::string> SegmentMonitor::waits_for_departed(std::span<const pid_t> pids_by_ordinal,
-                                                              int departed, double min_wait_s,
-                                                              int first_ordinal) noexcept {
+std::optional<std::pair<int, std::string>> SegmentMonitor::waits_for_departed(
+    std::span<const pid_t> pids_by_ordinal, std::span<const int> ended, double min_wait_s,
+    int first_ordinal) noexcept {
   if (!mapping_) return std::nullopt;
   try {
     const std::vector<OrdinalCall> calls =
         read_calls(mapping_->region.get_address(), mapping_->region.get_size(),
                    mapping_->header.world_size, pids_by_ordinal);
+    const auto never_joined = [&](int ordinal) {
+      return std::find(ended.begin(), ended.end(), ordinal) != ended.end() &&
+             calls[static_cast<size_t>(ordinal)].slot_pid == 0;
+    };
     for (const OrdinalCall& c : calls) {
-      if (c.ordinal == departed && c.slot_pid != 0) return std::nullopt;  // it did join
-    }
-    for (const OrdinalCall& c : calls) {
-      if (c.ordinal == departed || c.state == '\0' || c.returned || c.awaited != departed ||
-          c.seconds_waiting < min_wait_s) {
+      if (c.state == '\0' || c.returned || c.awaited < 0 ||
+          c.awaited >= static_cast<int>(calls.size()) || c.seconds_waiting < min_wait_s ||
+          !never_joined(c.awaited)) {
         continue;
       }
-      return fmt::format("ordinal {} has waited {:.1f} s in {}", first_ordinal + c.ordinal,
-                         c.seconds_waiting, c.name.empty() ? "a collective" : c.name);
+      return std::pair(c.awaited, fmt::format("ordinal {} has waited {:.1f} s in {}",
+                                              first_ordinal + c.ordinal, c.seconds_waiting,
+                                              c.name.empty() ? "a collective" : c.name));
     }
   } catch (const std::exception&) {  // only allocation can throw here
   }

@@ -33,9 +33,9 @@ class SegmentMonitor final : public JobResources, public JobMonitor {
   std::string straggler_report(int first_ordinal) noexcept override;
   bool timed_out() noexcept override;
   double longest_wait_s() noexcept override;
-  std::optional<std::string> waits_for_departed(std::span<const pid_t> pids_by_ordinal,
-                                                int departed, double min_wait_s,
-                                                int first_ordinal) noexcept override;
+  std::optional<std::pair<int, std::string>> waits_for_departed(
+      std::span<const pid_t> pids_by_ordinal, std::span<const int> ended, double min_wait_s,
+      int first_ordinal) noexcept override;
   int request_stacks(std::span<const pid_t> pids_by_ordinal, bool continue_stopped) noexcept override;
 
  private:

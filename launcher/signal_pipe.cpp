@@ -28,6 +28,12 @@ extern "C" void on_signal(int signo) {
 
 }  // namespace
 
+void install_unless_nohup(int signo, const struct sigaction& action, struct sigaction* previous) {
+  ::sigaction(signo, nullptr, previous);
+  if (signo == SIGHUP && previous->sa_handler == SIG_IGN) return;
+  ::sigaction(signo, &action, nullptr);
+}
+
 SignalPipe::SignalPipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) throw IoError(errno_message("signal pipe", errno));
@@ -44,11 +50,7 @@ SignalPipe::SignalPipe() {
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  for (int i = 0; i < kCount; ++i) {
-    ::sigaction(kSignals[i], nullptr, &previous_[i]);
-    if (kSignals[i] == SIGHUP && previous_[i].sa_handler == SIG_IGN) continue;  // nohup
-    ::sigaction(kSignals[i], &action, nullptr);
-  }
+  for (int i = 0; i < kCount; ++i) install_unless_nohup(kSignals[i], action, &previous_[i]);
   struct sigaction child_default {};
   child_default.sa_handler = SIG_DFL;
   sigemptyset(&child_default.sa_mask);

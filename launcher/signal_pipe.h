@@ -15,6 +15,10 @@
 
 namespace xs {
 
+// Installs `action` for `signo` and saves the previous one in `previous`, except for a SIGHUP
+// that is ignored: the program was started under nohup, to outlive its terminal.
+void install_unless_nohup(int signo, const struct sigaction& action, struct sigaction* previous);
+
 class SignalPipe {
  public:
   // Installs the handlers; throws xs::InternalError if another SignalPipe is alive (one

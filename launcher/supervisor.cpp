@@ -58,15 +58,6 @@ void validate(int nprocs, const SupervisorOptions& options) {
 // into one file; a failure to write it is reported, not fatal: the job's outcome stands.
 void merge_trace(const detail::JobContext& job, bool last) {
   if (job.trace_file.empty()) return;
-  // After the last merge, written or not, the reaper has nothing to merge should this process
-  // be killed.
-  struct Done {
-    const detail::JobContext& job;
-    bool last;
-    ~Done() {
-      if (last && job.options->observer != nullptr) job.options->observer->trace_merged();
-    }
-  } done{job, last};
   if (trace::count_parts(job.trace_file, job.job_id) == 0) {
     // An empty file reported as a trace would pass for one; whatever is at FILE stays.
     if (last) {
@@ -262,6 +253,8 @@ JobResult supervise(int nprocs, const ReplicaBody& body, const SupervisorOptions
   result.job_id = job.job_id;
   const auto finish = [&job](const JobResult& r) {
     merge_trace(job, /*last=*/true);
+    // Written or not, nothing is left for the reaper to merge should this process be killed.
+    if (job.options->observer != nullptr) job.options->observer->trace_merged();
     return r;
   };
   for (int attempt = 0;;) {

@@ -18,6 +18,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "xla_spawn/launcher/child_process.h"
 #include "xla_spawn/launcher/exit_report.h"
@@ -69,13 +70,14 @@ class JobMonitor {
   // The longest any replica has now been inside one collective call (or one multi-node
   // call's transfers between nodes) that has not returned, in seconds; 0 when none is.
   virtual double longest_wait_s() noexcept { return 0; }
-  // Who has waited at least `min_wait_s` inside a collective for local ordinal `departed`, a
-  // replica that ended without ever joining the job (so it cannot come): "ordinal 0 has
-  // waited 1.2 s in all_reduce" (ordinals offset by first_ordinal); nothing when no one has,
-  // or when `departed` did join (its peers then see it gone by themselves).
-  virtual std::optional<std::string> waits_for_departed(std::span<const pid_t> /*pids_by_ordinal*/,
-                                                        int /*departed*/, double /*min_wait_s*/,
-                                                        int /*first_ordinal*/) noexcept {
+  // Whether a replica has waited at least `min_wait_s` inside a collective for one of the
+  // local ordinals `ended`, replicas that exited (code 0), of which one never joined the job
+  // (so cannot come): that ordinal and who waits, "ordinal 0 has waited 1.2 s in all_reduce"
+  // (ordinals offset by first_ordinal). Nothing for ended replicas that did join: their peers
+  // see them gone by themselves.
+  virtual std::optional<std::pair<int, std::string>> waits_for_departed(
+      std::span<const pid_t> /*pids_by_ordinal*/, std::span<const int> /*ended*/,
+      double /*min_wait_s*/, int /*first_ordinal*/) noexcept {
     return std::nullopt;
   }
   // Asks every replica that can (shm/stack_dump.h) for its main thread's stack, on stderr;

@@ -171,6 +171,11 @@ CheckpointMetadata load(const std::string& path, const NamedTensors& model_state
   return apply(load_checkpoint(path), path, model_state, optimizer);
 }
 
+CheckpointMetadata load(const Checkpoint& checkpoint, const NamedTensors& model_state,
+                        Optimizer* optimizer) {
+  return apply(checkpoint, checkpoint.source, model_state, optimizer);
+}
+
 std::optional<CheckpointMetadata> load_if_exists(const std::string& path,
                                                  const NamedTensors& model_state,
                                                  Optimizer* optimizer) {

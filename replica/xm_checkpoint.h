@@ -48,6 +48,10 @@ void check_outputs(std::initializer_list<OutputFile> files);
 // the model (a missing, extra or differently shaped tensor); nothing is changed then.
 CheckpointMetadata load(const std::string& path, const NamedTensors& model_state,
                         Optimizer* optimizer);
+// load() of a checkpoint already read (load_checkpoint_if_exists), once its metadata has been
+// checked.
+CheckpointMetadata load(const Checkpoint& checkpoint, const NamedTensors& model_state,
+                        Optimizer* optimizer);
 // load(), or nullopt when `path` does not exist.
 std::optional<CheckpointMetadata> load_if_exists(const std::string& path,
                                                  const NamedTensors& model_state,

@@ -97,8 +97,14 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
                      {"--step-timing-csv", options_.step_timing_csv, /*may_be_stream=*/true}});
 }
 
-// A checkpoint of another model or optimizer, named as such (its tensors would not fit).
-void Trainer::check_trains_the_same(const Checkpoint& view) const {
+void Trainer::resume() {
+  const std::optional<Checkpoint> found = load_checkpoint_if_exists(options_.checkpoint);
+  if (!found) {
+    xm::master_print("no checkpoint at {}: starting from scratch", options_.checkpoint);
+    return;
+  }
+  const Checkpoint& view = *found;
+  // Before its tensors: another model or optimizer is named as such, not by what does not fit.
   for (const auto& [key, want] :
        {std::pair{"model", options_.model}, {"optimizer", options_.optimizer}}) {
     if (view.meta_string(key) != want) {
@@ -106,30 +112,7 @@ void Trainer::check_trains_the_same(const Checkpoint& view) const {
                                         options_.checkpoint, key, view.meta_string(key), want));
     }
   }
-}
-
-void Trainer::resume() {
-  std::optional<CheckpointMetadata> meta;
-  try {
-    meta = xm::load_if_exists(options_.checkpoint, model_->named_state(), optimizer_.get());
-  } catch (const InvalidArgument&) {
-    // Tensors that do not fit: another model or optimizer says so better than their names.
-    std::optional<Checkpoint> file;
-    try {
-      file = load_checkpoint(options_.checkpoint);
-    } catch (const Error&) {
-    }
-    if (file && file->metadata.contains("model") && file->metadata.contains("optimizer")) {
-      check_trains_the_same(*file);
-    }
-    throw;
-  }
-  if (!meta) {
-    xm::master_print("no checkpoint at {}: starting from scratch", options_.checkpoint);
-    return;
-  }
-  const Checkpoint view{options_.checkpoint, {}, *meta};
-  check_trains_the_same(view);
+  xm::load(view, model_->named_state(), optimizer_.get());
   const int64_t global_batch = options_.batch_size * xm::world_size();
   if (view.meta_int("global_batch") != global_batch) {
     throw InvalidArgument(

@@ -14,7 +14,6 @@
 
 #include "examples/train_fmnist/fault_hook.h"
 #include "examples/train_fmnist/options.h"
-#include "xla_spawn/replica/checkpoint.h"
 #include "xla_spawn/replica/step_timing.h"
 #include "xla_spawn/replica/batch_loader.h"
 #include "xla_spawn/replica/device_loader.h"
@@ -44,7 +43,6 @@ class Trainer {
 
  private:
   void resume();
-  void check_trains_the_same(const Checkpoint& view) const;
   // Runs the epoch from `first_batch`; false when --max-steps stopped it.
   bool train_epoch(int64_t epoch, int64_t first_batch);
   void train_step(const xm::DeviceBatch& batch, double& loss);

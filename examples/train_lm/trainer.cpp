@@ -115,7 +115,7 @@ void LmTrainer::resume() {
     throw InvalidArgument(fmt::format("checkpoint {} is at step {} (a damaged or edited file)",
                                       options_.checkpoint, global_step_));
   }
-  xm::load(options_.checkpoint, model_->named_state(), optimizer_.get());
+  xm::load(*found, model_->named_state(), optimizer_.get());  // read once, checked above
   xm::master_print("resumed from {} at step {}", options_.checkpoint, global_step_);
 }
 

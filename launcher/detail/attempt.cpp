@@ -548,12 +548,12 @@ void Attempt::check_monitor() {
   std::optional<std::string> bad = job_.options->monitor->check(pids);
   // A replica that ended (code 0) without ever joining the job cannot come to a collective:
   // whoever waits for it would wait out the collective timeout (a minute by default).
-  for (size_t i = 0; !bad && i < ended_.size(); ++i) {
-    if (auto waiter = job_.options->monitor->waits_for_departed(
-            pids, ended_[i], kDepartedWaitS, job_.placement.first_ordinal)) {
+  if (!bad && !ended_.empty()) {
+    if (auto waited = job_.options->monitor->waits_for_departed(pids, ended_, kDepartedWaitS,
+                                                                job_.placement.first_ordinal)) {
       bad = fmt::format("ordinal {} exited with code 0 without joining the job, and {} for it "
                         "(every replica must make the same collective calls)",
-                        global(ended_[i]), *waiter);
+                        global(waited->first), waited->second);
     }
   }
   if (!bad) return;
