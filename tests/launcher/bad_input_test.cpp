@@ -95,11 +95,18 @@ TEST(BadInputTest, MissingPathExits127NamingIt) {
   EXPECT_NE(r.err.find("command not found: /no/such/dir/prog"), std::string::npos) << r.err;
 }
 
+// DIR/NAME holding `contents`, with mode `mode`; its path.
+std::string program_file(const TempDir& dir, const std::string& name, const std::string& contents,
+                         mode_t mode = 0755) {
+  const std::string path = dir / name;
+  std::ofstream(path, std::ios::binary) << contents;
+  ::chmod(path.c_str(), mode);
+  return path;
+}
+
 TEST(BadInputTest, NonExecutableFileExits127NamingIt) {
   TempDir dir;
-  const std::string script = dir / "script.sh";
-  std::ofstream(script) << "#!/bin/sh\necho hi\n";
-  ::chmod(script.c_str(), 0644);
+  const std::string script = program_file(dir, "script.sh", "#!/bin/sh\necho hi\n", 0644);
   const RunResult r = run_xla_spawn({"-n", "2", "--", script});
   EXPECT_EQ(r.exit_code, 127) << r.err;
   EXPECT_NE(r.err.find("command is not executable: " + script), std::string::npos) << r.err;
@@ -109,20 +116,18 @@ TEST(BadInputTest, NonExecutableFileExits127NamingIt) {
 // to fail in every replica with ENOENT, which named the script, an existing file).
 TEST(BadInputTest, AScriptsMissingInterpreterExits127NamingItBeforeAnythingStarts) {
   TempDir dir;
-  const std::string script = dir / "script.sh";
-  std::ofstream(script) << "#!/no/such/interpreter -x\necho hi\n";
-  ::chmod(script.c_str(), 0755);
+  const std::string script =
+      program_file(dir, "script.sh", "#!/no/such/interpreter -x\necho hi\n");
   const RunResult r = run_xla_spawn({"-n", "2", "--", script});
   EXPECT_EQ(r.exit_code, 127) << r.err;
-  EXPECT_EQ(r.err, "xla-spawn: " + script + ": bad interpreter /no/such/interpreter: no such file\n");
+  EXPECT_EQ(r.err,
+            "xla-spawn: " + script + ": bad interpreter /no/such/interpreter: no such file\n");
 }
 
 // An executable text file without "#!" runs under /bin/sh, as a shell runs it.
 TEST(BadInputTest, AScriptWithoutAnInterpreterLineRunsUnderSh) {
   TempDir dir;
-  const std::string script = dir / "plain";
-  std::ofstream(script) << "echo \"$RANK says $1\"\n";
-  ::chmod(script.c_str(), 0755);
+  const std::string script = program_file(dir, "plain", "echo \"$RANK says $1\"\n");
   const RunResult r = run_xla_spawn({"-n", "2", "--", script, "hello"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[0] 0 says hello\n"), std::string::npos) << r.out;
@@ -133,9 +138,7 @@ TEST(BadInputTest, AScriptWithoutAnInterpreterLineRunsUnderSh) {
 // a shell.
 TEST(BadInputTest, AnInterpreterLineWithoutAnInterpreterRunsUnderSh) {
   TempDir dir;
-  const std::string script = dir / "bare";
-  std::ofstream(script) << "#!\necho \"bare $RANK\"\n";
-  ::chmod(script.c_str(), 0755);
+  const std::string script = program_file(dir, "bare", "#!\necho \"bare $RANK\"\n");
   const RunResult r = run_xla_spawn({"-n", "1", "--", script});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("[0] bare 0\n"), std::string::npos) << r.out;
@@ -145,9 +148,8 @@ TEST(BadInputTest, AnInterpreterLineWithoutAnInterpreterRunsUnderSh) {
 // said to be a binary, with a shell's 126.
 TEST(BadInputTest, ABinaryThatCannotRunIsNotRunAsAScript) {
   TempDir dir;
-  const std::string binary = dir / "foreign";
-  std::ofstream(binary, std::ios::binary) << std::string("\x7f" "ELF\x02\x01\x01\0\0\0garbage(", 17);
-  ::chmod(binary.c_str(), 0755);
+  const std::string binary =
+      program_file(dir, "foreign", std::string("\x7f" "ELF\x02\x01\x01\0\0\0garbage(", 17));
   const RunResult r = run_xla_spawn({"-n", "2", "--", binary});
   EXPECT_EQ(r.exit_code, 126) << r.err;
   EXPECT_NE(r.err.find("cannot execute binary file " + binary + ": Exec format error"),
