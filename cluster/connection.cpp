@@ -79,22 +79,58 @@ std::string SocketAddress::text() const {
   return fmt::format("[{}]:{}", host, ntohs(a->sin6_port));
 }
 
-SocketAddress resolve(const std::string& host, uint16_t port) {
+namespace {
+
+// getaddrinfo's status for host:port; `address` is set when it is 0.
+int lookup(const std::string& host, uint16_t port, SocketAddress& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
   const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-  if (rc != 0 || found == nullptr) {
-    throw InvalidArgument(fmt::format("cannot resolve '{}' (port {}): {}", host, port,
-                                      rc != 0 ? ::gai_strerror(rc) : "no address"));
-  }
-  SocketAddress address;
+  if (rc != 0) return rc;
+  if (found == nullptr) return EAI_NONAME;
   std::memcpy(&address.storage, found->ai_addr, found->ai_addrlen);
   address.length = found->ai_addrlen;
   ::freeaddrinfo(found);
+  return 0;
+}
+
+std::string lookup_error(const std::string& host, uint16_t port, int rc) {
+  return fmt::format("cannot resolve '{}' (port {}): {}", host, port, ::gai_strerror(rc));
+}
+
+// A name the resolver does not know, or could not look up now: it may know it later (a
+// host's DNS record made as the job starts).
+bool may_resolve_later(int rc) {
+  return rc == EAI_NONAME || rc == EAI_AGAIN || rc == EAI_FAIL || rc == EAI_NODATA;
+}
+
+}  // namespace
+
+SocketAddress resolve(const std::string& host, uint16_t port) {
+  SocketAddress address;
+  if (const int rc = lookup(host, port, address); rc != 0) {
+    throw InvalidArgument(lookup_error(host, port, rc));
+  }
   return address;
+}
+
+SocketAddress resolve_by(const std::string& host, uint16_t port, Clock::time_point deadline,
+                         std::chrono::milliseconds retry,
+                         const std::function<void(const std::string&)>& on_first_failure) {
+  SocketAddress address;
+  for (bool first = true;; first = false) {
+    const int rc = lookup(host, port, address);
+    if (rc == 0) return address;
+    const std::string error = lookup_error(host, port, rc);
+    if (!may_resolve_later(rc)) throw InvalidArgument(error);
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) throw Timeout(error);
+    if (first) on_first_failure(error);
+    std::this_thread::sleep_for(std::min<Clock::duration>(retry, deadline - now));
+  }
 }
 
 Fd listen_on(const std::string& host, uint16_t port) {

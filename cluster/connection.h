@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -60,6 +61,13 @@ struct SocketAddress {
 // Resolves `host` (a numeric address or a name) and `port`; InvalidArgument naming both
 // when it does not resolve.
 SocketAddress resolve(const std::string& host, uint16_t port);
+// resolve, retried every `retry` until `deadline` while the resolver does not know the name
+// or cannot look it up now (a node may start before its master's name is in DNS);
+// `on_first_failure` hears the first failure's message. Timeout with that message at the
+// deadline; InvalidArgument at once for an error no retry can mend.
+SocketAddress resolve_by(const std::string& host, uint16_t port, Clock::time_point deadline,
+                         std::chrono::milliseconds retry,
+                         const std::function<void(const std::string&)>& on_first_failure);
 
 // A non-blocking listening socket bound to exactly `host`:`port` (never the wildcard
 // address): IoError naming the address when bind fails (e.g. the port is in use).

@@ -31,6 +31,24 @@ cluster::Fd listen_for_nodes(const NodeOptions& o) {
   }
 }
 
+// A node may start before its master's name is in DNS: the name is looked up again until
+// the rendezvous deadline, as a master not listening yet is connected to again.
+void wait_for_master_name(const NodeOptions& o, cluster::Clock::time_point deadline) {
+  const auto start = cluster::Clock::now();
+  try {
+    cluster::resolve_by(o.master_addr, o.master_port, deadline, std::chrono::milliseconds(500),
+                        [&](const std::string& error) {
+                          write_all(2, fmt::format("xla-spawn: node {}: {}; trying again until "
+                                                   "the rendezvous timeout ({} s)\n",
+                                                   o.node, error, o.rdzv_timeout.count() / 1000));
+                        });
+  } catch (const Timeout& e) {
+    throw Timeout(fmt::format(
+        "{} (tried for {:.0f} s, the rendezvous timeout): is --master-addr node 0's name?",
+        e.what(), std::chrono::duration<double>(cluster::Clock::now() - start).count()));
+  }
+}
+
 cluster::FailureKind wire_kind(LocalFailureKind kind) {
   switch (kind) {
     case LocalFailureKind::kExited: return cluster::FailureKind::kExited;
@@ -74,6 +92,12 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
     config.heartbeat_timeout = heartbeat_timeout;
     server = std::make_unique<RendezvousProcess>(std::move(listener), token, config);
   }
+  // The master judges the rendezvous timeout and tells every node which nodes never came; a
+  // node waits a little longer than the timeout so that it hears the verdict rather than
+  // giving up at the same moment without it.
+  constexpr auto kVerdictMargin = std::chrono::seconds(5);
+  const auto rendezvous_deadline = cluster::Clock::now() + o.rdzv_timeout;
+  if (o.node != 0) wait_for_master_name(o, rendezvous_deadline);
   const std::string host_addr = env_string(env_names::kHostAddr)
                                     .value_or(cluster::local_address_towards(o.master_addr, o.master_port));
   cluster::NodeLinkOptions link_options;
@@ -87,11 +111,6 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
                            "{}:{} (nodes from {}; waiting up to {} s)\n",
                            o.node, o.nnodes, link_options.node.hostname, host_addr, nprocs,
                            o.master_addr, o.master_port, o.source, o.rdzv_timeout.count() / 1000));
-  // The master judges the rendezvous timeout and tells every node which nodes never came; a
-  // node waits a little longer than the timeout so that it hears the verdict rather than
-  // giving up at the same moment without it.
-  constexpr auto kVerdictMargin = std::chrono::seconds(5);
-  const auto rendezvous_deadline = cluster::Clock::now() + o.rdzv_timeout;
   cluster::World world = link.join(rendezvous_deadline, rendezvous_deadline + kVerdictMargin);
   std::unique_ptr<NodeSession> session(new NodeSession(o, std::move(link), std::move(server)));
   session->world_ = std::move(world);

@@ -208,7 +208,7 @@ constexpr int64_t kOnednnGradInputMinChannels = 8;
 // 1.2-1.8x the runtime's unfused kernels at the CNN's conv2 and at 16 channels, forward and
 // both gradients, but its input gradient lost below 16 channels (0.1-0.6x) and its forward at
 // 1 channel (0.6x) (bench/runtime/bf16_gemm_bench). Unfused on oneDNN, conv2 made the CNN's
-// f32 step about 8% faster than fused on the runtime's kernels (train_bench --filter cnn).
+// f32 step about 16% faster than fused on the runtime's kernels (train_bench --filter cnn).
 constexpr int64_t kOnednnF32ConvMinChannels = 16;
 
 bool onednn_runs_f32_conv(int64_t in_channels) {

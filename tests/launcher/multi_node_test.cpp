@@ -544,5 +544,69 @@ TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
       << node1->err();
 }
 
+// A node may start before its master's name is in DNS (a record made as the job starts): it
+// looks the name up again until the rendezvous timeout. Node 1 runs in a mount namespace of
+// its own whose /etc/hosts the test writes, and whose nsswitch.conf reads only that file, so
+// nothing is asked of a DNS server.
+class MasterNameTest : public MultiNodeTest {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/unshare")) {
+      GTEST_SKIP() << "needs root and /usr/bin/unshare: gives node 1 an /etc/hosts of its own "
+                      "in a private mount namespace";
+    }
+    std::ofstream(names_ / "hosts") << "127.0.0.1 localhost\n";
+    std::ofstream(names_ / "nsswitch.conf") << "hosts: files\n";
+  }
+
+  // Node 1 of 2 with one replica printing its environment, told the master is `name`.
+  std::unique_ptr<Launch> start_node1_for(const std::string& name,
+                                          const std::string& rdzv_timeout) {
+    const std::string dir = names_.path();
+    return std::make_unique<Launch>(
+        std::vector<std::string>{
+            "/usr/bin/unshare", "-m", "/bin/sh", "-c",
+            fmt::format("mount --bind {0}/hosts /etc/hosts && mount --bind {0}/nsswitch.conf "
+                        "/etc/nsswitch.conf && exec {1} --nnodes 2 --node-rank 1 --master-addr "
+                        "{2} --master-port {3} --rdzv-timeout {4} -n 1 -- {5} --do print-env",
+                        dir, xla_spawn_path(), name, port_, rdzv_timeout, helper_path())},
+        true);
+  }
+
+  void add_name(const std::string& name) {
+    std::ofstream(names_ / "hosts", std::ios::app) << "127.0.0.1 " << name << "\n";
+  }
+
+  TempDir names_;
+};
+
+TEST_F(MasterNameTest, ANameThatResolvesLateIsLookedUpAgainAndTheJobForms) {
+  auto node1 = start_node1_for("xs-late-master", "60");
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(
+      *node1, "node 1: cannot resolve 'xs-late-master' (port " + std::to_string(port_) +
+                  "): Name or service not known; trying again until the rendezvous timeout"));
+  add_name("xs-late-master");
+  auto node0 = start_node(0, 2, 1, {"--do", "print-env"});
+  ASSERT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  ASSERT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  EXPECT_EQ(env_of(node1->out(), 1).at("MASTER_ADDR"), "xs-late-master");
+}
+
+TEST_F(MasterNameTest, ANameThatNeverResolvesEndsTheNodeAtTheRendezvousTimeout) {
+  const auto start = std::chrono::steady_clock::now();
+  auto node1 = start_node1_for("xs-no-such-master", "2");
+  const int status = node1->wait_or_fail(scaled(seconds(30)));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(WEXITSTATUS(status), 1) << node1->err();
+  EXPECT_GE(took, 2.0);
+  EXPECT_NE(node1->err().find("cannot resolve 'xs-no-such-master' (port " +
+                              std::to_string(port_) +
+                              "): Name or service not known (tried for 2 s, the rendezvous "
+                              "timeout): is --master-addr node 0's name?"),
+            std::string::npos)
+      << node1->err();
+  EXPECT_EQ(node1->out(), "");  // no replica started
+}
+
 }  // namespace
 }  // namespace xs::testing
