@@ -219,8 +219,14 @@ class ProcessGroupXlaSpawn : public c10d::ProcessGroup {
                 "xla_spawn backend: reduce_scatter needs ", getSize(), " input tensors, got ",
                 inputs[0].size());
     std::vector<at::Tensor> flat_inputs;
-    for (const at::Tensor& t : inputs[0]) {
-      flat_inputs.push_back(cpu("reduce_scatter", t).reshape({-1}));
+    for (size_t k = 0; k < inputs[0].size(); ++k) {
+      const at::Tensor& t = cpu("reduce_scatter", inputs[0][k]);
+      // Rank k's chunk: a list of other sizes would reduce chunks across the ranks' borders.
+      TORCH_CHECK(t.numel() == outputs[0].numel() && t.scalar_type() == outputs[0].scalar_type(),
+                  "xla_spawn backend: reduce_scatter input ", k, " must have the output's ",
+                  outputs[0].numel(), " elements of ", outputs[0].scalar_type(), "; got ",
+                  t.numel(), " of ", t.scalar_type());
+      flat_inputs.push_back(t.reshape({-1}));
     }
     at::Tensor input = at::cat(flat_inputs);
     scatter_into(input, outputs[0], opts.reduceOp);

@@ -9,6 +9,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -35,10 +36,13 @@ namespace {
 // GIL is released while one runs) would otherwise interleave inside the shared rounds and
 // corrupt each other's results, and shutdown() would free it under a waiting call. Callers
 // from Python release the GIL before taking it (Locked below).
-std::mutex g_mutex;
+std::timed_mutex g_mutex;
 // Set by shutdown(): the process has left its job. Attaching again would restart the call
 // count at 1 against peers that did not, and mix one call's data into another's.
 bool g_shut_down = false;
+// The process that attached the job: a process forked from it takes no part in the job, and
+// may have inherited g_mutex held by a thread that does not exist in it.
+std::atomic<pid_t> g_owner_pid{0};
 
 // With g_mutex held.
 xs::Communicator& communicator() {
@@ -47,7 +51,22 @@ xs::Communicator& communicator() {
         "xla_spawn: shutdown() was called: this process has left its job and cannot rejoin it");
   }
   xs::xm::init();  // idempotent: the first call attaches the job
+  g_owner_pid = ::getpid();
   return xs::xm::communicator();
+}
+
+bool forked_from_owner() {
+  const pid_t owner = g_owner_pid.load();
+  return owner != 0 && owner != ::getpid();
+}
+
+void check_not_forked() {
+  if (forked_from_owner()) {
+    throw xs::InvalidArgument(fmt::format(
+        "xla_spawn: this process was forked from pid {}, which owns the communicator; only that "
+        "process may call its collectives",
+        g_owner_pid.load()));
+  }
 }
 
 // Ctrl-C inside a collective. Python runs its signal handlers only between bytecodes, so a
@@ -59,6 +78,7 @@ thread_local PyObject* t_pending_type = nullptr;  // what the handler raised, un
 thread_local PyObject* t_pending_value = nullptr;
 thread_local PyObject* t_pending_traceback = nullptr;
 thread_local bool t_in_call = false;  // this thread is inside a call of this module
+thread_local bool t_hears_signals = false;  // the thread that runs Python's signal handlers
 
 void run_python_signal_handlers() {
   if (!Py_IsInitialized()) return;
@@ -100,11 +120,71 @@ struct InCall {
   InCall& operator=(const InCall&) = delete;
 };
 
+// Arrays from alloc_buffer not yet given back to the arena: shutdown() would unmap the arena
+// under them, so it refuses while any is alive.
+std::atomic<int> g_live_buffers{0};
+// Arrays whose last view went while g_mutex was held (by a call of another thread, or by the
+// call a signal handler interrupted): their destructor cannot wait for it with the GIL held,
+// so the next holder frees them. g_orphans_mutex is held only to add or take them.
+std::mutex g_orphans_mutex;
+std::vector<void*> g_orphans;
+
+// With g_mutex held. After abandon() (a daemon thread was inside a call at exit) the arena
+// goes with the process: nothing to give back.
+void free_buffer_now(void* p) {
+  if (!g_shut_down && xs::xm::initialized()) xs::xm::communicator().free_buffer(p);
+  --g_live_buffers;
+}
+
+void free_orphans() {
+  std::vector<void*> orphans;
+  {
+    const std::lock_guard<std::mutex> lock(g_orphans_mutex);
+    orphans.swap(g_orphans);
+  }
+  for (void* p : orphans) free_buffer_now(p);
+}
+
+// An alloc_buffer array's destructor, with the GIL held: frees it at once when g_mutex is
+// free, else leaves it to the next holder. In a forked child nothing is freed: the arena's
+// blocks are the replica's.
+void release_buffer(void* p) noexcept {
+  if (forked_from_owner()) return;
+  try {
+    // Not on a thread inside a call (a signal handler's): it may hold g_mutex itself.
+    std::unique_lock<std::timed_mutex> lock(g_mutex, std::defer_lock);
+    if (!t_in_call && lock.try_lock()) {
+      free_orphans();
+      free_buffer_now(p);
+      return;
+    }
+    const std::lock_guard<std::mutex> orphans(g_orphans_mutex);
+    g_orphans.push_back(p);
+  } catch (const std::exception& e) {
+    PyErr_WarnEx(PyExc_RuntimeWarning,
+                 fmt::format("xla_spawn: freeing an alloc_buffer array: {}", e.what()).c_str(), 1);
+  }
+}
+
+// g_mutex for one call, after a call another thread is in. Meanwhile the thread that runs
+// Python's signal handlers runs them, as a collective's wait does, so that Ctrl-C is heard
+// (no call has begun: nothing is poisoned). A forked child is refused before it would wait
+// for a lock it may have inherited held.
+std::unique_lock<std::timed_mutex> take_lock() {
+  check_not_forked();
+  std::unique_lock<std::timed_mutex> lock(g_mutex, std::defer_lock);
+  while (!lock.try_lock_for(xs::kInterruptCheckInterval)) {
+    if (t_hears_signals) run_python_signal_handlers();
+  }
+  free_orphans();
+  return lock;
+}
+
 // The GIL released, then g_mutex held, for one call from Python.
 struct Locked {
   InCall in_call;
   py::gil_scoped_release release;
-  std::lock_guard<std::mutex> lock{g_mutex};
+  std::unique_lock<std::timed_mutex> lock = take_lock();
 };
 
 xs::ReduceOp parse_op(std::string_view op) {
@@ -150,6 +230,7 @@ class BufferView {
   xs::DType dtype() const { return dtype_; }
   size_t n_elems() const { return bytes() / xs::dtype_size(dtype_); }
   std::string describe() const {
+    if (as_bytes_) return fmt::format("{} of {} bytes", argument_, bytes());
     return fmt::format("{} of {} {} elements", argument_, n_elems(), xs::dtype_name(dtype_));
   }
 
@@ -187,6 +268,7 @@ class BufferView {
     else if (format == "?" && item == 1 && !arithmetic) dtype_ = xs::DType::kBool;
     else if (!arithmetic) {
       dtype_ = xs::DType::kBool;  // moved as bytes: any element type
+      as_bytes_ = true;
     } else {
       throw xs::InvalidArgument(fmt::format(
           "{}: {} has elements of format '{}' ({} bytes); reductions take float32, float64, "
@@ -199,6 +281,7 @@ class BufferView {
   const char* call_;
   const char* argument_;
   xs::DType dtype_ = xs::DType::kBool;
+  bool as_bytes_ = false;  // not one of the project's dtypes: moved as bytes
 };
 
 void all_reduce(py::handle data, const std::string& op, const std::string& dtype) {
@@ -261,10 +344,6 @@ std::vector<py::bytes> rendezvous(const std::string& tag, const py::bytes& paylo
   return out;
 }
 
-// Arrays handed out by alloc_buffer and not yet collected: shutdown() would unmap the arena
-// under them, so it refuses while any is alive.
-std::atomic<int> g_live_buffers{0};
-
 py::array alloc_buffer(const std::vector<py::ssize_t>& shape, const py::dtype& dtype) {
   if (dtype.attr("hasobject").cast<bool>()) {
     throw xs::InvalidArgument(fmt::format(
@@ -283,12 +362,7 @@ py::array alloc_buffer(const std::vector<py::ssize_t>& shape, const py::dtype& d
   }
   ++g_live_buffers;
   // The array's base frees the memory when the last view of it goes.
-  py::capsule owner(data, [](void* p) {
-    // Freed under the lock, so never beside a call (shutdown waits for the last of these).
-    std::lock_guard<std::mutex> lock(g_mutex);
-    xs::xm::communicator().free_buffer(p);
-    --g_live_buffers;
-  });
+  py::capsule owner(data, &release_buffer);
   return py::array(dtype, shape, {}, data, owner);
 }
 
@@ -317,7 +391,9 @@ int guarded(XsCommError* error, Body body) {
   };
   try {
     InCall in_call;
-    std::lock_guard<std::mutex> lock(g_mutex);  // the caller's GIL state is torch's affair
+    check_not_forked();
+    const std::lock_guard<std::timed_mutex> lock(g_mutex);  // the caller's GIL is torch's affair
+    free_orphans();
     body();
     return kXsOk;
   } catch (const xs::Interrupted& e) {
@@ -466,7 +542,7 @@ PYBIND11_MODULE(_core, m) {
   // communicator must then outlive the exit's destructors, or that thread reads unmapped
   // memory (SIGSEGV). The process leaves the job by exiting; the peers see it gone.
   py::module_::import("atexit").attr("register")(py::cpp_function([] {
-    std::unique_lock<std::mutex> lock(g_mutex, std::try_to_lock);
+    std::unique_lock<std::timed_mutex> lock(g_mutex, std::try_to_lock);
     if (!lock.owns_lock()) xs::xm::abandon();
   }));
   // Signal handlers run from the main thread's waits until the interpreter starts to finish
@@ -475,7 +551,10 @@ PYBIND11_MODULE(_core, m) {
       py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   if (PyThread_get_thread_ident() == main_ident) {
     xs::set_thread_interrupt_check(&run_python_signal_handlers);
-    py::module_::import("atexit").attr("register")(
-        py::cpp_function([] { xs::set_thread_interrupt_check(nullptr); }));
+    t_hears_signals = true;
+    py::module_::import("atexit").attr("register")(py::cpp_function([] {
+      xs::set_thread_interrupt_check(nullptr);
+      t_hears_signals = false;
+    }));
   }
 }

@@ -54,6 +54,10 @@ def spawn(fn, args=(), nprocs=None, launcher_args=()):
         nprocs = len(os.sched_getaffinity(0))
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise ValueError(f"spawn: nprocs must be an int >= 1, got {nprocs!r}")
+    # A string would be taken apart into characters, each one an option to the launcher.
+    for name, value in (("args", args), ("launcher_args", launcher_args)):
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise TypeError(f"spawn: {name} must be a list or tuple, got {value!r}")
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
     if getattr(fn, "__module__", None) == "__main__" and not (main_file and os.path.isfile(main_file)):

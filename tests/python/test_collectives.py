@@ -69,6 +69,10 @@ def test_bad_arguments_raise_with_the_message_that_names_them():
     with pytest.raises(xs.InvalidArgument, match=r"all_gather: output of 5 f32 elements must be "
                        r"world size 1 times input of 4 f32 elements"):
         xs.all_gather(np.zeros(4, np.float32), np.zeros(5, np.float32))
+    # Element types no reduction takes are moved as bytes, and named so.
+    with pytest.raises(xs.InvalidArgument, match=r"all_gather: output of 24 bytes must be world "
+                       r"size 1 times input of 3 f32 elements"):
+        xs.all_gather(np.zeros(3, np.float32), np.zeros(24, np.uint8))
     with pytest.raises(xs.InvalidArgument, match=r"dtype='bf16' needs 2-byte elements"):
         xs.all_reduce(np.zeros(4, np.float32), dtype="bf16")
     assert issubclass(xs.PeerFailure, xs.Error) and issubclass(xs.Error, RuntimeError)
@@ -274,13 +278,18 @@ def test_a_signal_handler_that_returns_lets_the_collective_finish_and_may_not_ca
     assert lines_of(result.stdout, 1) == ["sum 2"], result.stdout
 
 
-def test_a_daemon_thread_in_a_collective_at_exit_leaves_the_job(tmp_path):
+@pytest.mark.parametrize("arena_array", [False, True])
+def test_a_daemon_thread_in_a_collective_at_exit_leaves_the_job(tmp_path, arena_array):
     # Ordinal 0 exits with a daemon thread inside an all_reduce too large to finish from the
-    # part it posted; ordinal 1's matching call then fails, naming ordinal 0.
+    # part it posted; ordinal 1's matching call then fails, naming ordinal 0. An arena array
+    # still alive at the exit used to wait for the call to end (its destructor took the lock)
+    # and then abort, its communicator abandoned.
     result, _ = run_job(2, """
         import os, sys, threading, time
         import numpy as np, xla_spawn as xs
         xs.barrier()
+        if os.environ["XLA_SPAWN_TEST_ARENA_ARRAY"] == "1":
+            kept = xs.alloc_buffer(1024, np.float32)
         gone = os.path.join(os.environ["XLA_SPAWN_TEST_DIR"], "exiting")
         data = np.ones(4 << 20, np.float32)
         if xs.get_ordinal() == 0:
@@ -298,11 +307,109 @@ def test_a_daemon_thread_in_a_collective_at_exit_leaves_the_job(tmp_path):
             print("all_reduce returned", flush=True)
         except xs.PeerFailure as e:
             print(f"PeerFailure: {e}", flush=True)
-    """, env={"XLA_SPAWN_TEST_DIR": str(tmp_path)}, timeout=60)
+    """, env={"XLA_SPAWN_TEST_DIR": str(tmp_path),
+              "XLA_SPAWN_TEST_ARENA_ARRAY": "1" if arena_array else "0",
+              "XLA_SPAWN_COLLECTIVE_TIMEOUT_MS": "20000"}, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines_of(result.stdout, 0) == [], result.stdout
     [one] = lines_of(result.stdout, 1)
     assert one.startswith("PeerFailure: all_reduce on ordinal 1: ordinal 0 "), one
+
+
+def test_an_arena_array_dropped_during_another_call_is_freed_after_it():
+    # A thread, then a signal handler, drop the last view of an arena array while the main
+    # thread's all_reduce waits for ordinal 1. Its destructor used to take the call's lock
+    # with the GIL held, while the waiting call needed the GIL for its signal check: both
+    # waited for ever, past the collective timeout. shutdown() proves both were freed.
+    result, _ = run_job(2, """
+        import signal, threading, time
+        import numpy as np, xla_spawn as xs
+        xs.barrier()
+        arrays = [xs.alloc_buffer(16, np.float32), xs.alloc_buffer(16, np.float32)]
+        if xs.get_ordinal() == 0:
+            signal.signal(signal.SIGUSR1, lambda signum, frame: arrays.pop())
+            main = threading.main_thread().ident
+            threading.Timer(0.3, arrays.pop).start()
+            threading.Timer(0.6, signal.pthread_kill, (main, signal.SIGUSR1)).start()
+        else:
+            time.sleep(1.5)
+            arrays.clear()
+        data = np.ones(4, np.float32)
+        xs.all_reduce(data)
+        xs.shutdown()
+        print(f"sum {data[0]:g}, {len(arrays)} arrays left, shut down", flush=True)
+    """, env={"XLA_SPAWN_COLLECTIVE_TIMEOUT_MS": "20000"}, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for k in range(2):
+        assert lines_of(result.stdout, k) == ["sum 2, 0 arrays left, shut down"], result.stdout
+
+
+def test_ctrl_c_while_another_threads_call_holds_the_communicator_is_heard_at_once():
+    # The main thread's barrier waits for a daemon thread's all_reduce, which waits 3 s for
+    # ordinal 1: the interrupt used to be heard only when that call ended.
+    result, _ = run_job(2, """
+        import signal, threading, time
+        import numpy as np, xla_spawn as xs
+        xs.barrier()
+        if xs.get_ordinal() == 0:
+            other = threading.Thread(target=xs.all_reduce, args=(np.ones(4, np.float32),))
+            other.start()
+            time.sleep(0.1)
+            main = threading.main_thread().ident
+            threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+            start = time.monotonic()
+            try:
+                xs.barrier()
+            except KeyboardInterrupt:
+                print(f"KeyboardInterrupt after {time.monotonic() - start:.3f} s", flush=True)
+            other.join()
+        else:
+            time.sleep(3)
+            xs.all_reduce(np.ones(4, np.float32))
+        xs.barrier()  # nothing was poisoned: the interrupted barrier never began
+        print("done", flush=True)
+    """, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    zero = lines_of(result.stdout, 0)
+    assert len(zero) == 2 and zero[0].startswith("KeyboardInterrupt after "), result.stdout
+    # Sent 0.3 s in and heard at the next check (100 ms apart); the margin is for a loaded
+    # machine, far under the 2.7 s the other call still waits.
+    assert float(zero[0].split()[2]) < 0.9, zero
+    assert zero[1] == "done" and lines_of(result.stdout, 1) == ["done"], result.stdout
+
+
+def test_a_child_forked_while_another_thread_is_in_a_call_is_refused_not_stuck():
+    # The child inherits the communicator's lock held by a thread it does not have: its call
+    # used to wait for it for ever.
+    result, _ = run_job(2, """
+        import os, threading, time
+        import numpy as np, xla_spawn as xs
+        xs.barrier()
+        if xs.get_ordinal() == 0:
+            other = threading.Thread(target=xs.all_reduce, args=(np.ones(4, np.float32),))
+            other.start()
+            time.sleep(0.3)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    xs.all_reduce(np.ones(4, np.float32))
+                    print("child: all_reduce returned", flush=True)
+                except xs.InvalidArgument as e:
+                    print(f"child: {e}", flush=True)
+                os._exit(0)
+            os.waitpid(pid, 0)
+            other.join()
+        else:
+            time.sleep(2)
+            xs.all_reduce(np.ones(4, np.float32))
+        print("done", flush=True)
+    """, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    zero = lines_of(result.stdout, 0)
+    assert len(zero) == 2 and zero[1] == "done", result.stdout
+    assert zero[0].startswith("child: xla_spawn: this process was forked from pid "), zero
+    assert zero[0].endswith("which owns the communicator; only that process may call its "
+                            "collectives"), zero
 
 
 def test_mesh_reduce_and_rendezvous_carry_python_values():
@@ -377,6 +484,11 @@ def test_spawn_refuses_inside_a_replica_and_an_unpicklable_fn():
         xs.spawn(lambda ordinal: None, nprocs=1)
     with pytest.raises(ValueError, match=r"nprocs must be an int >= 1, got 0"):
         xs.spawn(print, nprocs=0)
+    # A string used to become one launcher option per character ("command not found: -").
+    with pytest.raises(TypeError, match=r"launcher_args must be a list or tuple, got '--timeout 5'"):
+        xs.spawn(print, nprocs=1, launcher_args="--timeout 5")
+    with pytest.raises(TypeError, match=r"args must be a list or tuple, got 5"):
+        xs.spawn(print, args=5, nprocs=1)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])

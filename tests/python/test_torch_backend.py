@@ -115,3 +115,23 @@ def test_ctrl_c_inside_a_torch_collective_raises_keyboard_interrupt():
     """, env=TORCH, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines_of(result.stdout, 0) == ["KeyboardInterrupt"], result.stdout + result.stderr
+
+
+def test_a_reduce_scatter_list_of_other_sizes_is_refused_naming_the_tensor():
+    # The list used to be joined and cut into equal chunks: inputs of 3 and 5 elements for an
+    # output of 4 were reduced across the ranks' borders, silently.
+    result, _ = run_job(2, """
+        import torch, torch.distributed as dist
+        import xla_spawn
+        dist.init_process_group("xla_spawn")
+        try:
+            dist.reduce_scatter(torch.zeros(4), [torch.ones(3), torch.ones(5)])
+            print("reduced", flush=True)
+        except RuntimeError as e:
+            print("refused:", str(e).splitlines()[0], flush=True)
+    """, env=TORCH, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for k in range(2):
+        assert lines_of(result.stdout, k) == [
+            "refused: xla_spawn backend: reduce_scatter input 0 must have the output's 4 "
+            "elements of Float; got 3 of Float"], result.stdout
