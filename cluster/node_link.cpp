@@ -41,6 +41,14 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
         "{} accepted the connection but did not answer xla-spawn's handshake: is another "
         "program listening on port {}?",
         master_text_, port_));
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(fmt::format("{} answered xla-spawn's handshake with something else ({}): "
+                                    "is another program listening on port {}?",
+                                    master_text_, e.what(), port_));
+  } catch (const ConnectionClosed&) {
+    throw ConnectionClosed(fmt::format("{} closed the connection during xla-spawn's handshake: is "
+                                       "another program listening on port {}?",
+                                       master_text_, port_));
   }
   deadline = verdict_deadline;
   connection_->send_blocking(options_.node, deadline);

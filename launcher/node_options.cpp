@@ -1,5 +1,8 @@
 #include "xla_spawn/launcher/node_options.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <fmt/format.h>
 
 #include "xla_spawn/base/env.h"
@@ -35,6 +38,7 @@ bool from_scheduler(NodeOptions& nodes) {
     if (auto list = env_string("SLURM_JOB_NODELIST")) {
       try {
         nodes.master_addr = first_slurm_host(*list);
+        nodes.master_addr_from = "SLURM_JOB_NODELIST's first host";
       } catch (const InvalidArgument& e) {
         throw UsageError(fmt::format("SLURM_JOB_NODELIST: {}", e.what()));
       }
@@ -84,7 +88,14 @@ NodeOptions resolve_node_options(const NodeFlags& flags) {
     scheduled = from_scheduler(nodes);
   }
   if (flags.node_rank) {
-    nodes.node = static_cast<int>(flag_int(*flags.node_rank, 0, kMaxNodes - 1, "--node-rank"));
+    const int rank = static_cast<int>(flag_int(*flags.node_rank, 0, kMaxNodes - 1, "--node-rank"));
+    // The scheduler's rank is this task's; another one would make two hosts the same node.
+    if (scheduled && rank != nodes.node) {
+      throw UsageError(fmt::format("--node-rank {} but {} says this is node {}: leave out "
+                                   "--node-rank under srun or mpirun, or give --nnodes too",
+                                   rank, nodes.source, nodes.node));
+    }
+    nodes.node = rank;
   } else if (flags.nnodes && nodes.nnodes > 1) {
     // A default of 0 would make every host that forgot it a second master.
     throw UsageError(fmt::format(
@@ -92,7 +103,18 @@ NodeOptions resolve_node_options(const NodeFlags& flags) {
         "under srun or mpirun leave out both to take them from the scheduler",
         nodes.nnodes, nodes.nnodes - 1));
   }
-  if (flags.master_addr) nodes.master_addr = *flags.master_addr;
+  if (flags.master_addr) {
+    nodes.master_addr = *flags.master_addr;
+    nodes.master_addr_from = "--master-addr";
+  }
+  // Node 0 listens on exactly this address and the others connect to it: the wildcard
+  // address would have node 0 advertise loopback, and every other node fail in gloo.
+  if (is_wildcard_address(nodes.master_addr)) {
+    throw UsageError(fmt::format(
+        "{} {} is the wildcard address: give node 0's address that the other nodes reach "
+        "(xla-spawn listens on exactly that address)",
+        nodes.master_addr_from, nodes.master_addr));
+  }
   if (flags.master_port) {
     nodes.master_port = static_cast<uint16_t>(flag_int(*flags.master_port, 1, 65535, "--master-port"));
   }
@@ -135,6 +157,10 @@ std::string first_slurm_host(const std::string& nodelist) {
     }
     // The first value of the first range keeps its zero padding: "[03-05,9]" -> "03".
     const std::string inside = nodelist.substr(i + 1, close - i - 1);
+    if (inside.find_first_not_of("0123456789,-") != std::string::npos) {
+      throw InvalidArgument(
+          fmt::format("'{}': range '[{}]' holds more than numbers, ',' and '-'", nodelist, inside));
+    }
     const std::string first = inside.substr(0, inside.find_first_of(",-"));
     if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos) {
       throw InvalidArgument(fmt::format("'{}': range '[{}]' does not start with a number", nodelist, inside));
@@ -143,7 +169,21 @@ std::string first_slurm_host(const std::string& nodelist) {
     i = close + 1;
   }
   if (host.empty()) throw InvalidArgument(fmt::format("'{}': no host", nodelist));
+  if (host.find(']') != std::string::npos) {
+    throw InvalidArgument(fmt::format("'{}': ']' without '['", nodelist));
+  }
   return host;
+}
+
+bool is_wildcard_address(const std::string& address) {
+  std::string text = address;
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
+    text = text.substr(1, text.size() - 2);
+  }
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_aton(text.c_str(), &v4) != 0) return v4.s_addr == htonl(INADDR_ANY);
+  return ::inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&v6);
 }
 
 }  // namespace xs

@@ -30,6 +30,7 @@ struct NodeOptions {
   uint16_t master_port = kDefaultMasterPort;
   std::chrono::milliseconds rdzv_timeout = kDefaultRdzvTimeout;
   std::string source = "the command line";  // or "Slurm", "Open MPI": named in errors
+  std::string master_addr_from = "--master-addr";  // or SLURM_JOB_NODELIST: named in errors
   bool multi_node() const { return nnodes > 1; }
 };
 
@@ -49,5 +50,8 @@ NodeOptions resolve_node_options(const NodeFlags& flags);
 // The first host of a Slurm host list: "node[03-05,9],gpu1" -> "node03",
 // "rack[1-2]-n[7-8]" -> "rack1-n7". Throws InvalidArgument for an empty or malformed list.
 std::string first_slurm_host(const std::string& nodelist);
+
+// 0.0.0.0 (in any form inet_aton takes, "0" too) or :: (bracketed or not).
+bool is_wildcard_address(const std::string& address);
 
 }  // namespace xs

@@ -25,10 +25,26 @@ cluster::Fd listen_for_nodes(const NodeOptions& o) {
   try {
     return cluster::listen_on(o.master_addr, o.master_port);
   } catch (const Error& e) {
-    throw UsageError(fmt::format("node 0 runs the job's rendezvous, but {}: is --master-addr {} an "
+    throw UsageError(fmt::format("node 0 runs the job's rendezvous, but {}: is {} {} an "
                                  "address of this host, and is port {} free?",
-                                 e.what(), o.master_addr, o.master_port));
+                                 e.what(), o.master_addr_from, o.master_addr, o.master_port));
   }
+}
+
+// Where this node's replicas listen: XLA_SPAWN_HOST_ADDR, checked here (a socket bound to it)
+// so that a wrong one fails before the job forms rather than in every replica's gloo set-up;
+// else the local address that routes to the master.
+std::string node_address(const NodeOptions& o) {
+  const std::optional<std::string> given = env_string(env_names::kHostAddr);
+  if (!given) return cluster::local_address_towards(o.master_addr, o.master_port);
+  try {
+    cluster::listen_on(*given, 0);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("{}={}: {}: it must be an address of this host, where its "
+                                 "replicas listen",
+                                 env_names::kHostAddr, *given, e.what()));
+  }
+  return *given;
 }
 
 // A node may start before its master's name is in DNS: the name is looked up again until
@@ -44,8 +60,8 @@ void wait_for_master_name(const NodeOptions& o, cluster::Clock::time_point deadl
                         });
   } catch (const Timeout& e) {
     throw Timeout(fmt::format(
-        "{} (tried for {:.0f} s, the rendezvous timeout): is --master-addr node 0's name?",
-        e.what(), std::chrono::duration<double>(cluster::Clock::now() - start).count()));
+        "{} (tried for {:.0f} s, the rendezvous timeout): is {} node 0's name?", e.what(),
+        std::chrono::duration<double>(cluster::Clock::now() - start).count(), o.master_addr_from));
   }
 }
 
@@ -98,8 +114,7 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
   constexpr auto kVerdictMargin = std::chrono::seconds(5);
   const auto rendezvous_deadline = cluster::Clock::now() + o.rdzv_timeout;
   if (o.node != 0) wait_for_master_name(o, rendezvous_deadline);
-  const std::string host_addr = env_string(env_names::kHostAddr)
-                                    .value_or(cluster::local_address_towards(o.master_addr, o.master_port));
+  const std::string host_addr = node_address(o);
   cluster::NodeLinkOptions link_options;
   link_options.node = {static_cast<uint32_t>(o.node), static_cast<uint32_t>(o.nnodes),
                        static_cast<uint32_t>(nprocs), static_cast<int32_t>(::getpid()), host_name(),

@@ -4,6 +4,7 @@
 // vanished peers are found within the heartbeat timeout.
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -273,6 +274,44 @@ TEST(NodeLinkTest, NoMasterOrASilentListenerFailsAtTheDeadlineSayingWhatToCheck)
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
     EXPECT_LT(Clock::now() - start, seconds(5)) << "port " << port;  // not the verdict's 30 s
+  }
+}
+
+// Another kind of program on the port: one that answers (an HTTP server) and one that hangs
+// up. They used to surface as a bare "frame of 1347703880 bytes ... above the limit" or
+// "closed the connection".
+TEST(NodeLinkTest, AForeignProgramOnThePortIsNamedAsSuch) {
+  for (const std::string answer : {"HTTP/1.1 400 Bad Request\r\n\r\n", ""}) {
+    Fd listener = listen_on("127.0.0.1", 0);
+    const uint16_t port = bound_port(listener.get());
+    std::thread foreign([&] {
+      pollfd p{listener.get(), POLLIN, 0};
+      if (::poll(&p, 1, 10'000) != 1) return;
+      const Fd peer(::accept(listener.get(), nullptr, nullptr));
+      p = {peer.get(), POLLIN, 0};
+      char hello[256];
+      if (::poll(&p, 1, 10'000) == 1) (void)!::read(peer.get(), hello, sizeof hello);
+      (void)!::write(peer.get(), answer.data(), answer.size());
+    });
+    NodeLink link("127.0.0.1", port, kToken, node_options(1, 2, milliseconds(3000)));
+    try {
+      link.join(deadline_in(seconds(5)), deadline_in(seconds(10)));
+      ADD_FAILURE() << "joined a foreign program";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(fmt::format("127.0.0.1:{} {}", port,
+                                       answer.empty()
+                                           ? "closed the connection during xla-spawn's handshake"
+                                           : "answered xla-spawn's handshake with something else "
+                                             "(frame of 1347703880 bytes"),
+                           0),
+                0u)
+          << what;
+      EXPECT_NE(what.find(fmt::format(": is another program listening on port {}?", port)),
+                std::string::npos)
+          << what;
+    }
+    foreign.join();
   }
 }
 

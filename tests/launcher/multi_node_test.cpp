@@ -544,6 +544,23 @@ TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
       << node1->err();
 }
 
+// A wrong XLA_SPAWN_HOST_ADDR used to pass the rendezvous and fail every replica's gloo set-up
+// after the job had formed; node 0 need not be there to hear it. (Numeric addresses only: a
+// name would be asked of DNS.)
+TEST_F(MultiNodeTest, AHostAddressThatIsNotThisHostsIsRefusedBeforeTheJobForms) {
+  for (const char* address : {"198.18.255.254", "192.0.2.1"}) {
+    ScopedEnv host_addr("XLA_SPAWN_HOST_ADDR", address);
+    auto node1 = start_node(1, 2, 1, {"--do", "print-env"});
+    EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 2) << node1->err();
+    EXPECT_NE(node1->err().find(fmt::format("XLA_SPAWN_HOST_ADDR={}: ", address)), std::string::npos)
+        << node1->err();
+    EXPECT_NE(node1->err().find("it must be an address of this host, where its replicas listen"),
+              std::string::npos)
+        << node1->err();
+    EXPECT_EQ(node1->out(), "");
+  }
+}
+
 // A node may start before its master's name is in DNS (a record made as the job starts): it
 // looks the name up again until the rendezvous timeout. Node 1 runs in a mount namespace of
 // its own whose /etc/hosts the test writes, and whose nsswitch.conf reads only that file, so

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "xla_spawn/launcher/options.h"
@@ -80,6 +81,20 @@ TEST_F(NodeOptionsTest, BadCombinationsSayWhatIsMissing) {
   EXPECT_EQ(resolve_node_options({"1", {}, {}, {}, {}}).nnodes, 1);
 }
 
+// Node 0 would listen on every address and advertise loopback; the other nodes' replicas
+// then failed in gloo after the job had formed.
+TEST_F(NodeOptionsTest, TheWildcardAddressIsNoMasterAddress) {
+  for (const char* wildcard : {"0.0.0.0", "0", "::", "[::]", "0:0::0"}) {
+    EXPECT_NE(usage_error({"2", "0", wildcard, {}, {}})
+                  .find(fmt::format("--master-addr {} is the wildcard address", wildcard)),
+              std::string::npos)
+        << wildcard;
+  }
+  for (const char* address : {"127.0.0.1", "::1", "198.18.0.1", "node0", "0.0.0.1"}) {
+    EXPECT_EQ(resolve_node_options({"2", "0", address, {}, {}}).master_addr, address);
+  }
+}
+
 TEST_F(NodeOptionsTest, SlurmAndOpenMpiThatDisagreeAreRefusedNamingBoth) {
   const SrunEnv srun("3", "1", "3", "a,b,c");
   testing::ScopedEnv size("OMPI_COMM_WORLD_SIZE", "3");
@@ -114,8 +129,16 @@ TEST_F(NodeOptionsTest, SlurmGivesNodesRankAndTheFirstHostAsMaster) {
   EXPECT_EQ(o.nnodes, 3);
   EXPECT_EQ(o.node, 2);
   EXPECT_EQ(o.master_addr, "gpu07");
+  EXPECT_EQ(o.master_addr_from, "SLURM_JOB_NODELIST's first host");
   // Flags win over the environment.
   EXPECT_EQ(resolve_node_options({{}, {}, "10.0.0.1", {}, {}}).master_addr, "10.0.0.1");
+  EXPECT_EQ(resolve_node_options({{}, {}, "10.0.0.1", {}, {}}).master_addr_from, "--master-addr");
+  // But not over the task's own rank: two hosts would be the same node (it used to win
+  // silently, and the node said it came "from Slurm").
+  EXPECT_EQ(resolve_node_options({{}, "2", {}, {}, {}}).node, 2);
+  EXPECT_EQ(usage_error({{}, "0", {}, {}, {}}),
+            "--node-rank 0 but Slurm says this is node 2: leave out --node-rank under srun or "
+            "mpirun, or give --nnodes too");
 }
 
 TEST_F(NodeOptionsTest, SlurmWithSeveralTasksPerNodeIsRefused) {
@@ -148,6 +171,10 @@ TEST(FirstSlurmHost, ExpandsTheFirstRangeKeepingItsPadding) {
   EXPECT_THROW(first_slurm_host(""), InvalidArgument);
   EXPECT_THROW(first_slurm_host("node[1-2"), InvalidArgument);
   EXPECT_THROW(first_slurm_host("node[x-2]"), InvalidArgument);
+  // Nested or stray brackets used to give "node1]" and "node1x".
+  EXPECT_THROW(first_slurm_host("node[1-[2-3]]"), InvalidArgument);
+  EXPECT_THROW(first_slurm_host("node[1x-3]"), InvalidArgument);
+  EXPECT_THROW(first_slurm_host("node1]"), InvalidArgument);
 }
 
 TEST(ShownOrdinals, AreCutToThisNodesReplicas) {
