@@ -84,7 +84,26 @@ World JobCoordinator::world() const {
   w.torch_port = config_.torch_port;
   w.max_restarts = static_cast<uint32_t>(config_.max_restarts);
   for (const NodeState& s : nodes_) w.nodes.push_back({s.info.nprocs, s.info.hostname, s.info.host_addr});
+  w.notice = command_notice();
   return w;
+}
+
+// The nodes of one job run one command. Another one is a host's mistake, or a node of another
+// job of the same user that came to this master's port: said as the job forms, since
+// arguments may differ per node on purpose.
+std::string JobCoordinator::command_notice() const {
+  const std::string& first = nodes_[0].info.command;
+  std::vector<size_t> other;
+  for (size_t k = 1; k < nodes_.size(); ++k) {
+    if (nodes_[k].info.command != first) other.push_back(k);
+  }
+  if (other.empty()) return "";
+  const NodeState& n = nodes_[other[0]];
+  std::string more;
+  if (other.size() > 1) more = fmt::format(" ({} more node(s) differ from node 0)", other.size() - 1);
+  return fmt::format("node {} (host {}) runs `{}`, node 0 `{}`{}: if that node belongs to "
+                     "another job on this port, stop both",
+                     other[0], n.info.hostname, n.info.command, first, more);
 }
 
 bool JobCoordinator::registered(int node) const {

@@ -97,6 +97,7 @@ class JobCoordinator {
   };
 
   std::vector<Outgoing> record(int node, Failed failed, Clock::time_point now);
+  std::string command_notice() const;
   std::vector<Outgoing> maybe_end_attempt(Clock::time_point now);
   std::vector<Outgoing> end(int exit_code, std::string summary);
   const Candidate& root_cause() const;

@@ -278,6 +278,14 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
   if (c.node < 0) {
     const auto* reg = std::get_if<Register>(&m);
     if (reg == nullptr) return refuse(c, fmt::format("expected Register, got {}", message_name(m)));
+    // Each side beats at a quarter of its own timeout: a shorter one on either side would
+    // count the other's beats as silence and declare a healthy node or master lost.
+    if (const auto mine = static_cast<uint32_t>(config_.heartbeat_timeout.count());
+        reg->heartbeat_timeout_ms != mine) {
+      return refuse(c, fmt::format("node {} (host {}) has XLA_SPAWN_HEARTBEAT_TIMEOUT_MS {}, the "
+                                   "master {}: set it alike on every node",
+                                   reg->node, reg->hostname, reg->heartbeat_timeout_ms, mine));
+    }
     auto result = job_.on_register(*reg);
     if (auto* refusal = std::get_if<std::string>(&result)) return refuse(c, *refusal);
     c.node = static_cast<int>(reg->node);

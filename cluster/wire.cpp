@@ -152,6 +152,8 @@ void fields(A& a, Register& m) {
   a.integer(m.pid, "Register.pid");
   text(a, m.hostname, 255, "Register.hostname");
   text(a, m.host_addr, 255, "Register.host_addr");
+  a.integer(m.heartbeat_timeout_ms, "Register.heartbeat_timeout_ms");
+  text(a, m.command, kMaxCommandBytes, "Register.command");
 }
 template <typename A>
 void node_info(A& a, NodeInfo& m) {
@@ -165,6 +167,7 @@ void fields(A& a, World& m) {
   a.integer(m.torch_port, "World.torch_port");
   a.integer(m.max_restarts, "World.max_restarts");
   a.list(m.nodes, kMaxNodes, "World.nodes", [](A& a2, NodeInfo& n) { node_info(a2, n); });
+  text(a, m.notice, kMaxTextBytes, "World.notice");
 }
 template <typename A>
 void fields(A&, Heartbeat&) {}

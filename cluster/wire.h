@@ -32,7 +32,7 @@ namespace xs::cluster {
 // "XSRZ" (xla-spawn rendezvous), first word of every Hello.
 inline constexpr uint32_t kProtocolMagic = 0x5a525358;
 // Bumped on any change of the messages; a mismatch is refused at Hello with both numbers.
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 // A store value up to 1 MiB (gloo's per-rank address list for thousands of peers) plus its
 // key; every other message is far smaller.
 inline constexpr size_t kMaxValueBytes = size_t{1} << 20;
@@ -42,6 +42,7 @@ inline constexpr size_t kMaxFrameBytes = kMaxValueBytes + 8192;
 inline constexpr size_t kMaxUnauthenticatedFrameBytes = 256;
 inline constexpr size_t kMaxKeyBytes = 1024;
 inline constexpr size_t kMaxTextBytes = 16384;  // messages, summaries, output lines
+inline constexpr size_t kMaxCommandBytes = 1024;  // a node's command line, as it shows it
 inline constexpr uint32_t kMaxNodes = 4096;
 inline constexpr uint32_t kMaxNodeProcs = 1024;
 
@@ -80,6 +81,10 @@ struct Register {
   int32_t pid = 0;
   std::string hostname;
   std::string host_addr;  // where this node's replicas accept gloo connections
+  // The node's XLA_SPAWN_HEARTBEAT_TIMEOUT_MS: each side beats at a quarter of its own, so
+  // they must agree.
+  uint32_t heartbeat_timeout_ms = 0;
+  std::string command;  // what its replicas run (shell-quoted, cut at kMaxCommandBytes)
 };
 struct NodeInfo {
   uint32_t nprocs = 0;
@@ -91,6 +96,7 @@ struct World {
   uint32_t torch_port = 0;    // MASTER_PORT for torch.distributed-style programs
   uint32_t max_restarts = 0;  // the master's --max-restarts: it decides every restart
   std::vector<NodeInfo> nodes;
+  std::string notice;  // what every node prints as the job forms (nodes running other commands)
 };
 struct Heartbeat {};
 

@@ -232,9 +232,9 @@ def frame(kind, body=b""):
     return u32(len(payload)) + payload
 
 
-def register(node, nnodes=3, nprocs=2):
+def register(node, nnodes=3, nprocs=2, command="./train"):
     return frame("Register", u32(node) + u32(nnodes) + u32(nprocs) + struct.pack("<i", 100 + node) +
-                 text(f"host{node}") + text(f"198.18.0.{node + 1}"))
+                 text(f"host{node}") + text(f"198.18.0.{node + 1}") + u32(5000) + text(command))
 
 
 def failed(attempt, local, kind, code, wall, description, tail):
@@ -257,6 +257,8 @@ def rendezvous_corpus():
         done(1, 3) + done(1, 143) + done(1, 143),
         "ok-lost": join + frame("StoreOk") + done(0, 143) + done(0, 143),
         "ok-duplicate-rank": register(0) + register(0) + register(5) + register(1, nnodes=4),
+        "ok-other-command": register(0) + register(1, command="sh -c 'job B'") + register(2) +
+        done(0, 0) + done(0, 0) + done(0, 0),
         "ok-rendezvous-timeout": register(0) + frame("Heartbeat") * 8,
         # fuzz/run found it: a node's Failed with exit code 0 (a timeout: the root cause class
         # that outranks the rest) ended the job with status 0 and a failure summary.
@@ -265,11 +267,11 @@ def rendezvous_corpus():
         "ok-store": frame("StoreSet", text("rank_0") + text(b"\x00\x01")) +
         frame("StoreGet", text("rank_0") + u32(1000)) +
         frame("StoreWait", u32(2) + text("a") + text("") + u32(5)),
-        "ok-handshake": frame("Hello", u32(0x5A525358) + u32(1) + bytes([1]) + bytes(16)) +
-        frame("Challenge", u32(1) + bytes(16)) + frame("Auth", bytes(16)) +
+        "ok-handshake": frame("Hello", u32(0x5A525358) + u32(2) + bytes([1]) + bytes(16)) +
+        frame("Challenge", u32(2) + bytes(16)) + frame("Auth", bytes(16)) +
         frame("Welcome", bytes(16)) + frame("ErrorReply", text("wrong job token")),
         "ok-orders": frame("World", text("xs-1-2") + u32(5) + u32(0) + u32(1) + u32(2) + text("a") +
-                           text("b")) + frame("Stop", u32(0) + text("why")) +
+                           text("b") + text("note")) + frame("Stop", u32(0) + text("why")) +
         frame("Next", u32(1) + text("xla-spawn: job xs-1-2 attempt 0 failed")) +
         frame("End", struct.pack("<i", 0) + text("")) +
         frame("StoreValue", text(b"v")),
@@ -279,7 +281,7 @@ def rendezvous_corpus():
         "bad-truncated": register(0)[:-3],
         "bad-unknown-type": u32(1) + bytes([99]),
         "bad-trailing-bytes": u32(2) + bytes([RDZV_TYPES.index("Heartbeat") + 1, 0]),
-        "bad-role": frame("Hello", u32(0x5A525358) + u32(1) + bytes([7]) + bytes(16)),
+        "bad-role": frame("Hello", u32(0x5A525358) + u32(2) + bytes([7]) + bytes(16)),
         "bad-failure-kind-lost": failed(0, 0, 6, 1, 0, "", []),
         "bad-huge-string": frame("ErrorReply", u32(0xFFFFFFFF)),
         "bad-huge-list": frame("World", text("j") + u32(0) + u32(0) + u32(1 << 20)),

@@ -87,7 +87,7 @@ int run(int argc, const char* const* argv) {
   std::unique_ptr<xs::NodeSession> session;
   if (cl.nodes.multi_node()) {
     const RendezvousInterrupt interrupt;
-    session = xs::NodeSession::join(cl.nodes, cl.nprocs, cl.supervisor.max_restarts);
+    session = xs::NodeSession::join(cl.nodes, cl.nprocs, cl.supervisor.max_restarts, cl.command);
   }
   xs::SupervisorOptions options = cl.supervisor;
   if (session) {

@@ -47,6 +47,30 @@ std::string node_address(const NodeOptions& o) {
   return *given;
 }
 
+// The command as a shell would take it back ('it''s' quoted), cut to fit the wire.
+std::string command_text(const std::vector<std::string>& command) {
+  std::string text;
+  for (const std::string& arg : command) {
+    if (!text.empty()) text += ' ';
+    const bool plain = !arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789_-./=:,+@%") ==
+                                           std::string::npos;
+    if (plain) {
+      text += arg;
+      continue;
+    }
+    text += '\'';
+    for (const char ch : arg) text += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    text += '\'';
+  }
+  if (text.size() > cluster::kMaxCommandBytes) {
+    text.resize(cluster::kMaxCommandBytes - 3);
+    text += "...";
+  }
+  return text;
+}
+
 // A node may start before its master's name is in DNS: the name is looked up again until
 // the rendezvous deadline, as a master not listening yet is connected to again.
 void wait_for_master_name(const NodeOptions& o, cluster::Clock::time_point deadline) {
@@ -92,7 +116,8 @@ std::string first_line(const std::string& summary) {
 
 }  // namespace
 
-std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs, int max_restarts) {
+std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs, int max_restarts,
+                                               const std::vector<std::string>& command) {
   const cluster::JobToken token = cluster::JobToken::load();
   const auto heartbeat_timeout = std::chrono::milliseconds(
       env_int(kHeartbeatTimeoutEnv, 100, 3'600'000).value_or(kDefaultHeartbeatTimeoutMs));
@@ -116,9 +141,14 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
   if (o.node != 0) wait_for_master_name(o, rendezvous_deadline);
   const std::string host_addr = node_address(o);
   cluster::NodeLinkOptions link_options;
-  link_options.node = {static_cast<uint32_t>(o.node), static_cast<uint32_t>(o.nnodes),
-                       static_cast<uint32_t>(nprocs), static_cast<int32_t>(::getpid()), host_name(),
-                       host_addr};
+  link_options.node = {static_cast<uint32_t>(o.node),
+                       static_cast<uint32_t>(o.nnodes),
+                       static_cast<uint32_t>(nprocs),
+                       static_cast<int32_t>(::getpid()),
+                       host_name(),
+                       host_addr,
+                       static_cast<uint32_t>(heartbeat_timeout.count()),
+                       command_text(command)};
   link_options.heartbeat_interval = heartbeat_interval;
   link_options.heartbeat_timeout = heartbeat_timeout;
   cluster::NodeLink link(o.master_addr, o.master_port, token, link_options);
@@ -146,6 +176,9 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
   write_all(2, fmt::format("xla-spawn: job {} formed: {} nodes, {} replicas (per node: {}); this "
                            "node runs {}\n",
                            p.job_id, o.nnodes, p.world_size, join_sizes(session->world_), ordinals));
+  if (!session->world_.notice.empty()) {
+    write_all(2, fmt::format("xla-spawn: note: {}\n", session->world_.notice));
+  }
   if (session->world_.max_restarts != static_cast<uint32_t>(max_restarts)) {
     write_all(2, fmt::format("xla-spawn: node 0 decides restarts: its --max-restarts is {}, "
                              "this node's {} does not count\n",

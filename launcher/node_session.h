@@ -4,7 +4,8 @@
 // the master (cluster/node_link.h), and the environment that tells each replica where it
 // sits and how to reach the others.
 //
-//   std::unique_ptr<xs::NodeSession> session = xs::NodeSession::join(cl.nodes, cl.nprocs, 0);
+//   std::unique_ptr<xs::NodeSession> session =
+//       xs::NodeSession::join(cl.nodes, cl.nprocs, 0, cl.command);
 //   options.peers = session.get();
 //   xs::supervise(cl.nprocs, body, options);
 
@@ -30,10 +31,12 @@ class NodeSession final : public JobPeers {
  public:
   // Starts the rendezvous server on node 0, then registers this node and waits (up to the
   // rendezvous timeout) for every node. Prints one progress line on entry and one when the job
-  // has formed. Throws UsageError for a --master-addr node 0 cannot listen on, Timeout or
+  // has formed (and the master's note when nodes run different `command`s). Throws UsageError
+  // for a --master-addr node 0 cannot listen on or a bad XLA_SPAWN_HOST_ADDR, Timeout or
   // PeerFailure when the job cannot form.
   static std::unique_ptr<NodeSession> join(const NodeOptions& options, int nprocs,
-                                           int max_restarts);
+                                           int max_restarts,
+                                           const std::vector<std::string>& command);
 
   const Placement& placement() const override { return placement_; }
   std::vector<EnvVar> env() const override;

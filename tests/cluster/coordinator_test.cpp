@@ -10,8 +10,14 @@ namespace {
 using std::chrono::milliseconds;
 
 Register node(uint32_t k, uint32_t nprocs = 2, uint32_t nnodes = 2) {
-  return Register{k, nnodes, nprocs, static_cast<int32_t>(100 + k), "host" + std::to_string(k),
-                  "198.18.0." + std::to_string(k + 1)};
+  return Register{k,
+                  nnodes,
+                  nprocs,
+                  static_cast<int32_t>(100 + k),
+                  "host" + std::to_string(k),
+                  "198.18.0." + std::to_string(k + 1),
+                  5000,
+                  "./train --epochs 3"};
 }
 
 Failed failure(FailureKind kind, int local_ordinal, int64_t wall_ns, int exit_code,
@@ -56,12 +62,27 @@ TEST_F(CoordinatorTest, TheWorldFormsWhenTheLastNodeRegisters) {
   EXPECT_EQ(world->nodes[0].nprocs, 2u);
   EXPECT_EQ(world->nodes[1].nprocs, 3u);
   EXPECT_EQ(world->nodes[1].host_addr, "198.18.0.2");
+  EXPECT_EQ(world->notice, "");  // one command on every node
   EXPECT_EQ(job_.phase(), JobCoordinator::Phase::kRunning);
+}
+
+// A node of another job of the same user (same port, same token) used to join this one without
+// a word, and the job's own node then waited out the rendezvous timeout.
+TEST_F(CoordinatorTest, NodesRunningAnotherCommandAreNotedAsTheJobForms) {
+  Register other = node(1, 3);
+  other.command = "sh -c 'echo job B'";
+  std::get<std::vector<Outgoing>>(job_.on_register(node(0, 2)));
+  const std::optional<World> world =
+      only<World>(std::get<std::vector<Outgoing>>(job_.on_register(other)));
+  ASSERT_TRUE(world);
+  EXPECT_EQ(world->notice,
+            "node 1 (host host1) runs `sh -c 'echo job B'`, node 0 `./train --epochs 3`: if that "
+            "node belongs to another job on this port, stop both");
 }
 
 TEST_F(CoordinatorTest, RefusesATakenRankAnOutOfRangeRankAndAnotherNnodes) {
   job_.on_register(node(0));
-  auto taken = job_.on_register(Register{0, 2, 2, 999, "intruder", "198.18.0.9"});
+  auto taken = job_.on_register(Register{0, 2, 2, 999, "intruder", "198.18.0.9", 5000, "./x"});
   ASSERT_TRUE(std::holds_alternative<std::string>(taken));
   EXPECT_NE(std::get<std::string>(taken).find("already taken by host host0"), std::string::npos)
       << std::get<std::string>(taken);

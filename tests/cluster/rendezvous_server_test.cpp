@@ -30,7 +30,16 @@ const JobToken kToken("0123456789abcdef-test-token", "test");
 
 NodeLinkOptions node_options(uint32_t node, uint32_t nnodes, milliseconds heartbeat_timeout) {
   NodeLinkOptions o;
-  o.node = Register{node, nnodes, 2, ::getpid(), "host" + std::to_string(node), "127.0.0.1"};
+  // Declares a server's default heartbeat timeout, which the server requires; the link's own
+  // (how long it waits for the server's beats) is the test's.
+  o.node = Register{node,
+                    nnodes,
+                    2,
+                    ::getpid(),
+                    "host" + std::to_string(node),
+                    "127.0.0.1",
+                    static_cast<uint32_t>(ServerConfig{}.heartbeat_timeout.count()),
+                    "./train --epochs 3"};
   o.heartbeat_interval = milliseconds(100);
   o.heartbeat_timeout = heartbeat_timeout;
   return o;
@@ -63,7 +72,9 @@ class ServerTest : public ::testing::Test {
   }
   Connection raw() { return connect_to("127.0.0.1", port_, deadline_in(seconds(5))); }
   NodeLink link(uint32_t node, uint32_t nnodes, milliseconds timeout = milliseconds(3000)) {
-    return NodeLink("127.0.0.1", port_, kToken, node_options(node, nnodes, timeout));
+    NodeLinkOptions o = node_options(node, nnodes, timeout);
+    o.node.heartbeat_timeout_ms = static_cast<uint32_t>(config_.heartbeat_timeout.count());
+    return NodeLink("127.0.0.1", port_, kToken, std::move(o));
   }
   // Ends a job of `nnodes` whose nodes we do not otherwise need: every node joins and succeeds.
   void finish_job(std::vector<NodeLink>& links) {
@@ -241,6 +252,27 @@ TEST_F(ServerTest, ASilentNodeIsLostAndTheOthersAreStopped) {
   EXPECT_EQ(end.kind, JobOrder::Kind::kEnd);
   EXPECT_EQ(end.exit_code, kJobFailedExitCode);
   EXPECT_EQ(server_.get(), kJobFailedExitCode);
+}
+
+// Each side beats at a quarter of its own timeout: a node with a shorter one used to declare
+// the master lost within a second of the job forming (and a master with a shorter one, the
+// node).
+TEST_F(ServerTest, ANodeWithAnotherHeartbeatTimeoutIsRefusedNamingBoth) {
+  start(2);
+  NodeLinkOptions o = node_options(1, 2, milliseconds(3000));
+  o.node.heartbeat_timeout_ms = 300;
+  NodeLink other("127.0.0.1", port_, kToken, std::move(o));
+  try {
+    other.join(deadline_in(seconds(5)), deadline_in(seconds(10)));
+    FAIL() << "joined";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("node 1 (host host1) has XLA_SPAWN_HEARTBEAT_TIMEOUT_MS "
+                                         "300, the master 5000: set it alike on every node"),
+              std::string::npos)
+        << e.what();
+  }
+  auto links = join_all(2);  // the rank was not taken
+  finish_job(links);
 }
 
 TEST_F(ServerTest, AConnectionThatNeverAuthenticatesIsClosed) {

@@ -55,9 +55,10 @@ TEST(Wire, EveryMessageSurvivesARoundTrip) {
   EXPECT_EQ(back.wall_ns, -5);
   EXPECT_EQ(back.tail, failed.tail);
 
-  World world{"xs-1-2", 4242, 3, {{2, "a", "198.18.0.1"}, {1, "b", "198.18.0.2"}}};
+  World world{"xs-1-2", 4242, 3, {{2, "a", "198.18.0.1"}, {1, "b", "198.18.0.2"}}, "a note"};
   const World w = std::get<World>(round_trip(world));
   EXPECT_EQ(w.max_restarts, 3u);
+  EXPECT_EQ(w.notice, "a note");
   ASSERT_EQ(w.nodes.size(), 2u);
   EXPECT_EQ(w.nodes[1].hostname, "b");
   EXPECT_EQ(w.torch_port, 4242u);
@@ -70,6 +71,10 @@ TEST(Wire, EveryMessageSurvivesARoundTrip) {
   hello.nonce[3] = 9;
   EXPECT_EQ(std::get<Hello>(round_trip(hello)).nonce, hello.nonce);
   EXPECT_EQ(std::get<Next>(round_trip(Next{3, "the cause"})).cause, "the cause");
+  const Register reg = std::get<Register>(round_trip(Register{1, 2, 4, 77, "b", "198.18.0.2", 300,
+                                                              "./train 'a b'"}));
+  EXPECT_EQ(reg.heartbeat_timeout_ms, 300u);
+  EXPECT_EQ(reg.command, "./train 'a b'");
   for (const Message& each : {Message(Heartbeat{}), Message(StoreOk{}), Message(Next{3, ""}),
                               Message(End{137, "summary"}), Message(Stop{1, "why"}),
                               Message(AttemptDone{1, 3}), Message(ErrorReply{"no"})}) {
@@ -79,7 +84,7 @@ TEST(Wire, EveryMessageSurvivesARoundTrip) {
 
 TEST(Wire, EveryTruncationOfAFrameIsAProtocolError) {
   const std::string body =
-      body_of(Register{1, 2, 4, 77, "host-b", "198.18.0.2"});
+      body_of(Register{1, 2, 4, 77, "host-b", "198.18.0.2", 5000, "./train 'a b'"});
   for (size_t n = 0; n < body.size(); ++n) {
     EXPECT_THROW(decode(std::string_view(body).substr(0, n)), ProtocolError) << "length " << n;
   }

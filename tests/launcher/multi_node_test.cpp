@@ -544,6 +544,36 @@ TEST_F(MultiNodeTest, AnInterruptWhileTheJobStopsForAFailureEndsItOnEveryNode) {
       << node1->err();
 }
 
+TEST_F(MultiNodeTest, ANodeRunningAnotherCommandIsNotedOnEveryNode) {
+  auto node0 = start_node(0, 2, 1, {"--do", "exit:0"});
+  auto node1 = start_node(1, 2, 1, {"--do", "exit:0", "--for", "9=it's other"});
+  ASSERT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  ASSERT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  const std::string note = fmt::format(
+      "runs `{0} --do exit:0 --for '9=it'\\''s other'`, node 0 `{0} --do exit:0`: if that node "
+      "belongs to another job on this port, stop both",
+      helper_path());
+  for (const Launch* node : {node0.get(), node1.get()}) {
+    EXPECT_NE(node->err().find("xla-spawn: note: node 1 (host "), std::string::npos) << node->err();
+    EXPECT_NE(node->err().find(note), std::string::npos) << node->err();
+  }
+}
+
+// Each side beats at a quarter of its own timeout: a node with a shorter one declared the
+// master lost within a second of the job forming.
+TEST_F(MultiNodeTest, ANodeWithAnotherHeartbeatTimeoutIsRefusedBeforeTheJobForms) {
+  auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
+  ScopedEnv heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "3000");
+  auto node1 = start_node(1, 2, 1, {"--do", "exit:0"});
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 1) << node1->err();
+  EXPECT_NE(node1->err().find("has XLA_SPAWN_HEARTBEAT_TIMEOUT_MS 3000, the master 1000: set it "
+                              "alike on every node"),
+            std::string::npos)
+      << node1->err();
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 1) << node0->err();
+  EXPECT_EQ(node1->out() + node0->out(), "");
+}
+
 // A wrong XLA_SPAWN_HOST_ADDR used to pass the rendezvous and fail every replica's gloo set-up
 // after the job had formed; node 0 need not be there to hear it. (Numeric addresses only: a
 // name would be asked of DNS.)
