@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "xla_spawn/cluster/coordinator.h"
@@ -66,7 +68,10 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
     const auto now = Clock::now();
     if (m) {
       last_heard_ = now;
-      if (auto* world = std::get_if<World>(&*m)) return std::move(*world);
+      if (auto* world = std::get_if<World>(&*m)) {
+        last_serviced_ = now;
+        return std::move(*world);
+      }
       if (auto* refusal = std::get_if<ErrorReply>(&*m)) throw_refusal(*connection_, *refusal);
       if (auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
     }
@@ -93,6 +98,22 @@ Clock::time_point NodeLink::service_deadline() const {
 std::vector<JobOrder> NodeLink::service() {
   std::vector<JobOrder> orders;
   if (ended_) return orders;
+  // A node that did not run for about a heartbeat timeout (SIGSTOP, a paused VM) was counted
+  // lost by the master, which closed its connection: the silence was this node's. Its last
+  // beat may have gone up to an interval before it stopped, hence the margin; the close may
+  // be read a few calls after the stall, behind the beats queued meanwhile.
+  const auto serviced = Clock::now();
+  if (const auto gap = serviced - std::exchange(last_serviced_, serviced);
+      gap >= options_.heartbeat_timeout - options_.heartbeat_interval) {
+    stall_ = gap;
+    stall_ended_ = serviced;
+  }
+  const auto lost_here = [&](const std::string& why) {
+    if (serviced - stall_ended_ >= options_.heartbeat_timeout) return lost(why);
+    return lost(fmt::format("this node did not run for {:.1f} s (stopped, or its host paused), "
+                            "about the heartbeat timeout: the master counted it lost",
+                            std::chrono::duration<double>(stall_).count()));
+  };
   try {
     const bool open = connection_->read_some();
     while (std::optional<Message> m = connection_->next()) {
@@ -109,18 +130,19 @@ std::vector<JobOrder> NodeLink::service() {
         throw ProtocolError(fmt::format("the master sent {}", message_name(*m)));
       }
     }
-    if (!open) return {lost(kClosed)};
+    if (!open) return {lost_here(kClosed)};
     const auto now = Clock::now();
     if (now - last_heard_ >= options_.heartbeat_timeout) {
-      return {lost(fmt::format("no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
-                               std::chrono::duration<double>(now - last_heard_).count()))};
+      return {lost_here(fmt::format(
+          "no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
+          std::chrono::duration<double>(now - last_heard_).count()))};
     }
     if (now >= next_heartbeat_) send(Heartbeat{});
     connection_->flush();
   } catch (const ConnectionClosed&) {
-    return {lost(kClosed)};
+    return {lost_here(kClosed)};
   } catch (const Error& e) {
-    return {lost(e.what())};
+    return {lost_here(e.what())};
   }
   return orders;
 }
@@ -159,7 +181,7 @@ JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code, int wake_fd,
 JobOrder NodeLink::lost(const std::string& why) {
   ended_ = true;
   return {JobOrder::Kind::kEnd, 0, kJobFailedExitCode,
-          fmt::format("xla-spawn: lost the master (node 0 at {}): {}\n", master_text_, why)};
+          fmt::format("xla-spawn: lost the master (node 0 at {}): {}\n", master_text_, why), true};
 }
 
 // Every message tells the master this node is alive, so the next heartbeat is due a full

@@ -39,6 +39,7 @@ struct JobOrder {
   uint32_t attempt = 0;   // kStop, kNext
   int exit_code = 0;      // kEnd
   std::string text;       // kStop: the reason; kEnd: the job's summary; kNext: the root cause
+  bool lost = false;      // kEnd: this node's own finding, the master lost (no End came)
 };
 
 class NodeLink {
@@ -84,6 +85,9 @@ class NodeLink {
   NodeLinkOptions options_;
   std::optional<Connection> connection_;
   Clock::time_point last_heard_;
+  Clock::time_point last_serviced_ = Clock::now();  // the previous service(): a gap is a stall
+  Clock::duration stall_{};                           // the last stall long enough to be lost
+  Clock::time_point stall_ended_;                     // and when it ended
   Clock::time_point next_heartbeat_;
   bool ended_ = false;
 };

@@ -240,8 +240,10 @@ std::optional<PeerStop> NodeSession::service() {
           stop = PeerStop{order.text, false, 0, ""};
         }
         break;
-      case cluster::JobOrder::Kind::kEnd:
-        return PeerStop{first_line(order.text), true, order.exit_code, order.text};
+      case cluster::JobOrder::Kind::kEnd: {
+        const std::string text = ended_text(order);
+        return PeerStop{first_line(text), true, order.exit_code, text};
+      }
       case cluster::JobOrder::Kind::kNext:
         break;  // only after end_attempt; never during an attempt
     }
@@ -275,7 +277,17 @@ PeerVerdict NodeSession::end_attempt(int attempt, int exit_code, int wake_fd,
     attempt_ = static_cast<int>(order.attempt);
     return {true, attempt_, 0, order.text};
   }
-  return {false, attempt, order.exit_code, order.text};
+  return {false, attempt, order.exit_code, ended_text(order)};
+}
+
+// On node 0 a lost master is this node's own server: its fate is the cause.
+std::string NodeSession::ended_text(const cluster::JobOrder& order) const {
+  if (!order.lost || server_ == nullptr) return order.text;
+  const std::optional<std::string> gone = server_->gone(std::chrono::milliseconds(500));
+  if (!gone) return order.text;
+  return fmt::format("xla-spawn: this node's rendezvous server (pid {}) {}: the job cannot go "
+                     "on without it\n",
+                     server_->pid(), *gone);
 }
 
 }  // namespace xs

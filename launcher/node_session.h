@@ -56,6 +56,7 @@ class NodeSession final : public JobPeers {
  private:
   NodeSession(const NodeOptions& options, cluster::NodeLink link,
               std::unique_ptr<RendezvousProcess> server);
+  std::string ended_text(const cluster::JobOrder& order) const;
 
   NodeOptions options_;
   std::unique_ptr<RendezvousProcess> server_;  // node 0 only

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/error.h"
+#include "xla_spawn/launcher/exit_report.h"
 #include "xla_spawn/launcher/helper_process.h"
 
 namespace xs {
@@ -35,6 +36,34 @@ RendezvousProcess::RendezvousProcess(cluster::Fd listener, const cluster::JobTok
     (void)!::write(2, line.data(), line.size());
   }
   ::_exit(code);
+}
+
+std::optional<std::string> RendezvousProcess::gone(std::chrono::milliseconds wait) const {
+  if (pid_ <= 0) return std::nullopt;
+  siginfo_t info{};
+  const auto look = [&] {
+    info = {};
+    return ::waitid(P_PID, static_cast<id_t>(pid_), &info,
+                    WEXITED | WSTOPPED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid != 0;
+  };
+  if (!look()) {
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd < 0) return std::nullopt;
+    pollfd p{pidfd, POLLIN, 0};
+    while (::poll(&p, 1, static_cast<int>(wait.count())) < 0 && errno == EINTR) {
+    }
+    ::close(pidfd);
+    if (!look()) return std::nullopt;
+  }
+  switch (info.si_code) {
+    case CLD_EXITED: return fmt::format("exited with code {}", info.si_status);
+    case CLD_KILLED:
+    case CLD_DUMPED:
+      return fmt::format("was killed by signal {} ({})", info.si_status, signal_name(info.si_status));
+    case CLD_STOPPED: return fmt::format("is stopped by {}", signal_name(info.si_status));
+    default: return std::nullopt;
+  }
 }
 
 RendezvousProcess::~RendezvousProcess() {

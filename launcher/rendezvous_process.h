@@ -11,6 +11,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <optional>
+#include <string>
+
 #include "xla_spawn/cluster/connection.h"
 #include "xla_spawn/cluster/job_token.h"
 #include "xla_spawn/cluster/rendezvous_server.h"
@@ -31,6 +35,11 @@ class RendezvousProcess {
   // The master leaves without the job's verdict (a second interrupt): no waiting on exit, the
   // other nodes see the connection close and stop.
   void leave_now() { wait_ms_ = 0; }
+  // What became of the server when it no longer runs ("was killed by signal 9 (SIGKILL)",
+  // "exited with code 1", "is stopped by SIGSTOP"), waiting up to `wait` for its death to show
+  // (a killed process's sockets close before it becomes a zombie); nullopt while it runs.
+  // Leaves the status for the destructor to reap.
+  std::optional<std::string> gone(std::chrono::milliseconds wait) const;
 
  private:
   pid_t pid_ = -1;

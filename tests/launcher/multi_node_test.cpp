@@ -199,12 +199,38 @@ TEST_F(MultiNodeTest, AFrozenNodeIsLostWithinTheHeartbeatTimeout) {
   EXPECT_LT(node0->exit_time() - stopped, scaled(seconds(10)));
   EXPECT_EQ(WEXITSTATUS(status0), 1) << node0->err();
   EXPECT_NE(node0->err().find("lost: no heartbeat for"), std::string::npos) << node0->err();
-  // Resumed, node 1 finds its master gone, stops its replica and fails too.
+  // Resumed, node 1 finds its master gone, stops its replica and fails too, saying the
+  // silence was its own (it used to blame the master: "its xla-spawn exited or was killed").
   ::kill(node1->pid(), SIGCONT);
   const int status1 = node1->wait_or_fail(scaled(seconds(30)));
   EXPECT_NE(WEXITSTATUS(status1), 0) << node1->err();
   EXPECT_NE(node1->err().find("lost the master"), std::string::npos) << node1->err();
+  EXPECT_NE(node1->err().find("this node did not run for "), std::string::npos) << node1->err();
+  EXPECT_NE(node1->err().find("about the heartbeat timeout: the master counted it lost"),
+            std::string::npos)
+      << node1->err();
   EXPECT_FALSE(process_alive(replicas[1]));
+}
+
+// Node 0's own rendezvous server dying is named as such on node 0 (it said it had lost "the
+// master ... its xla-spawn exited or was killed", which is node 0 itself).
+TEST_F(MultiNodeTest, TheMastersOwnServerDyingIsNamedOnTheMaster) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
+  ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
+  const pid_t server = static_cast<pid_t>(std::stol(read_file(
+      "/proc/" + std::to_string(node0->pid()) + "/task/" + std::to_string(node0->pid()) +
+      "/children")));
+  ASSERT_EQ(read_file("/proc/" + std::to_string(server) + "/comm"), "xla-spawn-rdzv\n");
+  ::kill(server, SIGKILL);
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 1) << node0->err();
+  EXPECT_NE(node0->err().find(fmt::format("this node's rendezvous server (pid {}) was killed by "
+                                          "signal 9 (SIGKILL): the job cannot go on without it",
+                                          server)),
+            std::string::npos)
+      << node0->err();
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 1) << node1->err();
+  EXPECT_NE(node1->err().find("lost the master"), std::string::npos) << node1->err();
 }
 
 TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
@@ -468,7 +494,13 @@ TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
                           {"--max-restarts", "1", "--grace-period", "2"});
   ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
   ASSERT_EQ(::kill(server, SIGSTOP), 0);
-  std::this_thread::sleep_for(milliseconds(3000));  // node 0's attempt ends meanwhile
+  // Node 0's attempt ends meanwhile: its replica dies of the SIGKILL after the grace period,
+  // and its AttemptDone waits in the stopped server's socket ahead of node 1's interrupt (a
+  // fixed 3 s from the stop was too short for a loaded machine; the attempt's end after the
+  // replica's death takes up to a few hundred ms).
+  const pid_t replica0 = static_cast<pid_t>(std::stol(read_file(pids_ / "pid.0")));
+  ASSERT_TRUE(wait_until([&] { return !process_alive(replica0); }, scaled(seconds(20))));
+  std::this_thread::sleep_for(scaled(milliseconds(1500)));
   ::kill(node1->pid(), SIGINT);
   std::this_thread::sleep_for(milliseconds(300));
   ASSERT_EQ(::kill(server, SIGCONT), 0);
