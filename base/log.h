@@ -15,5 +15,8 @@ inline constexpr const char* kLogLevelEnv = "XLA_SPAWN_LOG_LEVEL";
 
 // Replaces spdlog's default logger with one tagged `tag`. Safe to call again (re-tags).
 void init_logging(const std::string& tag);
+// XLA_SPAWN_LOG_LEVEL's spdlog level (info when unset); InvalidArgument naming it when it is
+// none of the levels.
+int log_level_from_env();
 
 }  // namespace xs

@@ -23,6 +23,7 @@
 #include "xla_spawn/launcher/options.h"
 #include "xla_spawn/launcher/orphans.h"
 #include "xla_spawn/launcher/reaper.h"
+#include "xla_spawn/launcher/replica_env.h"
 #include "xla_spawn/launcher/segment_monitor.h"
 #include "xla_spawn/launcher/segment_resources.h"
 #include "xla_spawn/launcher/signal_pipe.h"
@@ -78,6 +79,7 @@ int run(int argc, const char* const* argv) {
   // Started by spawn_replica; a failed exec (the file changed since resolve_command checked
   // it) exits kExitCommandNotFound naming it.
   const xs::ExecCommand command{xs::resolve_command(cl.command[0]), cl.command};
+  xs::check_replica_settings();
   const xs::ReplicaBody unused_body = [](int) { ::_exit(xs::kExitCommandNotFound); };
   // Its settings are checked (and stale segments swept) before a multi-node job forms: a node
   // with a bad setting fails at once instead of after every node has joined.

@@ -9,7 +9,11 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/base/env.h"
+#include "xla_spawn/base/log.h"
+#include "xla_spawn/launcher/options.h"
 #include "xla_spawn/replica/context.h"
+#include "xla_spawn/replica/xm.h"
+#include "xla_spawn/shm/wait.h"
 
 namespace xs {
 
@@ -20,6 +24,18 @@ std::string make_job_id() {
   const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
   const uint32_t salt = device() ^ static_cast<uint32_t>(now) ^ static_cast<uint32_t>(now >> 32);
   return fmt::format("xs-{}-{:08x}", ::getpid(), salt);
+}
+
+void check_replica_settings() {
+  try {
+    log_level_from_env();
+    collective_timeout_ms_from_env();
+    wait_budget_from_env();
+    env_bool(xm::kDebugReplicasEnv);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(fmt::format("{} (a setting of the replicas, checked before they start)",
+                                 e.what()));
+  }
 }
 
 std::vector<EnvVar> compute_env_defaults() {

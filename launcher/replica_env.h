@@ -32,6 +32,14 @@ std::string make_job_id();
 // CPU and falls back to its SSE3 kernels, about 4x slower at GEMM (docs/performance.md).
 std::vector<EnvVar> compute_env_defaults();
 
+// The replicas' own settings that every job reads and the launcher passes on unread (the log
+// level, the collectives' timeout, spin and yield, XLA_SPAWN_DEBUG_REPLICAS), read here with
+// the replicas' rules: UsageError naming the variable before anything starts, where every
+// replica would fail with the same error, or, for the waits, only the first collective that
+// waited long enough to read them. The collectives' and the runtime's choices
+// (XLA_SPAWN_ALLREDUCE_ALGO, XLA_SPAWN_CODEGEN, ...) are read by the replicas that use them.
+void check_replica_settings();
+
 // Where one replica sits: in the job, and on its node (the same numbers on a single node).
 struct ReplicaPlace {
   int ordinal = 0;

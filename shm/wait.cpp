@@ -35,14 +35,17 @@ int64_t collective_timeout_ms_from_env() {
   return env_int(kCollectiveTimeoutEnv, 1, 86'400'000).value_or(kDefaultCollectiveTimeoutMs);
 }
 
-// Both variables are read whichever applies, so that a bad value is an error on every
-// machine, not only where it would be used.
-Waiter::Waiter(const Segment& segment, int64_t timeout_ms)
-    : segment_(&segment), timeout_ms_(timeout_ms) {
+WaitBudget wait_budget_from_env() {
   const int64_t spin_us = env_int(kSpinEnv, 0, 1'000'000).value_or(kDefaultSpinNs / 1000);
   const int64_t yield_us = env_int(kYieldEnv, 0, 1'000'000).value_or(kDefaultYieldNs / 1000);
-  spin_ns_ = segment.spin_allowed() ? spin_us * 1000 : 0;
-  yield_ns_ = segment.spin_allowed() ? 0 : yield_us * 1000;
+  return {spin_us * 1000, yield_us * 1000};
+}
+
+Waiter::Waiter(const Segment& segment, int64_t timeout_ms)
+    : segment_(&segment), timeout_ms_(timeout_ms) {
+  const WaitBudget budget = wait_budget_from_env();
+  spin_ns_ = segment.spin_allowed() ? budget.spin_ns : 0;
+  yield_ns_ = segment.spin_allowed() ? 0 : budget.yield_ns;
 }
 
 void Waiter::wait_slow(const char* operation, const std::function<Awaited()>& probe,

@@ -66,6 +66,13 @@ inline constexpr std::chrono::milliseconds kInterruptCheckInterval{100};
 
 // XLA_SPAWN_COLLECTIVE_TIMEOUT_MS (1 ms .. 1 day) or kDefaultCollectiveTimeoutMs.
 int64_t collective_timeout_ms_from_env();
+// XLA_SPAWN_SPIN_US and XLA_SPAWN_YIELD_US (0 .. 1 s each, in ns), or their defaults; both
+// are read whichever applies, so that a bad value is an error on every machine.
+struct WaitBudget {
+  int64_t spin_ns;
+  int64_t yield_ns;
+};
+WaitBudget wait_budget_from_env();
 
 // What a wait is blocked on: the futex word whose change may end it and the ordinal that
 // must change it (-1: not known cheaply; the wait's `blame` function finds it when needed).

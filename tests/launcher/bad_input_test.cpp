@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/launcher/launch_support.h"
+#include "tests/support/scoped_env.h"
 
 namespace xs::testing {
 namespace {
@@ -71,6 +74,28 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"EmptyTracePath", {"--trace", ""}, 2, "--trace: empty path"},
         BadInput{"EmptyLogDir", {"--log-dir", ""}, 2, "--log-dir: empty path"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The replicas' own settings that every job reads: each replica used to fail with the same
+// error, or, for the waits' settings, only the first collective that waited long enough.
+TEST(BadInputTest, AReplicaSettingIsCheckedBeforeTheReplicasStart) {
+  for (const auto& [name, value, says] :
+       {std::tuple{"XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "soon", "expected an integer in [1, 86400000]"},
+        std::tuple{"XLA_SPAWN_SPIN_US", "-5", "out of range"},
+        std::tuple{"XLA_SPAWN_YIELD_US", "2000000", "out of range"},
+        std::tuple{"XLA_SPAWN_LOG_LEVEL", "loud", "expected one of trace, debug, info"},
+        std::tuple{"XLA_SPAWN_DEBUG_REPLICAS", "maybe", "expected a boolean"}}) {
+    TempDir dir;
+    ScopedEnv bad(name, value);
+    const RunResult r = run_xla_spawn({"-n", "2", "--", helper_path(), "--pid-dir", dir.path()});
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.err;
+    EXPECT_NE(r.err.find(fmt::format("{}='{}': ", name, value)), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("(a setting of the replicas, checked before they start)"),
+              std::string::npos)
+        << r.err;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << name << ": a replica was started";
+  }
+}
 
 TEST(BadInputTest, NoCommandIsAUsageError) {
   for (const std::vector<std::string>& args :
