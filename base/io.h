@@ -25,6 +25,14 @@ namespace xs {
 bool write_all(int fd, std::string_view bytes,
                std::optional<std::chrono::milliseconds> stall_limit = std::nullopt);
 
+// `text` safe to print on a terminal: control characters (ESC, newlines, BEL...) and bytes
+// that are not UTF-8 become \xNN, so text from elsewhere (another node's command line) can
+// neither move the cursor, retitle the window nor forge a line of its own.
+std::string printable_text(std::string_view text);
+
+// The longest prefix of `text` of at most `max_bytes` that does not split a UTF-8 character.
+std::string_view utf8_prefix(std::string_view text, size_t max_bytes);
+
 // Writes `parts`, one after the other, to `path` through a temporary of its own beside it
 // (`path`.tmp.XXXXXX, mode `mode`) renamed over it: a reader sees the old file or the whole
 // new one, and writers racing on one path never meet in a temporary. False, with errno set,

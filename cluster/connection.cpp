@@ -107,6 +107,25 @@ bool may_resolve_later(int rc) {
   return rc == EAI_NONAME || rc == EAI_AGAIN || rc == EAI_FAIL || rc == EAI_NODATA;
 }
 
+// A DNS name (labels of 1..63 letters, digits, '-' or '_', 253 characters at most, a final
+// dot allowed): what could resolve later. "10.0.0.1:29500", "[::1]" or "a b" never will.
+bool could_be_host_name(std::string_view host) {
+  if (!host.empty() && host.back() == '.') host.remove_suffix(1);
+  if (host.empty() || host.size() > 253) return false;
+  size_t label = 0;
+  for (const char c : host) {
+    if (c == '.') {
+      if (label == 0) return false;
+      label = 0;
+      continue;
+    }
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '_';
+    if (!ok || ++label > 63) return false;
+  }
+  return label > 0;
+}
+
 }  // namespace
 
 SocketAddress resolve(const std::string& host, uint16_t port) {
@@ -125,6 +144,11 @@ SocketAddress resolve_by(const std::string& host, uint16_t port, Clock::time_poi
     const int rc = lookup(host, port, address);
     if (rc == 0) return address;
     const std::string error = lookup_error(host, port, rc);
+    if (!could_be_host_name(host)) {
+      throw InvalidArgument(fmt::format("{}: '{}' is neither a host name nor an address (an "
+                                        "IPv6 address goes without brackets, the port apart)",
+                                        error, host));
+    }
     if (!may_resolve_later(rc)) throw InvalidArgument(error);
     const Clock::time_point now = Clock::now();
     if (now >= deadline) throw Timeout(error);

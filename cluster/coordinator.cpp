@@ -8,6 +8,7 @@
 
 #include "xla_spawn/base/check.h"
 #include "xla_spawn/base/int_ranges.h"
+#include "xla_spawn/base/io.h"
 
 namespace xs::cluster {
 namespace {
@@ -39,7 +40,15 @@ JobCoordinator::JobCoordinator(CoordinatorConfig config, Clock::time_point now)
                "nnodes {}: expected 1..{}", config_.nnodes, kMaxNodes);
 }
 
-std::variant<std::string, std::vector<Outgoing>> JobCoordinator::on_register(const Register& reg) {
+std::variant<std::string, std::vector<Outgoing>> JobCoordinator::on_register(const Register& raw) {
+  // What a node says of itself is printed on every node's console: no terminal controls.
+  Register reg = raw;
+  reg.hostname = printable_text(raw.hostname);
+  reg.command = printable_text(raw.command);
+  if (printable_text(raw.host_addr) != raw.host_addr) {
+    return fmt::format("node {} (host {}) gave the address '{}', which is no address",
+                       reg.node, reg.hostname, printable_text(raw.host_addr));
+  }
   if (reg.nnodes != static_cast<uint32_t>(config_.nnodes)) {
     return fmt::format("node {} (host {}) was started with --nnodes {}, the master with --nnodes {}",
                        reg.node, reg.hostname, reg.nnodes, config_.nnodes);

@@ -2,8 +2,6 @@
 
 #include <poll.h>
 
-#include <utility>
-
 #include <fmt/format.h>
 
 #include "xla_spawn/cluster/coordinator.h"
@@ -16,6 +14,10 @@ constexpr const char* kClosed =
     "connection closed (its xla-spawn exited or was killed, or the host went down)";
 
 }  // namespace
+
+std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeout) {
+  return std::min(std::chrono::milliseconds(1000), timeout / 4);
+}
 
 NodeLink::NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeLinkOptions options)
     : master_addr_(std::move(master_addr)),
@@ -68,10 +70,7 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
     const auto now = Clock::now();
     if (m) {
       last_heard_ = now;
-      if (auto* world = std::get_if<World>(&*m)) {
-        last_serviced_ = now;
-        return std::move(*world);
-      }
+      if (auto* world = std::get_if<World>(&*m)) return std::move(*world);
       if (auto* refusal = std::get_if<ErrorReply>(&*m)) throw_refusal(*connection_, *refusal);
       if (auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
     }
@@ -98,22 +97,6 @@ Clock::time_point NodeLink::service_deadline() const {
 std::vector<JobOrder> NodeLink::service() {
   std::vector<JobOrder> orders;
   if (ended_) return orders;
-  // A node that did not run for about a heartbeat timeout (SIGSTOP, a paused VM) was counted
-  // lost by the master, which closed its connection: the silence was this node's. Its last
-  // beat may have gone up to an interval before it stopped, hence the margin; the close may
-  // be read a few calls after the stall, behind the beats queued meanwhile.
-  const auto serviced = Clock::now();
-  if (const auto gap = serviced - std::exchange(last_serviced_, serviced);
-      gap >= options_.heartbeat_timeout - options_.heartbeat_interval) {
-    stall_ = gap;
-    stall_ended_ = serviced;
-  }
-  const auto lost_here = [&](const std::string& why) {
-    if (serviced - stall_ended_ >= options_.heartbeat_timeout) return lost(why);
-    return lost(fmt::format("this node did not run for {:.1f} s (stopped, or its host paused), "
-                            "about the heartbeat timeout: the master counted it lost",
-                            std::chrono::duration<double>(stall_).count()));
-  };
   try {
     const bool open = connection_->read_some();
     while (std::optional<Message> m = connection_->next()) {
@@ -126,23 +109,29 @@ std::vector<JobOrder> NodeLink::service() {
         ended_ = true;
         orders.push_back({JobOrder::Kind::kEnd, 0, end->exit_code, end->summary});
         return orders;
+      } else if (const auto* word = std::get_if<ErrorReply>(&*m)) {
+        // The master's last word before it closes: this node was the silent one (stopped, a
+        // paused host), not the master.
+        ended_ = true;
+        return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode,
+                 fmt::format("xla-spawn: the master (node 0 at {}) counted this node lost: {}\n",
+                             master_text_, word->message)}};
       } else if (!std::holds_alternative<Heartbeat>(*m)) {
         throw ProtocolError(fmt::format("the master sent {}", message_name(*m)));
       }
     }
-    if (!open) return {lost_here(kClosed)};
+    if (!open) return {lost(kClosed)};
     const auto now = Clock::now();
     if (now - last_heard_ >= options_.heartbeat_timeout) {
-      return {lost_here(fmt::format(
-          "no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
-          std::chrono::duration<double>(now - last_heard_).count()))};
+      return {lost(fmt::format("no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
+                               std::chrono::duration<double>(now - last_heard_).count()))};
     }
     if (now >= next_heartbeat_) send(Heartbeat{});
     connection_->flush();
   } catch (const ConnectionClosed&) {
-    return {lost_here(kClosed)};
+    return {lost(kClosed)};
   } catch (const Error& e) {
-    return {lost_here(e.what())};
+    return {lost(e.what())};
   }
   return orders;
 }

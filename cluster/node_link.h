@@ -27,6 +27,10 @@
 
 namespace xs::cluster {
 
+// How often a side with heartbeat timeout `timeout` beats: min(1 s, timeout / 4), four beats
+// per timeout, so that one lost or late beat never counts as silence.
+std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeout);
+
 struct NodeLinkOptions {
   Register node;  // this node's registration
   std::chrono::milliseconds heartbeat_interval{1000};
@@ -39,7 +43,7 @@ struct JobOrder {
   uint32_t attempt = 0;   // kStop, kNext
   int exit_code = 0;      // kEnd
   std::string text;       // kStop: the reason; kEnd: the job's summary; kNext: the root cause
-  bool lost = false;      // kEnd: this node's own finding, the master lost (no End came)
+  bool lost = false;      // kEnd: this node's own finding, the master gone without a word
 };
 
 class NodeLink {
@@ -85,9 +89,6 @@ class NodeLink {
   NodeLinkOptions options_;
   std::optional<Connection> connection_;
   Clock::time_point last_heard_;
-  Clock::time_point last_serviced_ = Clock::now();  // the previous service(): a gap is a stall
-  Clock::duration stall_{};                           // the last stall long enough to be lost
-  Clock::time_point stall_ended_;                     // and when it ended
   Clock::time_point next_heartbeat_;
   bool ended_ = false;
 };

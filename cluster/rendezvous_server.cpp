@@ -10,6 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "xla_spawn/base/io.h"
+#include "xla_spawn/cluster/node_link.h"
+
 #include "xla_spawn/cluster/handshake.h"
 #include "xla_spawn/cluster/store_table.h"
 
@@ -278,13 +281,17 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
   if (c.node < 0) {
     const auto* reg = std::get_if<Register>(&m);
     if (reg == nullptr) return refuse(c, fmt::format("expected Register, got {}", message_name(m)));
-    // Each side beats at a quarter of its own timeout: a shorter one on either side would
-    // count the other's beats as silence and declare a healthy node or master lost.
-    if (const auto mine = static_cast<uint32_t>(config_.heartbeat_timeout.count());
-        reg->heartbeat_timeout_ms != mine) {
+    // Each side beats at its own pace: one whose timeout does not hold four of the other's
+    // beats would count them as silence and declare a healthy node or master lost.
+    const std::chrono::milliseconds node_timeout(reg->heartbeat_timeout_ms);
+    if (node_timeout < 4 * config_.heartbeat_interval ||
+        config_.heartbeat_timeout < 4 * heartbeat_interval_for(node_timeout)) {
       return refuse(c, fmt::format("node {} (host {}) has XLA_SPAWN_HEARTBEAT_TIMEOUT_MS {}, the "
-                                   "master {}: set it alike on every node",
-                                   reg->node, reg->hostname, reg->heartbeat_timeout_ms, mine));
+                                   "master {}: set it alike on every node (each side beats every "
+                                   "min(1 s, its timeout / 4), and four beats must fit in the "
+                                   "other's timeout)",
+                                   reg->node, printable_text(reg->hostname),
+                                   reg->heartbeat_timeout_ms, config_.heartbeat_timeout.count()));
     }
     auto result = job_.on_register(*reg);
     if (auto* refusal = std::get_if<std::string>(&result)) return refuse(c, *refusal);
@@ -454,6 +461,13 @@ void RendezvousServer::Impl::check_timers(Clock::time_point now) {
       it->second->node = -1;
       log_.line(fmt::format("lost node {}: {}", node, reason));
       dispatch(job_.on_lost(node, reason, wall_ns_now(), now));
+      // A node that was stopped reads this when it runs again, ahead of the close: the
+      // silence was its own, not the master's.
+      try {
+        it->second->conn.send(ErrorReply{reason});
+        it->second->conn.flush();
+      } catch (const IoError&) {
+      }
     }
     drop(fd, reason);
   }

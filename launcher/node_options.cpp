@@ -183,7 +183,9 @@ bool is_wildcard_address(const std::string& address) {
   in_addr v4{};
   in6_addr v6{};
   if (::inet_aton(text.c_str(), &v4) != 0) return v4.s_addr == htonl(INADDR_ANY);
-  return ::inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&v6);
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) != 1) return false;
+  // "::" or "::ffff:0.0.0.0", the IPv4 wildcard mapped.
+  return IN6_IS_ADDR_UNSPECIFIED(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr32[3] == 0);
 }
 
 }  // namespace xs

@@ -51,7 +51,8 @@ NodeOptions resolve_node_options(const NodeFlags& flags);
 // "rack[1-2]-n[7-8]" -> "rack1-n7". Throws InvalidArgument for an empty or malformed list.
 std::string first_slurm_host(const std::string& nodelist);
 
-// 0.0.0.0 (in any form inet_aton takes, "0" too) or :: (bracketed or not).
+// 0.0.0.0 (in any form inet_aton takes, "0" too, or mapped: ::ffff:0.0.0.0) or :: (bracketed
+// or not).
 bool is_wildcard_address(const std::string& address);
 
 }  // namespace xs

@@ -37,6 +37,11 @@ cluster::Fd listen_for_nodes(const NodeOptions& o) {
 std::string node_address(const NodeOptions& o) {
   const std::optional<std::string> given = env_string(env_names::kHostAddr);
   if (!given) return cluster::local_address_towards(o.master_addr, o.master_port);
+  if (is_wildcard_address(*given)) {
+    throw UsageError(fmt::format("{}={} is the wildcard address: give this host's address that "
+                                 "the other nodes reach",
+                                 env_names::kHostAddr, *given));
+  }
   try {
     cluster::listen_on(*given, 0);
   } catch (const Error& e) {
@@ -65,8 +70,7 @@ std::string command_text(const std::vector<std::string>& command) {
     text += '\'';
   }
   if (text.size() > cluster::kMaxCommandBytes) {
-    text.resize(cluster::kMaxCommandBytes - 3);
-    text += "...";
+    text = std::string(utf8_prefix(text, cluster::kMaxCommandBytes - 3)) + "...";
   }
   return text;
 }
@@ -121,8 +125,7 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
   const cluster::JobToken token = cluster::JobToken::load();
   const auto heartbeat_timeout = std::chrono::milliseconds(
       env_int(kHeartbeatTimeoutEnv, 100, 3'600'000).value_or(kDefaultHeartbeatTimeoutMs));
-  // Four beats per timeout: one lost or late beat never counts as silence.
-  const auto heartbeat_interval = std::min(std::chrono::milliseconds(1000), heartbeat_timeout / 4);
+  const auto heartbeat_interval = cluster::heartbeat_interval_for(heartbeat_timeout);
   std::unique_ptr<RendezvousProcess> server;
   if (o.node == 0) {
     cluster::Fd listener = listen_for_nodes(o);

@@ -359,8 +359,8 @@ py::array alloc_buffer(const std::vector<py::ssize_t>& shape, const py::dtype& d
   {
     Locked locked;
     data = communicator().alloc_buffer(bytes);
+    ++g_live_buffers;  // under the lock: a shutdown() on another thread sees it alive
   }
-  ++g_live_buffers;
   // The array's base frees the memory when the last view of it goes.
   py::capsule owner(data, &release_buffer);
   return py::array(dtype, shape, {}, data, owner);

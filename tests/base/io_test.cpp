@@ -95,5 +95,26 @@ TEST(WriteAll, ABadDescriptorIsFalseWithEbadf) {
   EXPECT_EQ(errno, EBADF);
 }
 
+// Another node's command line is printed on every node's console: it used to set the
+// window title, clear the screen and forge a launcher line.
+TEST(PrintableText, ControlsAndBytesThatAreNotUtf8BecomeHexEscapes) {
+  EXPECT_EQ(printable_text("./train --lr 0.1"), "./train --lr 0.1");
+  EXPECT_EQ(printable_text("\x1b]0;pwned\a\x1b[2J\nxla-spawn: job FAKE"),
+            "\\x1b]0;pwned\\x07\\x1b[2J\\x0axla-spawn: job FAKE");
+  EXPECT_EQ(printable_text("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");  // UTF-8 stays
+  EXPECT_EQ(printable_text("\xff\xfe \xc3"), "\\xff\\xfe \\xc3");  // not UTF-8, or cut short
+  EXPECT_EQ(printable_text(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(printable_text("\x7f"), "\\x7f");
+}
+
+TEST(Utf8Prefix, NeverSplitsACharacter) {
+  const std::string text = "ab\xc3\xa9\xe2\x82\xac";  // a b é €: 2 + 2 + 3 bytes
+  EXPECT_EQ(utf8_prefix(text, 100), text);
+  EXPECT_EQ(utf8_prefix(text, 4), "ab\xc3\xa9");
+  EXPECT_EQ(utf8_prefix(text, 3), "ab");
+  EXPECT_EQ(utf8_prefix(text, 6), "ab\xc3\xa9");
+  EXPECT_EQ(utf8_prefix(text, 0), "");
+}
+
 }  // namespace
 }  // namespace xs

@@ -80,6 +80,31 @@ TEST_F(CoordinatorTest, NodesRunningAnotherCommandAreNotedAsTheJobForms) {
             "node belongs to another job on this port, stop both");
 }
 
+// Every node prints what another says of itself: no terminal controls get through (a command
+// line used to retitle the window, clear the screen and forge a line on every console).
+TEST_F(CoordinatorTest, WhatANodeSaysOfItselfReachesTheConsolesWithoutTerminalControls) {
+  Register other = node(1, 3);
+  other.hostname = "h\x1b[2J";
+  other.command = "./x $'\x1b]0;pwned\a'\nxla-spawn: job FAKE formed";
+  std::get<std::vector<Outgoing>>(job_.on_register(node(0, 2)));
+  const std::optional<World> world =
+      only<World>(std::get<std::vector<Outgoing>>(job_.on_register(other)));
+  ASSERT_TRUE(world);
+  EXPECT_EQ(world->notice.find('\x1b'), std::string::npos) << world->notice;
+  EXPECT_EQ(world->notice.find('\n'), std::string::npos) << world->notice;
+  EXPECT_NE(world->notice.find("node 1 (host h\\x1b[2J) runs `./x $'\\x1b]0;pwned\\x07'\\x0axla"),
+            std::string::npos)
+      << world->notice;
+  EXPECT_EQ(world->nodes[1].hostname, "h\\x1b[2J");
+}
+
+TEST_F(CoordinatorTest, AnAddressWithControlCharactersIsRefused) {
+  Register other = node(1, 3);
+  other.host_addr = "198.18.0.2\n";
+  EXPECT_EQ(std::get<std::string>(job_.on_register(other)),
+            "node 1 (host host1) gave the address '198.18.0.2\\x0a', which is no address");
+}
+
 TEST_F(CoordinatorTest, RefusesATakenRankAnOutOfRangeRankAndAnotherNnodes) {
   job_.on_register(node(0));
   auto taken = job_.on_register(Register{0, 2, 2, 999, "intruder", "198.18.0.9", 5000, "./x"});

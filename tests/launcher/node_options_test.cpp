@@ -84,7 +84,7 @@ TEST_F(NodeOptionsTest, BadCombinationsSayWhatIsMissing) {
 // Node 0 would listen on every address and advertise loopback; the other nodes' replicas
 // then failed in gloo after the job had formed.
 TEST_F(NodeOptionsTest, TheWildcardAddressIsNoMasterAddress) {
-  for (const char* wildcard : {"0.0.0.0", "0", "::", "[::]", "0:0::0"}) {
+  for (const char* wildcard : {"0.0.0.0", "0", "::", "[::]", "0:0::0", "::ffff:0.0.0.0"}) {
     EXPECT_NE(usage_error({"2", "0", wildcard, {}, {}})
                   .find(fmt::format("--master-addr {} is the wildcard address", wildcard)),
               std::string::npos)
