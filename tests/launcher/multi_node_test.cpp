@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 #include <memory>
 
@@ -42,6 +41,21 @@ class MultiNodeTest : public ::testing::Test {
     args.push_back(helper_path());
     args.insert(args.end(), helper_args.begin(), helper_args.end());
     return std::make_unique<Launch>(args);
+  }
+
+  // Node 0's rendezvous server: its launcher's first child (forked before anything else), once
+  // it is there; 0 if it never came.
+  static pid_t rendezvous_server_of(const Launch& node0) {
+    const std::string children = "/proc/" + std::to_string(node0.pid()) + "/task/" +
+                                 std::to_string(node0.pid()) + "/children";
+    pid_t server = 0;
+    wait_until(
+        [&] {
+          std::ifstream in(children);
+          return static_cast<bool>(in >> server);
+        },
+        scaled(std::chrono::seconds(10)));
+    return server;
   }
 
   // Waits until `node` has printed `text`.
@@ -233,9 +247,7 @@ TEST_F(MultiNodeTest, TheMastersOwnServerDyingIsNamedOnTheMaster) {
   auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
-  const pid_t server = static_cast<pid_t>(std::stol(read_file(
-      "/proc/" + std::to_string(node0->pid()) + "/task/" + std::to_string(node0->pid()) +
-      "/children")));
+  const pid_t server = rendezvous_server_of(*node0);
   ASSERT_EQ(read_file("/proc/" + std::to_string(server) + "/comm"), "xla-spawn-rdzv\n");
   ::kill(server, SIGKILL);
   EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 1) << node0->err();
@@ -278,20 +290,10 @@ TEST_F(MultiNodeTest, ABadSegmentSettingFailsTheNodeBeforeItJoins) {
 // still ends with its own timeout.
 TEST_F(MultiNodeTest, SigusrOneDuringTheRendezvousKillsNeitherTheLauncherNorItsServer) {
   auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
-  const std::string children_file =
-      "/proc/" + std::to_string(node0->pid()) + "/task/" + std::to_string(node0->pid()) + "/children";
-  std::string children;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        std::ifstream in(children_file);
-        std::getline(in, children);
-        return !children.empty();
-      },
-      scaled(seconds(10))))
-      << "the rendezvous server never started";
+  const pid_t server = rendezvous_server_of(*node0);
+  ASSERT_GT(server, 0) << "the rendezvous server never started";
   ASSERT_EQ(::kill(node0->pid(), SIGUSR1), 0);
-  std::istringstream pids(children);
-  for (pid_t child; pids >> child;) ::kill(child, SIGUSR1);
+  ::kill(server, SIGUSR1);
   const int status = node0->wait_or_fail(scaled(seconds(30)));
   ASSERT_TRUE(WIFEXITED(status)) << status << node0->err();
   EXPECT_EQ(WEXITSTATUS(status), 1) << node0->err();
@@ -494,16 +496,8 @@ TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
   ScopedEnv slow_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "20000");  // the server pauses 3 s
   auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:20"},
                           {"--max-restarts", "1", "--grace-period", "2"});
-  const std::string children_file =
-      "/proc/" + std::to_string(node0->pid()) + "/task/" + std::to_string(node0->pid()) + "/children";
-  pid_t server = 0;
-  ASSERT_TRUE(wait_until(
-      [&] {
-        std::ifstream in(children_file);
-        return static_cast<bool>(in >> server);
-      },
-      scaled(seconds(10))))
-      << "the rendezvous server never started";
+  const pid_t server = rendezvous_server_of(*node0);
+  ASSERT_GT(server, 0) << "the rendezvous server never started";
   auto node1 = start_node(1, 2, 1,
                           {"--pid-dir", pids_.path(), "--wait-peers", "--do", "fail-attempts:1:3"},
                           {"--max-restarts", "1", "--grace-period", "2"});

@@ -344,31 +344,42 @@ def test_an_arena_array_dropped_during_another_call_is_freed_after_it():
         assert lines_of(result.stdout, k) == ["sum 2, 0 arrays left, shut down"], result.stdout
 
 
+def while_another_thread_calls(body, peer_wait, after=""):
+    """A job script: ordinal 0 runs `body` while another of its threads is inside an
+    all_reduce that ordinal 1 joins only `peer_wait` s later; then both run `after`."""
+    indent = lambda code, n: textwrap.indent(textwrap.dedent(code).strip("\n"), " " * n)
+    return f"""
+import os, signal, threading, time
+import numpy as np, xla_spawn as xs
+xs.barrier()
+if xs.get_ordinal() == 0:
+    other = threading.Thread(target=xs.all_reduce, args=(np.ones(4, np.float32),))
+    other.start()
+{indent(body, 4)}
+    other.join()
+else:
+    time.sleep({peer_wait})
+    xs.all_reduce(np.ones(4, np.float32))
+{indent(after, 0)}
+"""
+
+
 def test_ctrl_c_while_another_threads_call_holds_the_communicator_is_heard_at_once():
-    # The main thread's barrier waits for a daemon thread's all_reduce, which waits 3 s for
+    # The main thread's barrier waits for the other thread's all_reduce, which waits 3 s for
     # ordinal 1: the interrupt used to be heard only when that call ended.
-    result, _ = run_job(2, """
-        import signal, threading, time
-        import numpy as np, xla_spawn as xs
-        xs.barrier()
-        if xs.get_ordinal() == 0:
-            other = threading.Thread(target=xs.all_reduce, args=(np.ones(4, np.float32),))
-            other.start()
-            time.sleep(0.1)
-            main = threading.main_thread().ident
-            threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
-            start = time.monotonic()
-            try:
-                xs.barrier()
-            except KeyboardInterrupt:
-                print(f"KeyboardInterrupt after {time.monotonic() - start:.3f} s", flush=True)
-            other.join()
-        else:
-            time.sleep(3)
-            xs.all_reduce(np.ones(4, np.float32))
+    result, _ = run_job(2, while_another_thread_calls("""
+        time.sleep(0.1)
+        main = threading.main_thread().ident
+        threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+        start = time.monotonic()
+        try:
+            xs.barrier()
+        except KeyboardInterrupt:
+            print(f"KeyboardInterrupt after {time.monotonic() - start:.3f} s", flush=True)
+    """, 3, """
         xs.barrier()  # nothing was poisoned: the interrupted barrier never began
         print("done", flush=True)
-    """, timeout=60)
+    """), timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     zero = lines_of(result.stdout, 0)
     assert len(zero) == 2 and zero[0].startswith("KeyboardInterrupt after "), result.stdout
@@ -381,29 +392,20 @@ def test_ctrl_c_while_another_threads_call_holds_the_communicator_is_heard_at_on
 def test_a_child_forked_while_another_thread_is_in_a_call_is_refused_not_stuck():
     # The child inherits the communicator's lock held by a thread it does not have: its call
     # used to wait for it for ever.
-    result, _ = run_job(2, """
-        import os, threading, time
-        import numpy as np, xla_spawn as xs
-        xs.barrier()
-        if xs.get_ordinal() == 0:
-            other = threading.Thread(target=xs.all_reduce, args=(np.ones(4, np.float32),))
-            other.start()
-            time.sleep(0.3)
-            pid = os.fork()
-            if pid == 0:
-                try:
-                    xs.all_reduce(np.ones(4, np.float32))
-                    print("child: all_reduce returned", flush=True)
-                except xs.InvalidArgument as e:
-                    print(f"child: {e}", flush=True)
-                os._exit(0)
-            os.waitpid(pid, 0)
-            other.join()
-        else:
-            time.sleep(2)
-            xs.all_reduce(np.ones(4, np.float32))
+    result, _ = run_job(2, while_another_thread_calls("""
+        time.sleep(0.3)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                xs.all_reduce(np.ones(4, np.float32))
+                print("child: all_reduce returned", flush=True)
+            except xs.InvalidArgument as e:
+                print(f"child: {e}", flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """, 2, """
         print("done", flush=True)
-    """, timeout=60)
+    """), timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     zero = lines_of(result.stdout, 0)
     assert len(zero) == 2 and zero[1] == "done", result.stdout
