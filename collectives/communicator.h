@@ -24,9 +24,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "xla_spawn/base/check.h"
@@ -156,14 +158,32 @@ class Communicator {
 
   // Memory for collective operands, aligned to kBufferAlignBytes, never nullptr (falls back
   // to the heap when the fast kind runs out). Not collective; free with free_buffer of the
-  // same communicator. This default is the heap.
+  // same communicator: anything else (a pointer it did not return, one freed already) is an
+  // InvalidArgument, whichever kind the block was. This default is the heap.
   static constexpr size_t kBufferAlignBytes = 4096;
   virtual void* alloc_buffer(size_t bytes) {
     // libstdc++'s aligned new rounds the size up to the alignment first, which wraps to 0.
     if (bytes > std::numeric_limits<size_t>::max() - kBufferAlignBytes) throw std::bad_alloc();
-    return ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{kBufferAlignBytes});
+    void* block = ::operator new (bytes == 0 ? 1 : bytes, std::align_val_t{kBufferAlignBytes});
+    try {
+      const std::lock_guard<std::mutex> lock(heap_blocks_mutex_);
+      heap_blocks_.insert(block);
+    } catch (...) {
+      ::operator delete (block, std::align_val_t{kBufferAlignBytes});
+      throw;
+    }
+    return block;
   }
   virtual void free_buffer(void* data) {
+    if (data == nullptr) return;
+    {
+      // A pointer alloc_buffer did not return would corrupt the heap (or abort in free).
+      const std::lock_guard<std::mutex> lock(heap_blocks_mutex_);
+      if (heap_blocks_.erase(data) == 0) {
+        throw InvalidArgument(fmt::format(
+            "free_buffer: {} is not a block alloc_buffer returned, or was freed already", data));
+      }
+    }
     ::operator delete (data, std::align_val_t{kBufferAlignBytes});
   }
 
@@ -182,6 +202,10 @@ class Communicator {
   }
   // Ends the registration that starts at `data`; the memory keeps its contents.
   virtual void deregister_buffer(void* data) { (void)data; }
+
+ private:
+  std::mutex heap_blocks_mutex_;
+  std::unordered_set<void*> heap_blocks_;  // alloc_buffer's blocks from the heap, until freed
 };
 
 }  // namespace xs

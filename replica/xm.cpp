@@ -1,5 +1,7 @@
 #include "xla_spawn/replica/xm.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -25,7 +27,15 @@ struct State {
   ReplicaContext context;
   std::unique_ptr<Communicator> communicator;
   bool debug_replicas = false;
+  pid_t pid = 0;  // the process that made it: a forked child inherits it
 };
+
+// The same replica of the same job: what a forked child's environment says of it when the
+// child has its parent's environment.
+bool same_replica(const ReplicaContext& a, const ReplicaContext& b) {
+  return a.job_id == b.job_id && a.attempt == b.attempt && a.ordinal == b.ordinal &&
+         a.world_size == b.world_size && a.segment_name == b.segment_name;
+}
 
 std::unique_ptr<State>& state() {
   static std::unique_ptr<State> s;
@@ -77,8 +87,19 @@ std::unique_ptr<Communicator> make_communicator(const ReplicaContext& ctx) {
 }  // namespace
 
 void init() {
-  if (state()) return;
+  if (state() && state()->pid == ::getpid()) return;
+  if (state()) {
+    // Inherited through a fork. A child with its parent's environment keeps it (its
+    // collectives are refused as a forked child's); one given a replica environment of its
+    // own (spawn(fn)'s children, forked after the parent's init) would otherwise run as its
+    // parent, alone in a world of one, its collectives doing nothing. The parent's objects
+    // are the parent's: forgotten here, not torn down.
+    if (same_replica(ReplicaContext::from_env(), state()->context)) return;
+    runtime().set_communicator(nullptr);
+    [[maybe_unused]] State* parents = state().release();
+  }
   auto s = std::make_unique<State>();
+  s->pid = ::getpid();
   s->context = ReplicaContext::from_env();
   init_logging(fmt::format("ordinal {}", s->context.ordinal));
   trace::start_from_env(s->context.ordinal, s->context.attempt);

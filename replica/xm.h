@@ -36,7 +36,7 @@ void abandon();
 bool initialized();
 
 const ReplicaContext& context();  // throws InternalError before init()
-Communicator& communicator();
+Communicator& communicator();  // valid until shutdown(); keep no reference past it
 int ordinal();
 int local_ordinal();
 int world_size();

@@ -19,6 +19,8 @@ namespace {
 
 std::string describe(const shm::Mailbox& m) {
   const auto kind = static_cast<CallKind>(m.kind);
+  // A barrier moves nothing: no count nor dtype to name.
+  if (kind == CallKind::kBarrier) return fmt::format("barrier #{}", m.call_seq);
   std::string text = fmt::format("{} #{} with {} elements of {}", call_kind_name(kind), m.call_seq,
                                  m.n_elems, dtype_name(static_cast<DType>(m.dtype)));
   if (kind == CallKind::kAllReduce || kind == CallKind::kReduceScatter ||

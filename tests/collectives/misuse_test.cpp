@@ -152,6 +152,43 @@ TEST(MisuseTest, AnAllocationPastAnySizeIsBadAllocNotAnotherBlocksAddress) {
   EXPECT_TRUE(result.all_ok()) << result.describe();
 }
 
+// free_buffer of what alloc_buffer did not return, or returned and took back: an arena block
+// was refused, but a block from the heap (the arena full, or of size 0) was handed to the
+// aligned delete, which aborted (a stack pointer, a second free) or corrupted the heap (a
+// pointer from new) silently.
+std::string bad_frees(Communicator& comm) {
+  float on_stack[4] = {};
+  auto* from_new = new float[4];
+  void* heap_block = comm.alloc_buffer(2 << 20);  // past the 1 MiB arena: the heap
+  void* arena_block = comm.alloc_buffer(4096);
+  comm.free_buffer(heap_block);
+  comm.free_buffer(arena_block);
+  std::string wrong;
+  for (void* p : {static_cast<void*>(on_stack), static_cast<void*>(from_new), heap_block,
+                  arena_block}) {
+    try {
+      comm.free_buffer(p);
+      wrong += fmt::format("free_buffer({}) was taken; ", p);
+    } catch (const InvalidArgument&) {
+    }
+  }
+  delete[] from_new;
+  comm.free_buffer(nullptr);  // nothing, as free(nullptr)
+  return wrong;
+}
+
+TEST(MisuseTest, FreeingWhatAllocBufferDidNotGiveIsRefusedWhateverTheBlock) {
+  ForkJob job(2, kStagingBytes, /*arena_bytes=*/1 << 20);
+  job.start([](Child& child) -> std::string {
+    ShmCommunicator comm = child.communicator();
+    return bad_frees(comm);
+  });
+  const JobResult result = job.wait(std::chrono::seconds(60));
+  EXPECT_TRUE(result.all_ok()) << result.describe();
+  LocalCommunicator alone;
+  EXPECT_EQ(bad_frees(alone), "");
+}
+
 // Two threads of one replica calling at once would pair up with the peers' calls in any
 // order: the second is refused while the first is inside its call.
 TEST(MisuseTest, ASecondThreadsCallDuringAnotherIsRefused) {

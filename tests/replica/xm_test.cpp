@@ -206,6 +206,32 @@ TEST(XmGraphCheck, RepeatedStepsRendezvousOnceAndAgree) {
   EXPECT_EQ(job.result.exit_code, 0) << job.result.summary;
 }
 
+// A program that calls init() before spawn(fn), as one written for xla-spawn does first: its
+// children inherited the parent's world of one, and init() kept it (it is idempotent), so
+// every child ran alone and its collectives did nothing, silently.
+TEST(XmInit, AParentsInitIsNotTheChildrensAfterSpawn) {
+  xm::shutdown();
+  xm::init();
+  ASSERT_EQ(xm::world_size(), 1);
+  SpawnOptions options;
+  options.grace = std::chrono::milliseconds(500);
+  const JobResult r = spawn(
+      [](int ordinal) {
+        xm::init();
+        expect(xm::ordinal() == ordinal && xm::world_size() == 2,
+               fmt::format("ordinal {} of {} in child {}", xm::ordinal(), xm::world_size(), ordinal));
+        std::vector<double> v{1.0};
+        xm::all_reduce(std::span<double>(v), ReduceOp::kSum);
+        expect(v[0] == 2.0, fmt::format("sum {} over 2 replicas", v[0]));
+        xm::init();  // idempotent again in the child's own state
+        expect(xm::world_size() == 2, "a second init keeps the child's state");
+      },
+      2, options);
+  EXPECT_EQ(r.exit_code, 0) << r.summary;
+  EXPECT_EQ(xm::world_size(), 1);  // the parent's own state is untouched
+  xm::shutdown();
+}
+
 TEST(XmCheckpoint, ModelOfOtherShapesIsRefusedAndLeftUnchanged) {
   xm::shutdown();
   xm::init();
