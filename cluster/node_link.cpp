@@ -150,19 +150,30 @@ JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code, int wake_fd,
     send(AttemptDone{attempt, exit_code});
   } catch (const IoError&) {
   }
+  // The wake fd is read before an order is acted on: an interrupt that reached this node while
+  // the master's Next was on its way was still received while waiting.
+  const auto hear_wake = [&](bool readable) -> std::optional<JobOrder> {
+    if (wake_fd < 0 || !on_wake) return std::nullopt;
+    if (!readable) {
+      pollfd w{wake_fd, POLLIN, 0};
+      if (::poll(&w, 1, 0) != 1 || (w.revents & POLLIN) == 0) return std::nullopt;
+    }
+    std::optional<JobOrder> order = on_wake();
+    if (order) ended_ = true;
+    return order;
+  };
   for (;;) {
     for (const JobOrder& order : service()) {
-      if (order.kind != JobOrder::Kind::kStop) return order;
+      if (order.kind == JobOrder::Kind::kStop) continue;
+      if (std::optional<JobOrder> own = hear_wake(false)) return *own;
+      return order;
     }
     pollfd p[2] = {
         {connection_->fd(), static_cast<short>(POLLIN | (connection_->wants_write() ? POLLOUT : 0)), 0},
         {wake_fd, POLLIN, 0}};
     ::poll(p, wake_fd >= 0 ? 2 : 1, poll_timeout_ms(service_deadline()));
-    if (wake_fd >= 0 && (p[1].revents & POLLIN) != 0 && on_wake) {
-      if (std::optional<JobOrder> order = on_wake()) {
-        ended_ = true;
-        return *order;
-      }
+    if ((p[1].revents & POLLIN) != 0) {
+      if (std::optional<JobOrder> own = hear_wake(true)) return *own;
     }
   }
 }

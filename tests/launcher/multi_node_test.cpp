@@ -488,31 +488,37 @@ TEST_F(MultiNodeTest, AnInterruptWhileANodeWaitsAfterItsFailureKeepsTheFailuresS
   }
 }
 
-// The master decides to restart before it hears of an interrupt on a waiting node (here its
-// rendezvous server is stopped while node 0 ends its attempt, and continued after node 1's
-// interrupt): the interrupt stops the next attempt at once, on every node, instead of being
-// dropped as a stale report and the job restarted to the end.
+// The master decides to restart before it hears of an interrupt on a waiting node (here node 1
+// is stopped, waiting for the verdict, while node 0 ends its attempt and the master sends Next;
+// it is interrupted and continued with Next in its socket): the interrupt stops the next
+// attempt at once, on every node, instead of being dropped as a stale report and the job
+// restarted to the end.
 TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
-  ScopedEnv slow_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "20000");  // the server pauses 3 s
+  ScopedEnv slow_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "20000");  // node 1 pauses
   auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "ignore-term:20"},
                           {"--max-restarts", "1", "--grace-period", "2"});
-  const pid_t server = rendezvous_server_of(*node0);
-  ASSERT_GT(server, 0) << "the rendezvous server never started";
   auto node1 = start_node(1, 2, 1,
                           {"--pid-dir", pids_.path(), "--wait-peers", "--do", "fail-attempts:1:3"},
                           {"--max-restarts", "1", "--grace-period", "2"});
   ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
-  ASSERT_EQ(::kill(server, SIGSTOP), 0);
-  // Node 0's attempt ends meanwhile: its replica dies of the SIGKILL after the grace period,
-  // and its AttemptDone waits in the stopped server's socket ahead of node 1's interrupt (a
-  // fixed 3 s from the stop was too short for a loaded machine; the attempt's end after the
-  // replica's death takes up to a few hundred ms).
-  const pid_t replica0 = static_cast<pid_t>(std::stol(read_file(pids_ / "pid.0")));
-  ASSERT_TRUE(wait_until([&] { return !process_alive(replica0); }, scaled(seconds(20))));
-  std::this_thread::sleep_for(scaled(milliseconds(1500)));
-  ::kill(node1->pid(), SIGINT);
+  // Node 1 says (on SIGUSR1) that it waits for the verdict: its AttemptDone has been sent.
+  const std::string waits = "which waits for the other nodes to end attempt 0";
+  ASSERT_TRUE(wait_until(
+      [&] {
+        ::kill(node1->pid(), SIGUSR1);
+        return wait_until([&] { return node1->err().find(waits) != std::string::npos; },
+                          milliseconds(500));
+      },
+      scaled(seconds(20))))
+      << node1->err();
+  ASSERT_EQ(::kill(node1->pid(), SIGSTOP), 0);
+  // Node 0's replica dies of the SIGKILL after the grace period; the master, having both
+  // AttemptDones, sends Next to every node in one go.
+  ASSERT_NO_FATAL_FAILURE(
+      wait_for_err(*node0, "restarting all replicas of the job on every node: attempt 1"));
   std::this_thread::sleep_for(milliseconds(300));
-  ASSERT_EQ(::kill(server, SIGCONT), 0);
+  ::kill(node1->pid(), SIGINT);
+  ASSERT_EQ(::kill(node1->pid(), SIGCONT), 0);
   const int status1 = node1->wait_or_fail(scaled(seconds(30)));
   const int status0 = node0->wait_or_fail(scaled(seconds(30)));
   EXPECT_EQ(WEXITSTATUS(status0), 130) << node0->err();
