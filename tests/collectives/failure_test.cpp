@@ -113,7 +113,8 @@ class StopTest : public ::testing::TestWithParam<int> {};
 TEST_P(StopTest, AReplicaThatStopsCallingMakesTheOthersTimeOutNamingIt) {
   const int world_size = GetParam();
   const int quitter = world_size - 1;
-  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "500");
+  // The timeout also bounds the warm-up's first call, which waits for the last child forked.
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", "2000");
   ForkJob job(world_size, kStagingBytes);
   job.start([quitter](Child& child) {
     ShmCommunicator comm = child.communicator();

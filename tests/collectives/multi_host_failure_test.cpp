@@ -146,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(Topologies, MultiHostKillTest,
 // The quitter stays alive (its sockets open) until the others have given up, so they can only
 // learn of it by their timeout.
 TEST(MultiHostStopTest, AReplicaThatStopsCallingMakesTheOthersTimeOut) {
-  MultiHostJob job({1, 1}, {.timeout_ms = 500, .prefix = {}});
+  MultiHostJob job({1, 1}, {.timeout_ms = 2000, .prefix = {}});  // set-up and warm-up too
   job.start([](Child& child, MultiHostCommunicator& comm) -> std::string {
     auto* given_up = scratch_words(child.scratch);
     std::vector<int64_t> data(100, child.ordinal);

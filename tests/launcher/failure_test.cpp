@@ -30,7 +30,7 @@ class FailFastTest : public ::testing::TestWithParam<StopCase> {};
 
 // Measured from the failure (the helper's CLOCK_MONOTONIC stamp just before it exits) to the
 // moment xla-spawn has reaped everyone and exited.
-TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinGracePlusHalfSecond) {
+TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinTheGracePeriod) {
   const StopCase c = GetParam();
   constexpr double kGraceSeconds = 1.0;
   TempDir dir;
@@ -44,9 +44,10 @@ TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinGracePlusHalfS
   ASSERT_FALSE(fail_stamp.empty()) << run.err();
   const auto failed_at = Clock::time_point(std::chrono::nanoseconds(std::stoll(fail_stamp)));
   const double stop_seconds = std::chrono::duration<double>(run.exit_time() - failed_at).count();
-  // The grace period is the launcher's own timer; the half second on top is for processes to
-  // run and exit, which instrumented builds stretch (deadline_scale.h).
-  EXPECT_LE(stop_seconds, kGraceSeconds + 0.5 * static_cast<double>(deadline_scale())) << run.err();
+  // The grace period is the launcher's own timer; the margin on top is for processes to run
+  // and exit on a loaded machine, which instrumented builds stretch (deadline_scale.h). The
+  // replicas would sleep for 30 s.
+  EXPECT_LE(stop_seconds, kGraceSeconds + 3.0 * static_cast<double>(deadline_scale())) << run.err();
   for (pid_t pid : wait_for_pids(dir.path(), kWorld, std::chrono::seconds(1))) {
     EXPECT_FALSE(process_alive(pid)) << "replica pid " << pid << " outlived xla-spawn";
   }
@@ -54,6 +55,9 @@ TEST_P(FailFastTest, FailureOfOrdinalKStopsEveryOtherReplicaWithinGracePlusHalfS
   EXPECT_NE(err.find("failed after"), std::string::npos) << err;
   EXPECT_NE(err.find(": ordinal " + k + " exited with code 3"), std::string::npos) << err;
   EXPECT_NE(err.find("stopped by xla-spawn (not failures)"), std::string::npos) << err;
+  if (std::strcmp(c.others, "ignore-term:30") == 0) {
+    EXPECT_NE(err.find("SIGKILL needed for"), std::string::npos) << err;  // after the grace
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FailFastTest,

@@ -64,6 +64,22 @@ class MultiNodeTest : public ::testing::Test {
                            scaled(std::chrono::seconds(30))))
         << node.err();
   }
+  // Waits until `node`, its replicas ended, says (on SIGUSR1, sent until it answers) that it
+  // waits for the other nodes to end `attempt`: its AttemptDone has been sent. A fixed pause
+  // was too short when the node had not run since its replica died (a signal then met the
+  // attempt still ending).
+  static void wait_until_waiting(const Launch& node, int attempt = 0) {
+    const std::string waits =
+        fmt::format("which waits for the other nodes to end attempt {}", attempt);
+    ASSERT_TRUE(wait_until(
+        [&] {
+          ::kill(node.pid(), SIGUSR1);
+          return wait_until([&] { return node.err().find(waits) != std::string::npos; },
+                            std::chrono::milliseconds(500));
+        },
+        scaled(std::chrono::seconds(20))))
+        << node.err();
+  }
   // Interrupts `node`, which waits for the other nodes, and once it has said so interrupts it
   // again past the repeat window (a second interrupt, not the first delivered twice).
   static void interrupt_twice_while_waiting(const Launch& node) {
@@ -75,8 +91,9 @@ class MultiNodeTest : public ::testing::Test {
 
   const uint16_t port_ = cluster::pick_free_port("127.0.0.1");
   ScopedEnv token_{"XLA_SPAWN_JOB_TOKEN", "multi-node-test-token-0123"};
-  // Lost nodes are found within a second, so these tests stay short.
-  ScopedEnv heartbeat_{"XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000"};
+  // Short enough for the tests, long enough that a launcher the loaded machine leaves unrun
+  // for a second is not counted lost; the tests of lost nodes set 1 s.
+  ScopedEnv heartbeat_{"XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "4000"};
   TempDir pids_;
 };
 
@@ -203,6 +220,7 @@ TEST_F(MultiNodeTest, ANodeKilledWithUnreadHeartbeatsIsLostByAClosedConnection) 
 }
 
 TEST_F(MultiNodeTest, AFrozenNodeIsLostWithinTheHeartbeatTimeout) {
+  ScopedEnv fast_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000");
   auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   const std::vector<pid_t> replicas = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
@@ -229,6 +247,7 @@ TEST_F(MultiNodeTest, AFrozenNodeIsLostWithinTheHeartbeatTimeout) {
 // Node 0's launcher stopped (its server runs on): the server counts node 0 lost and ends the
 // job; node 0, resumed, must not blame its server's exit, which followed from its own silence.
 TEST_F(MultiNodeTest, AStoppedMasterNodeSaysItWasCountedLost) {
+  ScopedEnv fast_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000");
   auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:60"});
   ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
@@ -261,7 +280,7 @@ TEST_F(MultiNodeTest, TheMastersOwnServerDyingIsNamedOnTheMaster) {
 }
 
 TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
-  auto node0 = start_node(0, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "1"});
+  auto node0 = start_node(0, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
   auto node2 = start_node(2, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "30"});
   const int status0 = node0->wait_or_fail(scaled(seconds(30)));
   const int status2 = node2->wait_or_fail(scaled(seconds(30)));
@@ -415,12 +434,8 @@ TEST_F(MultiNodeTest, AnInterruptWhileANodeWaitsForTheOthersStopsTheJob) {
   const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_TRUE(wait_until([&] { return !process_alive(pids[1]); }, scaled(seconds(20))));
-  std::this_thread::sleep_for(milliseconds(300));  // node 1 is waiting for the verdict
-  ::kill(node1->pid(), SIGUSR1);
-  ASSERT_TRUE(wait_until(
-      [&] { return node1->err().find("no replica runs on this node") != std::string::npos; },
-      scaled(seconds(10))))
-      << node1->err();
+  ASSERT_NO_FATAL_FAILURE(wait_until_waiting(*node1));
+  EXPECT_NE(node1->err().find("no replica runs on this node"), std::string::npos) << node1->err();
   ::kill(node1->pid(), SIGINT);
   const int status0 = node0->wait_or_fail(scaled(seconds(20)));
   const int status1 = node1->wait_or_fail(scaled(seconds(20)));
@@ -446,7 +461,7 @@ TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsLeavesAtOnce) {
   const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_TRUE(wait_until([&] { return !process_alive(pids[1]); }, scaled(seconds(20))));
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_NO_FATAL_FAILURE(wait_until_waiting(*node1));
   ASSERT_NO_FATAL_FAILURE(interrupt_twice_while_waiting(*node1));
   const int status1 = node1->wait_or_fail(scaled(seconds(10)));
   EXPECT_EQ(WEXITSTATUS(status1), 130) << node1->err();
@@ -501,16 +516,7 @@ TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
                           {"--pid-dir", pids_.path(), "--wait-peers", "--do", "fail-attempts:1:3"},
                           {"--max-restarts", "1", "--grace-period", "2"});
   ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
-  // Node 1 says (on SIGUSR1) that it waits for the verdict: its AttemptDone has been sent.
-  const std::string waits = "which waits for the other nodes to end attempt 0";
-  ASSERT_TRUE(wait_until(
-      [&] {
-        ::kill(node1->pid(), SIGUSR1);
-        return wait_until([&] { return node1->err().find(waits) != std::string::npos; },
-                          milliseconds(500));
-      },
-      scaled(seconds(20))))
-      << node1->err();
+  ASSERT_NO_FATAL_FAILURE(wait_until_waiting(*node1));
   ASSERT_EQ(::kill(node1->pid(), SIGSTOP), 0);
   // Node 0's replica dies of the SIGKILL after the grace period; the master, having both
   // AttemptDones, sends Next to every node in one go.
@@ -536,7 +542,7 @@ TEST_F(MultiNodeTest, ASecondInterruptWhileANodeWaitsAfterItsFailureLeavesWithIt
   auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--wait-peers", "--do", "exit:3"},
                           {"--grace-period", "30"});
   ASSERT_NO_FATAL_FAILURE(wait_for_err(*node0, "exited with code 3; stopping"));
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_NO_FATAL_FAILURE(wait_until_waiting(*node1));
   ASSERT_NO_FATAL_FAILURE(interrupt_twice_while_waiting(*node1));
   EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(10)))), 3) << node1->err();
   EXPECT_NE(node1->err().find("exited with code 3"), std::string::npos) << node1->err();
@@ -557,7 +563,7 @@ TEST_F(MultiNodeTest, TheMastersSecondInterruptWhileWaitingLeavesAtOnce) {
   const std::vector<pid_t> pids = wait_for_pids(pids_.path(), 2, scaled(seconds(30)));
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_TRUE(wait_until([&] { return !process_alive(pids[0]); }, scaled(seconds(20))));
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_NO_FATAL_FAILURE(wait_until_waiting(*node0));
   ASSERT_NO_FATAL_FAILURE(interrupt_twice_while_waiting(*node0));
   const auto second = std::chrono::steady_clock::now();
   EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(20)))), 130) << node0->err();
@@ -609,6 +615,7 @@ TEST_F(MultiNodeTest, ANodeRunningAnotherCommandIsNotedOnEveryNode) {
 // Each side beats at a quarter of its own timeout: a node with a shorter one declared the
 // master lost within a second of the job forming.
 TEST_F(MultiNodeTest, ANodeWithAnotherHeartbeatTimeoutIsRefusedBeforeTheJobForms) {
+  ScopedEnv master_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000");
   auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
   ScopedEnv heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "3000");
   auto node1 = start_node(1, 2, 1, {"--do", "exit:0"});

@@ -116,14 +116,22 @@ TEST(SegmentTest, SegmentOfASigkilledLauncherIsRemovedByItsReaper) {
       << run.err();
 }
 
+// SIGKILLs `reaper`, then `run`'s launcher, which is stopped first: left running between the
+// two kills, it would start a new reaper (it checks every 200 ms), which cleans up.
+void kill_reaper_then_launcher(const Launch& run, pid_t reaper) {
+  ASSERT_EQ(::kill(run.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_until([&] { return process_state(run.pid()) == 'T'; }, std::chrono::seconds(10)));
+  ASSERT_EQ(::kill(reaper, SIGKILL), 0);
+  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+}
+
 TEST(SegmentTest, SegmentLeftWhenTheReaperDiesTooIsRemovedAtTheNextStart) {
   Launch run({"-n", "2", "--", "/bin/sh", "-c", std::string(kReportSegment) + "; sleep 30"});
   const std::string name = started_segment(run);
   ASSERT_FALSE(name.empty()) << run.out() << run.err();
   const pid_t reaper = reaper_of(run.pid());
   ASSERT_GT(reaper, 0) << "no reaper process under launcher " << run.pid();
-  ASSERT_EQ(::kill(reaper, SIGKILL), 0);
-  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_reaper_then_launcher(run, reaper));
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
   ASSERT_TRUE(segment_exists(name)) << "with launcher and reaper SIGKILLed, the segment remains";
 
@@ -169,8 +177,7 @@ TEST(SegmentTest, SegmentWhoseLauncherPidWasReusedIsRemovedAtTheNextStart) {
   ASSERT_FALSE(name.empty()) << run.out() << run.err();
   const pid_t reaper = reaper_of(run.pid());
   ASSERT_GT(reaper, 0) << "no reaper process under launcher " << run.pid();
-  ASSERT_EQ(::kill(reaper, SIGKILL), 0);
-  ASSERT_EQ(::kill(run.pid(), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(kill_reaper_then_launcher(run, reaper));
   ASSERT_TRUE(run.wait_for(std::chrono::seconds(10)).has_value());
   ASSERT_TRUE(segment_exists(name)) << "with launcher and reaper SIGKILLed, the segment remains";
   {

@@ -273,7 +273,7 @@ def test_a_signal_handler_that_returns_lets_the_collective_finish_and_may_not_ca
     assert zero.startswith("sum 2, handler ran "), zero
     # Sent 0.3 s in, heard at the next check (100 ms apart), not at the end of the 2 s wait;
     # the rest of the margin is for a loaded machine.
-    assert float(zero.split()[4]) < 0.9, zero
+    assert float(zero.split()[4]) < 1.6, zero
     assert "called from a signal handler while this thread is inside another call" in zero, zero
     assert lines_of(result.stdout, 1) == ["sum 2"], result.stdout
 
@@ -384,8 +384,8 @@ def test_ctrl_c_while_another_threads_call_holds_the_communicator_is_heard_at_on
     zero = lines_of(result.stdout, 0)
     assert len(zero) == 2 and zero[0].startswith("KeyboardInterrupt after "), result.stdout
     # Sent 0.3 s in and heard at the next check (100 ms apart); the margin is for a loaded
-    # machine, far under the 2.7 s the other call still waits.
-    assert float(zero[0].split()[2]) < 0.9, zero
+    # machine, under the 2.7 s the other call still waits.
+    assert float(zero[0].split()[2]) < 2.0, zero
     assert zero[1] == "done" and lines_of(result.stdout, 1) == ["done"], result.stdout
 
 
