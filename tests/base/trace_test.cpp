@@ -152,7 +152,11 @@ TEST_F(TraceTest, AReplicaKilledWhileStuckKeepsTheSpansItRecorded) {
   if (child == 0) {
     trace::start(file_, kJob, 0, 0, trace::now_ns());
     { TraceScope a("before the hang"); }
-    ::usleep(3 * trace::kFlushIntervalMs * 1000);
+    // Stuck until the flusher thread has written the span (bounded), then killed.
+    const std::string part = trace::part_path(file_, kJob, 0, 0);
+    for (int i = 0; i < 1000 && read(part).find("before the hang") == std::string::npos; ++i) {
+      ::usleep(10'000);
+    }
     ::kill(::getpid(), SIGKILL);
   }
   int status = 0;

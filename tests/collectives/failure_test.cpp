@@ -194,10 +194,21 @@ TEST(StopTest, ACallThatCompletesAfterAPeerGaveUpFailsAsItReturns) {
       }
       return std::string("completed");
     }
-    ::usleep(200'000);  // ordinal 1 is inside its barrier, waiting for this one
+    // Ordinal 1 sleeps inside barrier #2, waiting for this one: it has posted its arrival.
+    namespace bip = boost::interprocess;
+    bip::shared_memory_object shm(bip::open_only, child.segment_name.c_str(), bip::read_only);
+    bip::mapped_region region(shm, bip::read_only);
+    const auto waits_inside = [&] {
+      const OrdinalCall one = read_calls(region.get_address(), region.get_size(), 2, {})[1];
+      return one.seq == 2 && !one.returned && one.seconds_waiting >= 0;
+    };
+    const int64_t deadline = monotonic_ns() + 20'000'000'000;
+    while (!waits_inside() && monotonic_ns() < deadline) ::usleep(1000);
+    if (!waits_inside()) return std::string("ordinal 1 never waited inside barrier #2");
     const pid_t peer = pids[1].load();
     ::kill(peer, SIGSTOP);
-    for (int i = 0; i < 1000 && process_stat_fields(peer).value_or("T")[0] != 'T'; ++i) ::usleep(1000);
+    for (int i = 0; i < 10000 && process_stat_fields(peer).value_or("T")[0] != 'T'; ++i) ::usleep(1000);
+    if (process_stat_fields(peer).value_or("T")[0] != 'T') return std::string("ordinal 1 never stopped");
     comm.barrier();  // completes: ordinal 1 posted before it stopped
     comm.segment().poison("ordinal 0 gave the job up");
     ::kill(peer, SIGCONT);

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <new>
 #include <string>
@@ -15,8 +17,12 @@
 
 #include <fmt/format.h>
 
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/collectives/local_communicator.h"
+#include "xla_spawn/shm/call_report.h"
 #include "tests/collectives/fork_harness.h"
 
 namespace xs {
@@ -195,21 +201,36 @@ TEST(MisuseTest, ASecondThreadsCallDuringAnotherIsRefused) {
   ForkJob job(2, kStagingBytes);
   job.start([](Child& child) -> std::string {
     ShmCommunicator comm = child.communicator();
+    auto* tried = reinterpret_cast<std::atomic<int>*>(child.scratch);  // ordinal 0's second call
+    const auto wait_for = [](const std::function<bool()>& condition) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!condition() && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
+      return condition();
+    };
     if (child.ordinal == 1) {
-      ::usleep(300'000);  // ordinal 0's first thread waits in the barrier meanwhile
+      // Ordinal 0's first thread waits in the barrier until its second thread has tried.
+      if (!wait_for([&] { return tried->load() != 0; })) return std::string("ordinal 0 never tried");
       comm.barrier();
       comm.barrier();
       return std::string();
     }
+    namespace bip = boost::interprocess;
+    bip::shared_memory_object shm(bip::open_only, child.segment_name.c_str(), bip::read_only);
+    bip::mapped_region region(shm, bip::read_only);
     std::atomic<bool> done{false};
     std::thread first([&] {
       comm.barrier();
       done = true;
     });
-    ::usleep(100'000);
+    const bool inside = wait_for([&] {
+      const OrdinalCall zero = read_calls(region.get_address(), region.get_size(), 2, {})[0];
+      return zero.seq == 1 && !zero.returned;
+    });
     float x = 1;
     const std::string got =
-        refusal([&] { comm.all_reduce(&x, 1, DType::kF32, ReduceOp::kSum); });
+        inside ? refusal([&] { comm.all_reduce(&x, 1, DType::kF32, ReduceOp::kSum); })
+               : std::string("the first thread never entered its barrier");
+    tried->store(1);
     first.join();
     if (got.find("already inside a collective call on another thread") == std::string::npos) {
       return "the second thread's call: " + got;

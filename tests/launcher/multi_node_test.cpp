@@ -327,7 +327,7 @@ TEST_F(MultiNodeTest, CtrlCDuringTheRendezvousIsSaidAndTheMasterNamesTheNodeThat
   ASSERT_TRUE(wait_until([&] { return node1->err().find("joining the job") != std::string::npos; },
                          scaled(seconds(10))))
       << node1->err();
-  std::this_thread::sleep_for(milliseconds(1000));  // registered by now (it takes milliseconds)
+  std::this_thread::sleep_for(milliseconds(2000));  // registered by now (it takes milliseconds)
   ASSERT_EQ(::kill(node1->pid(), SIGINT), 0);
   const int status1 = node1->wait_or_fail(scaled(seconds(10)));
   EXPECT_TRUE(WIFSIGNALED(status1) && WTERMSIG(status1) == SIGINT) << status1;

@@ -207,12 +207,17 @@ TEST_F(FaultTest, SigusrOneReportsWhereEachOrdinalIsAndTheJobGoesOn) {
   const pid_t victim = replica_pid(1);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(::kill(victim, SIGSTOP), 0);
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // ordinal 0 goes to sleep on it
-  ASSERT_EQ(::kill(run.pid(), SIGUSR1), 0);
+  // Asked again each second until ordinal 0 has gone to sleep on it.
   const auto held_up = [&] {
     return run.err().find("held up by ordinal(s) 1 (stopped)") != std::string::npos;
   };
-  EXPECT_TRUE(wait_until(held_up, kCleanupDeadline)) << run.err();
+  EXPECT_TRUE(wait_until(
+      [&] {
+        ::kill(run.pid(), SIGUSR1);
+        return wait_until(held_up, std::chrono::seconds(1));
+      },
+      kCleanupDeadline))
+      << run.err();
   const std::string err = run.err();
   EXPECT_NE(err.find("hang report (SIGUSR1):"), std::string::npos) << err;
   EXPECT_NE(err.find(fmt::format("ordinal 1 (pid {}, stopped): ", victim)), std::string::npos)

@@ -75,7 +75,8 @@ TEST(TimelineTest, AJobThatTimesOutLeavesTheTimelineUpToTheHang) {
   TempDir dir;
   const std::string file = dir.path() + "/hang.json";
   ScopedEnv fault("XLA_SPAWN_TEST_FAULT", "sleep@1:6");
-  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(3000 * deadline_scale()));
+  // Long enough for the replicas' start-up apart (the first collective waits it out).
+  ScopedEnv timeout("XLA_SPAWN_COLLECTIVE_TIMEOUT_MS", std::to_string(8000 * deadline_scale()));
   const RunResult r = run_xla_spawn(
       {"-n", "2", "--grace-period", "1", "--trace", file, "--", train_fmnist_path(), "--model",
        "mlp", "--batch-size", "16", "--epochs", "1", "--max-steps", "40", "--train-samples",

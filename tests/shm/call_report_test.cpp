@@ -7,12 +7,15 @@
 
 #include <poll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "xla_spawn/shm/futex.h"
 #include "xla_spawn/shm/segment.h"
 #include "xla_spawn/shm/stack_dump.h"
 
@@ -311,6 +314,10 @@ struct ChildDump {
 ChildDump dump_of_generated_code(const std::string& id, std::vector<unsigned char> code,
                                    int scratch_at) {
   OwnedSegment owned(id, 1, 64 << 10);
+  // Set by the child (attached, its handler installed) just before it enters the code.
+  void* shared = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return {-1, "mmap failed"};
+  auto* entering = static_cast<std::atomic<int>*>(shared);
   int err_fd = -1;
   const pid_t pid = fork_attached(owned, id, err_fd, [&](Segment&) {
     ::alarm(20);
@@ -324,10 +331,32 @@ ChildDump dump_of_generated_code(const std::string& id, std::vector<unsigned cha
       std::memcpy(code.data() + scratch_at, &top, sizeof top);
     }
     std::memcpy(page, code.data(), code.size());
+    entering->store(1);
     xs_test_enter_generated_code(reinterpret_cast<void (*)()>(page));
   });
   if (pid <= 0) return {pid, "fork failed"};
-  ::usleep(300 * 1000);  // into the loop
+  // Into the loop: the child said it enters the code, and has since used CPU time (nothing
+  // else runs there after it). A fixed pause met a child not yet attached on a loaded machine.
+  const auto user_ticks = [pid]() -> long {
+    std::istringstream fields(process_stat_fields(pid).value_or(""));
+    std::string field;
+    for (int k = 0; k <= 11 && fields >> field; ++k) {  // utime: field 14 of stat, 12th here
+      if (k == 11) return std::stol(field);
+    }
+    return -1;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (entering->load() == 0 && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
+  const long entered_at = user_ticks();
+  while (user_ticks() <= entered_at && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
+  const bool in_loop = entering->load() != 0 && entered_at >= 0 && user_ticks() > entered_at;
+  ::munmap(shared, 4096);
+  if (!in_loop) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ::close(err_fd);
+    return {pid, "the child never entered the generated code"};
+  }
   if (::kill(pid, stack_dump_signal()) != 0) return {pid, "kill failed"};
   std::string err;
   char buffer[4096];
