@@ -308,7 +308,10 @@ Connection connect_to(const std::string& host, uint16_t port, Clock::time_point 
     int error = rc == 0 ? 0 : errno;
     if (error == EINPROGRESS) {
       pollfd p{fd.get(), POLLOUT, 0};
-      if (::poll(&p, 1, poll_timeout_ms(deadline)) > 0) {
+      int ready;
+      while ((ready = ::poll(&p, 1, poll_timeout_ms(deadline))) < 0 && errno == EINTR) {
+      }
+      if (ready > 0) {
         socklen_t length = sizeof error;
         ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
       } else {

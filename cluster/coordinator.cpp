@@ -199,34 +199,62 @@ std::vector<Outgoing> JobCoordinator::on_lost(int node, const std::string& reaso
   return record(node, f, now);
 }
 
-std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
-  if (phase_ != Phase::kJoining || now < joining_deadline_) return {};
-  std::vector<int> missing;
-  std::vector<int> never;
-  std::string left;
-  std::string present;
+JobCoordinator::Absence JobCoordinator::absence() const {
+  Absence a;
   for (int k = 0; k < config_.nnodes; ++k) {
     const NodeState& n = nodes_[static_cast<size_t>(k)];
     if (!n.registered) {
-      missing.push_back(k);
+      a.missing.push_back(k);
       if (n.left.empty()) {
-        never.push_back(k);
+        a.never.push_back(k);
       } else {
-        left += fmt::format("{}{}", left.empty() ? "" : "; ", n.left);
+        a.left += fmt::format("{}{}", a.left.empty() ? "" : "; ", n.left);
       }
     } else {
-      present += fmt::format("{}node {} (host {}, {})", present.empty() ? "" : "; ", k,
-                             n.info.hostname, n.info.host_addr);
+      a.present += fmt::format("{}node {} (host {}, {})", a.present.empty() ? "" : "; ", k,
+                               n.info.hostname, n.info.host_addr);
     }
   }
+  return a;
+}
+
+std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
+  if (phase_ != Phase::kJoining || now < joining_deadline_) return {};
+  const Absence a = absence();
   std::string absent;
-  if (!never.empty()) absent = fmt::format("node(s) {} never registered", format_int_ranges(never));
-  if (!left.empty()) absent += fmt::format("{}{}", absent.empty() ? "" : "; ", left);
+  if (!a.never.empty()) absent = fmt::format("node(s) {} never registered", format_int_ranges(a.never));
+  if (!a.left.empty()) absent += fmt::format("{}{}", absent.empty() ? "" : "; ", a.left);
   return end(kJobFailedExitCode,
              fmt::format("xla-spawn: rendezvous timed out after {:.3g} s: {} ({} of {} did{}{})\n",
                          config_.rdzv_timeout.count() / 1000.0, absent,
-                         config_.nnodes - static_cast<int>(missing.size()), config_.nnodes,
-                         present.empty() ? "" : ": ", present));
+                         config_.nnodes - static_cast<int>(a.missing.size()), config_.nnodes,
+                         a.present.empty() ? "" : ": ", a.present));
+}
+
+std::string JobCoordinator::status(Clock::time_point now) const {
+  switch (phase_) {
+    case Phase::kJoining: {
+      const Absence a = absence();
+      std::vector<int> registered;
+      for (int k = 0; k < config_.nnodes; ++k) {
+        if (nodes_[static_cast<size_t>(k)].registered) registered.push_back(k);
+      }
+      const double left_s =
+          std::max(0.0, std::chrono::duration<double>(joining_deadline_ - now).count());
+      return fmt::format("{} of {} nodes registered{}; waiting for node(s) {}{}; {:.0f} s left",
+                         registered.size(), config_.nnodes,
+                         registered.empty() ? "" : fmt::format(" ({})", format_int_ranges(registered)),
+                         format_int_ranges(a.missing), a.left.empty() ? "" : fmt::format(" ({})", a.left),
+                         left_s);
+    }
+    case Phase::kRunning:
+      return fmt::format("the job formed ({} nodes); attempt {} runs", config_.nnodes, attempt_);
+    case Phase::kStopping:
+      return fmt::format("the job formed ({} nodes); attempt {} stops after a failure",
+                         config_.nnodes, attempt_);
+    case Phase::kEnded: break;
+  }
+  return fmt::format("the job ended with status {}", exit_code_);
 }
 
 Clock::time_point JobCoordinator::next_deadline() const {

@@ -69,6 +69,10 @@ class JobCoordinator {
   // Deadlines: the rendezvous timeout while joining.
   std::vector<Outgoing> on_tick(Clock::time_point now);
   Clock::time_point next_deadline() const;
+  // One line on where the job stands, for the master's console: while joining, the nodes
+  // that have registered and those awaited ("2 of 3 nodes registered (0-1); waiting for
+  // node(s) 2; 277 s left"); later, the attempt and its phase.
+  std::string status(Clock::time_point now) const;
 
   Phase phase() const { return phase_; }
   int attempt() const { return attempt_; }
@@ -96,6 +100,15 @@ class JobCoordinator {
     Failed failed;
   };
 
+  // While joining: the nodes not registered, those of them that never did ("node(s) 2-3
+  // never registered"), the ones that registered and left, and the registered ones.
+  struct Absence {
+    std::vector<int> missing;
+    std::vector<int> never;
+    std::string left;
+    std::string present;
+  };
+  Absence absence() const;
   std::vector<Outgoing> record(int node, Failed failed, Clock::time_point now);
   std::string command_notice() const;
   std::vector<Outgoing> maybe_end_attempt(Clock::time_point now);

@@ -1,5 +1,6 @@
 #include "xla_spawn/cluster/rendezvous_server.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -48,6 +49,8 @@ class RateLimitedLog {
     ++lines_;
     write(text);
   }
+  // Not counted against the window (the status a person asked for, the rendezvous progress).
+  void always(const std::string& text) { write(text); }
 
  private:
   void write(const std::string& text) {
@@ -112,6 +115,7 @@ class RendezvousServer::Impl {
   }
   Clock::time_point next_deadline() const;
   bool finished(Clock::time_point now) const;
+  void on_status_request(Clock::time_point now);
 
   Fd listener_;
   Fd epoll_;
@@ -123,6 +127,8 @@ class RendezvousServer::Impl {
   StoreTable store_;
   detail::RateLimitedLog log_;
   std::optional<Clock::time_point> ended_at_;
+  Clock::time_point next_progress_ = Clock::time_point::max();  // while joining
+  std::optional<Clock::time_point> last_status_;  // the last status asked for on status_fd
 };
 
 RendezvousServer::RendezvousServer(Fd listener, JobToken token, ServerConfig config)
@@ -148,6 +154,18 @@ RendezvousServer::Impl::Impl(Fd listener, JobToken token, ServerConfig config)
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, listener_.get(), &ev) != 0) {
     throw IoError(errno_message("epoll_ctl(listener)", errno));
   }
+  if (config_.status_fd >= 0) {
+    // Drained until empty: it must not block.
+    const int flags = ::fcntl(config_.status_fd, F_GETFL);
+    if (flags < 0 || ::fcntl(config_.status_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+      throw IoError(errno_message("fcntl(status)", errno));
+    }
+    ev.data.fd = config_.status_fd;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, config_.status_fd, &ev) != 0) {
+      throw IoError(errno_message("epoll_ctl(status)", errno));
+    }
+  }
+  if (config_.progress_interval.count() > 0) next_progress_ = Clock::now() + config_.progress_interval;
 }
 
 int RendezvousServer::Impl::run() {
@@ -165,10 +183,26 @@ int RendezvousServer::Impl::run() {
         accept_all();
         continue;
       }
+      if (fd == config_.status_fd) {
+        on_status_request(Clock::now());
+        continue;
+      }
       auto it = clients_.find(fd);
       if (it != clients_.end()) serve(*it->second, events[static_cast<size_t>(i)].events);
     }
   }
+}
+
+// Drains the request (a signalfd's records, a pipe's bytes); asked twice within a second (a
+// `kill -USR1` to the launcher's group reaches the launcher, which passes it on, and this
+// process), it answers once.
+void RendezvousServer::Impl::on_status_request(Clock::time_point now) {
+  char buffer[512];
+  while (::read(config_.status_fd, buffer, sizeof buffer) > 0) {
+  }
+  if (last_status_ && now - *last_status_ < std::chrono::seconds(1)) return;
+  last_status_ = now;
+  log_.always(job_.status(now));
 }
 
 bool RendezvousServer::Impl::finished(Clock::time_point now) const {
@@ -425,6 +459,10 @@ void RendezvousServer::Impl::drop(int fd, const std::string& reason) {
 }
 
 void RendezvousServer::Impl::check_timers(Clock::time_point now) {
+  if (job_.phase() == JobCoordinator::Phase::kJoining && now >= next_progress_) {
+    next_progress_ = now + config_.progress_interval;
+    if (now < job_.next_deadline()) log_.always(job_.status(now));  // not at the timeout's end
+  }
   dispatch(job_.on_tick(now));
   std::vector<std::pair<int, std::string>> to_drop;
   for (auto& [fd, c] : clients_) {
@@ -475,6 +513,7 @@ void RendezvousServer::Impl::check_timers(Clock::time_point now) {
 
 Clock::time_point RendezvousServer::Impl::next_deadline() const {
   Clock::time_point next = std::min(job_.next_deadline(), Clock::now() + config_.heartbeat_interval);
+  if (job_.phase() == JobCoordinator::Phase::kJoining) next = std::min(next, next_progress_);
   if (ended_at_) next = std::min(next, *ended_at_ + config_.linger);
   for (const auto& [fd, c] : clients_) {
     if (!settled(*c)) next = std::min(next, c->accepted + config_.auth_timeout);

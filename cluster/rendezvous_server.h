@@ -33,6 +33,11 @@ struct ServerConfig {
   size_t max_connections = 16384;
   size_t max_store_bytes = size_t{256} << 20;
   FILE* log = stderr;  // refusals and lost nodes, one line each (rate-limited)
+  // While the job forms, where it stands (JobCoordinator::status) is logged this often (0:
+  // never), and whenever `status_fd` (if not -1; the server drains it: a signalfd of
+  // SIGUSR1, a pipe) becomes readable, at most once a second.
+  std::chrono::milliseconds progress_interval{30000};
+  int status_fd = -1;
 };
 
 class RendezvousServer {

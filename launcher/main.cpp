@@ -23,6 +23,7 @@
 #include "xla_spawn/launcher/options.h"
 #include "xla_spawn/launcher/orphans.h"
 #include "xla_spawn/launcher/reaper.h"
+#include "xla_spawn/launcher/rendezvous_process.h"
 #include "xla_spawn/launcher/replica_env.h"
 #include "xla_spawn/launcher/segment_monitor.h"
 #include "xla_spawn/launcher/segment_resources.h"
@@ -34,7 +35,8 @@ namespace {
 // While a node waits in the rendezvous (before any replica exists), Ctrl-C, SIGTERM, SIGHUP or
 // SIGQUIT end xla-spawn as they would by default, but say so first (a SIGHUP ignored under
 // nohup stays ignored). The master sees this node's connection close and names it as having
-// left.
+// left. SIGUSR1 (the hang report) asks where the rendezvous stands: the master passes it on
+// to its rendezvous server, which knows; another node says that it waits.
 class RendezvousInterrupt {
  public:
   RendezvousInterrupt() {
@@ -44,9 +46,15 @@ class RendezvousInterrupt {
     for (size_t i = 0; i < std::size(kSignals); ++i) {
       xs::install_unless_nohup(kSignals[i], action, &previous_[i]);
     }
+    struct sigaction status {};
+    status.sa_handler = &RendezvousInterrupt::on_status;
+    sigemptyset(&status.sa_mask);
+    status.sa_flags = SA_RESTART;
+    ::sigaction(SIGUSR1, &status, &previous_status_);
   }
   ~RendezvousInterrupt() {
     for (size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &previous_[i], nullptr);
+    ::sigaction(SIGUSR1, &previous_status_, nullptr);
   }
   RendezvousInterrupt(const RendezvousInterrupt&) = delete;
   RendezvousInterrupt& operator=(const RendezvousInterrupt&) = delete;
@@ -60,7 +68,20 @@ class RendezvousInterrupt {
     ::signal(signal, SIG_DFL);
     ::raise(signal);
   }
+  static void on_status(int) {  // async-signal-safe: an atomic load, kill or write
+    const int saved = errno;
+    if (const pid_t server = xs::RendezvousProcess::status_target(); server > 0) {
+      ::kill(server, SIGUSR1);
+    } else {
+      static constexpr char kMessage[] =
+          "xla-spawn: received SIGUSR1: waiting in the rendezvous for the job to form (node 0's "
+          "xla-spawn lists the nodes that have come: kill -USR1 it)\n";
+      [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+    }
+    errno = saved;
+  }
   struct sigaction previous_[std::size(kSignals)] = {};
+  struct sigaction previous_status_ = {};
 };
 
 int run(int argc, const char* const* argv) {

@@ -2,10 +2,12 @@
 
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 
@@ -16,6 +18,28 @@
 #include "xla_spawn/launcher/helper_process.h"
 
 namespace xs {
+namespace {
+
+std::atomic<pid_t> g_status_target{0};  // read by signal handlers: lock-free
+static_assert(std::atomic<pid_t>::is_always_lock_free);
+
+// The server's SIGUSR1 as a readable fd: the signal blocked (and no longer ignored, as
+// isolate_helper_process left it), a signalfd the server drains. -1 when that fails: the
+// server then answers no SIGUSR1, which stays blocked and harmless.
+int status_signal_fd() {
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  if (::sigprocmask(SIG_BLOCK, &usr1, nullptr) != 0) return -1;
+  ::signal(SIGUSR1, SIG_DFL);
+  return ::signalfd(-1, &usr1, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+}  // namespace
+
+pid_t RendezvousProcess::status_target() {
+  return g_status_target.load();
+}
 
 RendezvousProcess::RendezvousProcess(cluster::Fd listener, const cluster::JobToken& token,
                                      const cluster::ServerConfig& config)
@@ -23,14 +47,19 @@ RendezvousProcess::RendezvousProcess(cluster::Fd listener, const cluster::JobTok
   const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) throw IoError(errno_message("fork (rendezvous server)", errno));
-  if (pid_ > 0) return;  // the listener closes here with `listener`; the child has its copy
+  if (pid_ > 0) {  // the listener closes here with `listener`; the child has its copy
+    g_status_target.store(pid_);
+    return;
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(1);  // the launcher died before prctl took effect
   // stderr stays: the server's refusals and lost nodes are the master's console lines.
   const int fd = isolate_helper_process("xla-spawn-rdzv", listener.release());
+  cluster::ServerConfig with_status = config;
+  with_status.status_fd = status_signal_fd();
   int code = 1;
   try {
-    code = cluster::RendezvousServer(cluster::Fd(fd), token, config).run();
+    code = cluster::RendezvousServer(cluster::Fd(fd), token, with_status).run();
   } catch (const std::exception& e) {
     const std::string line = fmt::format("xla-spawn rendezvous: {}\n", e.what());
     (void)!::write(2, line.data(), line.size());
@@ -68,6 +97,7 @@ std::optional<std::string> RendezvousProcess::gone(std::chrono::milliseconds wai
 
 RendezvousProcess::~RendezvousProcess() {
   if (pid_ <= 0) return;
+  g_status_target.store(0);
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
   if (pidfd >= 0) {
     pollfd p{pidfd, POLLIN, 0};

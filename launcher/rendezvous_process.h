@@ -32,6 +32,9 @@ class RendezvousProcess {
   RendezvousProcess& operator=(const RendezvousProcess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // The running server's pid, for a signal handler to pass SIGUSR1 (where the rendezvous
+  // stands) on to; 0 when there is none.
+  static pid_t status_target();
   // The master leaves without the job's verdict (a second interrupt): no waiting on exit, the
   // other nodes see the connection close and stop.
   void leave_now() { wait_ms_ = 0; }

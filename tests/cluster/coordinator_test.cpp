@@ -141,6 +141,22 @@ TEST_F(CoordinatorTest, AtTheDeadlineANodeThatRegisteredAndLeftIsToldApartFromOn
       << end->summary;
 }
 
+// What the master prints on SIGUSR1 and every 30 s while the job forms, and after.
+TEST_F(CoordinatorTest, TheStatusNamesTheNodesAwaitedAndTheTimeLeft) {
+  EXPECT_EQ(job_.status(now_), "0 of 2 nodes registered; waiting for node(s) 0-1; 1 s left");
+  job_.on_register(node(1));
+  job_.on_lost(1, "connection closed", 0, now_);
+  EXPECT_EQ(job_.status(now_ + milliseconds(400)),
+            "0 of 2 nodes registered; waiting for node(s) 0-1 (node 1 (host host1) registered "
+            "and then left (connection closed)); 1 s left");
+  job_.on_register(node(0));
+  EXPECT_EQ(job_.status(now_ + milliseconds(600)),
+            "1 of 2 nodes registered (0); waiting for node(s) 1 (node 1 (host host1) registered "
+            "and then left (connection closed)); 0 s left");
+  job_.on_register(node(1));
+  EXPECT_EQ(job_.status(now_), "the job formed (2 nodes); attempt 0 runs");
+}
+
 TEST_F(CoordinatorTest, ANodeThatLeavesBeforeTheWorldFormsMayRegisterAgain) {
   job_.on_register(node(1));
   job_.on_lost(1, "connection closed", 0, now_);

@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <functional>
 #include <future>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -45,6 +48,15 @@ NodeLinkOptions node_options(uint32_t node, uint32_t nnodes, milliseconds heartb
   return o;
 }
 
+bool wait_until(const std::function<bool()>& condition, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
 Clock::time_point deadline_in(milliseconds ms) {
   return Clock::now() + testing::scaled(ms);
 }
@@ -52,13 +64,15 @@ Clock::time_point deadline_in(milliseconds ms) {
 // A server on 127.0.0.1 at a free port, run in a thread until its job ends.
 class ServerTest : public ::testing::Test {
  protected:
-  void start(int nnodes, int max_restarts = 0) {
+  void start(int nnodes, int max_restarts = 0,
+             const std::function<void(ServerConfig&)>& adjust = {}) {
     Fd listener = listen_on("127.0.0.1", 0);
     port_ = bound_port(listener.get());
     config_.job = {nnodes, max_restarts, testing::scaled(seconds(20)), 0, "xs-test-1"};
     config_.heartbeat_interval = milliseconds(100);
     config_.linger = milliseconds(500);
     config_.log = nullptr;
+    if (adjust) adjust(config_);
     server_ = std::async(std::launch::async, [this, l = std::move(listener)]() mutable {
       RendezvousServer server(std::move(l), kToken, config_);
       return server.run();
@@ -345,6 +359,78 @@ TEST(NodeLinkTest, AForeignProgramOnThePortIsNamedAsSuch) {
     }
     foreign.join();
   }
+}
+
+// While the job forms the server says where it stands every progress interval and when its
+// status fd is readable (a signalfd of SIGUSR1 in the launcher; a pipe here), at most once a
+// second for the latter; once the job has formed, the progress lines stop.
+TEST_F(ServerTest, WhileTheJobFormsItsStatusIsLoggedOnRequestAndPeriodically) {
+  char log_path[] = "/tmp/xs-server-log-XXXXXX";
+  const int log_fd = ::mkstemp(log_path);
+  ASSERT_GE(log_fd, 0);
+  ::close(log_fd);
+  FILE* log = std::fopen(log_path, "w");
+  ASSERT_NE(log, nullptr);
+  int request[2];
+  ASSERT_EQ(::pipe(request), 0);
+  const auto read_log = [&] {
+    std::ifstream in(log_path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  start(2, 0, [&](ServerConfig& c) {
+    c.log = log;
+    c.progress_interval = milliseconds(200);
+    c.status_fd = request[0];
+  });
+  const std::string waiting = "xla-spawn rendezvous: 0 of 2 nodes registered; waiting for node(s) 0-1; ";
+  // Periodically: two lines within a second or so.
+  EXPECT_TRUE(wait_until([&] { return count(read_log(), waiting) >= 2; },
+                                  testing::scaled(seconds(10))))
+      << read_log();
+  NodeLink zero = link(0, 2);
+  auto joined = std::async(std::launch::async, [&] {
+    return zero.join(deadline_in(seconds(10)), deadline_in(seconds(10)));
+  });
+  // On request: with node 0 registered, the next answer names it.
+  const std::string one = "xla-spawn rendezvous: 1 of 2 nodes registered (0); waiting for node(s) 1; ";
+  EXPECT_TRUE(wait_until(
+      [&] {
+        EXPECT_EQ(::write(request[1], "x", 1), 1);
+        return wait_until([&] { return read_log().find(one) != std::string::npos; },
+                                   milliseconds(1200));
+      },
+      testing::scaled(seconds(10))))
+      << read_log();
+  NodeLink one_link = link(1, 2);
+  one_link.join(deadline_in(seconds(10)), deadline_in(seconds(10)));
+  joined.get();
+  // Formed: no more progress lines; a request says so.
+  std::this_thread::sleep_for(milliseconds(1100));
+  const size_t progress = count(read_log(), "nodes registered");
+  EXPECT_EQ(::write(request[1], "x", 1), 1);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return read_log().find("xla-spawn rendezvous: the job formed (2 nodes); attempt 0 runs") !=
+               std::string::npos;
+      },
+      testing::scaled(seconds(5))))
+      << read_log();
+  std::this_thread::sleep_for(milliseconds(500));
+  EXPECT_EQ(count(read_log(), "nodes registered"), progress) << read_log();
+  std::vector<NodeLink> links;
+  links.push_back(std::move(zero));
+  links.push_back(std::move(one_link));
+  finish_job(links);
+  TearDown();
+  std::fclose(log);
+  ::close(request[0]);
+  ::close(request[1]);
+  ::unlink(log_path);
 }
 
 TEST(NodeLinkTest, AMasterThatDiesIsReportedAsTheEndOfTheJob) {

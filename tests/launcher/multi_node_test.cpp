@@ -305,14 +305,28 @@ TEST_F(MultiNodeTest, ABadSegmentSettingFailsTheNodeBeforeItJoins) {
 }
 
 // kill -USR1 (the hang report) during the rendezvous, to the launcher and to its rendezvous
-// server (as `kill -USR1 %1` reaches the job's group): neither dies of it; the rendezvous
-// still ends with its own timeout.
+// server (as `kill -USR1 %1` reaches the job's group): neither dies of it, the master says
+// where the rendezvous stands, and the rendezvous still ends with its own timeout.
 TEST_F(MultiNodeTest, SigusrOneDuringTheRendezvousKillsNeitherTheLauncherNorItsServer) {
-  auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
+  auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "6"});
   const pid_t server = rendezvous_server_of(*node0);
   ASSERT_GT(server, 0) << "the rendezvous server never started";
   ASSERT_EQ(::kill(node0->pid(), SIGUSR1), 0);
   ::kill(server, SIGUSR1);
+  // The first may meet the server still starting (the launcher not yet knowing its pid, the
+  // server not yet listening for the signal); asked again, the master answers.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        ::kill(node0->pid(), SIGUSR1);
+        return wait_until(
+            [&] {
+              return node0->err().find("xla-spawn rendezvous: 1 of 2 nodes registered (0); "
+                                       "waiting for node(s) 1; ") != std::string::npos;
+            },
+            milliseconds(1200));  // the master answers once a second
+      },
+      scaled(seconds(4))))
+      << node0->err();
   const int status = node0->wait_or_fail(scaled(seconds(30)));
   ASSERT_TRUE(WIFEXITED(status)) << status << node0->err();
   EXPECT_EQ(WEXITSTATUS(status), 1) << node0->err();
@@ -327,7 +341,21 @@ TEST_F(MultiNodeTest, CtrlCDuringTheRendezvousIsSaidAndTheMasterNamesTheNodeThat
   ASSERT_TRUE(wait_until([&] { return node1->err().find("joining the job") != std::string::npos; },
                          scaled(seconds(10))))
       << node1->err();
-  std::this_thread::sleep_for(milliseconds(2000));  // registered by now (it takes milliseconds)
+  // SIGUSR1: node 1 says it waits; the master, asked until it says so, that node 1 has come.
+  ASSERT_EQ(::kill(node1->pid(), SIGUSR1), 0);
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(*node1, "received SIGUSR1: waiting in the rendezvous"));
+  ASSERT_TRUE(wait_until(
+      [&] {
+        ::kill(node0->pid(), SIGUSR1);
+        return wait_until(
+            [&] {
+              return node0->err().find("xla-spawn rendezvous: 2 of 3 nodes registered (0-1); "
+                                       "waiting for node(s) 2; ") != std::string::npos;
+            },
+            milliseconds(1200));  // the master answers once a second
+      },
+      scaled(seconds(4))))
+      << node0->err();
   ASSERT_EQ(::kill(node1->pid(), SIGINT), 0);
   const int status1 = node1->wait_or_fail(scaled(seconds(10)));
   EXPECT_TRUE(WIFSIGNALED(status1) && WTERMSIG(status1) == SIGINT) << status1;
