@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "xla_spawn/base/env.h"
@@ -31,12 +33,39 @@ cluster::Fd listen_for_nodes(const NodeOptions& o) {
   }
 }
 
+// The local address that routes to the master. A host whose network is not up yet (a link
+// down, no route) is asked again until the rendezvous deadline, as a master not listening yet
+// is connected to again; it used to fail at once, and the master waited out its timeout.
+std::string address_towards_master(const NodeOptions& o, cluster::Clock::time_point deadline) {
+  constexpr auto kRetry = std::chrono::milliseconds(500);
+  const auto start = cluster::Clock::now();
+  for (bool said = false;; said = true) {
+    try {
+      return cluster::local_address_towards(o.master_addr, o.master_port);
+    } catch (const IoError& e) {
+      if (cluster::Clock::now() + kRetry >= deadline) {
+        throw Timeout(fmt::format(
+            "{} (tried for {:.0f} s, the rendezvous timeout): is this host's network up, and "
+            "is {} an address it can reach?",
+            e.what(), std::chrono::duration<double>(cluster::Clock::now() - start).count(),
+            o.master_addr_from));
+      }
+      if (!said) {
+        write_all(2, fmt::format("xla-spawn: node {}: {}; trying again until the rendezvous "
+                                 "timeout ({} s)\n",
+                                 o.node, e.what(), o.rdzv_timeout.count() / 1000));
+      }
+    }
+    std::this_thread::sleep_for(kRetry);
+  }
+}
+
 // Where this node's replicas listen: XLA_SPAWN_HOST_ADDR, checked here (a socket bound to it)
 // so that a wrong one fails before the job forms rather than in every replica's gloo set-up;
 // else the local address that routes to the master.
-std::string node_address(const NodeOptions& o) {
+std::string node_address(const NodeOptions& o, cluster::Clock::time_point deadline) {
   const std::optional<std::string> given = env_string(env_names::kHostAddr);
-  if (!given) return cluster::local_address_towards(o.master_addr, o.master_port);
+  if (!given) return address_towards_master(o, deadline);
   if (is_wildcard_address(*given)) {
     throw UsageError(fmt::format("{}={} is the wildcard address: give this host's address that "
                                  "the other nodes reach",
@@ -142,7 +171,7 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
   constexpr auto kVerdictMargin = std::chrono::seconds(5);
   const auto rendezvous_deadline = cluster::Clock::now() + o.rdzv_timeout;
   if (o.node != 0) wait_for_master_name(o, rendezvous_deadline);
-  const std::string host_addr = node_address(o);
+  const std::string host_addr = node_address(o, rendezvous_deadline);
   cluster::NodeLinkOptions link_options;
   link_options.node = {static_cast<uint32_t>(o.node),
                        static_cast<uint32_t>(o.nnodes),

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -756,6 +757,39 @@ TEST_F(MasterNameTest, ANameThatNeverResolvesEndsTheNodeAtTheRendezvousTimeout) 
             std::string::npos)
       << node1->err();
   EXPECT_EQ(node1->out(), "");  // no replica started
+}
+
+// A node whose host has no route to the master yet (its network not up) tries again until
+// the rendezvous timeout; it used to fail at once, and the master waited out its timeout for
+// it. Node 1 starts in a network namespace of its own whose loopback is down; once it has
+// said it waits, the loopback comes up and node 0 starts in the same namespace.
+TEST_F(MultiNodeTest, ANodeWithoutARouteToTheMasterYetTriesAgainAndTheJobForms) {
+  const char* const ip = std::filesystem::exists("/usr/sbin/ip") ? "/usr/sbin/ip" : "/sbin/ip";
+  if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/unshare") ||
+      !std::filesystem::exists("/usr/bin/nsenter") || !std::filesystem::exists(ip)) {
+    GTEST_SKIP() << "needs root, /usr/bin/unshare, /usr/bin/nsenter and ip: runs the nodes in a "
+                    "network namespace whose loopback starts down";
+  }
+  const auto node = [&](int rank, std::vector<std::string> prefix) {
+    const std::vector<std::string> args = {
+        xla_spawn_path(), "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
+        "127.0.0.1", "--master-port", std::to_string(port_), "--rdzv-timeout", "60", "-n", "1",
+        "--", helper_path(), "--do", "print-env"};
+    prefix.insert(prefix.end(), args.begin(), args.end());
+    return std::make_unique<Launch>(prefix, true);
+  };
+  auto node1 = node(1, {"/usr/bin/unshare", "-n", "--"});
+  ASSERT_NO_FATAL_FAILURE(wait_for_err(
+      *node1, "node 1: no route to 127.0.0.1:" + std::to_string(port_) +
+                  ": Network is unreachable (errno 101); trying again until the rendezvous "
+                  "timeout (60 s)"));
+  const std::string netns = fmt::format("--net=/proc/{}/ns/net", node1->pid());
+  ASSERT_EQ(std::system(fmt::format("/usr/bin/nsenter {} -- {} link set lo up", netns, ip).c_str()), 0);
+  auto node0 = node(0, {"/usr/bin/nsenter", netns, "--"});
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  EXPECT_NE(node1->err().find("formed: 2 nodes"), std::string::npos) << node1->err();
+  EXPECT_EQ(env_of(node1->out(), 1).at("MASTER_ADDR"), "127.0.0.1") << node1->out();
 }
 
 }  // namespace
