@@ -278,9 +278,10 @@ constexpr size_t kKeptPartialsBytes = size_t{64} << 20;
 // each arrival posts the next chunk of the next peer round-robin (gloo does not say reliably
 // which peer a completion came from), so the total in flight towards this node stays bounded
 // though one peer may hold more than its share while another is late. Each wait may take the
-// whole `timeout`, as each of gloo's ring steps may: a batch that keeps moving never times
-// out, a stalled one does after `timeout` (gloo throws). False if a wait ended without its
-// transfer (aborted: nothing here aborts).
+// whole `timeout`, as each of gloo's ring steps may: a batch whose every 1 MiB chunk arrives
+// within `timeout` never times out, a stalled one does after `timeout` (gloo throws); so does
+// one over a link too slow for a chunk in that time (under about 140 kbit/s at the default
+// 60 s). False if a wait ended without its transfer (aborted: nothing here aborts).
 bool run_batch(gloo::transport::UnboundBuffer& out, std::span<const Transfer> sends,
                gloo::transport::UnboundBuffer& in, std::span<const Transfer> receives, int nodes,
                std::chrono::milliseconds timeout) {

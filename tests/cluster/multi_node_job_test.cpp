@@ -496,6 +496,50 @@ TEST_F(MultiNodeFaultTest, HostOnesLinkDownStopsEveryNodeBeforeTheCollectiveDead
   expect_nothing_left(*cluster_);
 }
 
+// A link that comes back within a second and a half is ridden out at the default heartbeat
+// timeout (5 s): TCP's retransmission backoff delays the first heartbeat after an outage by
+// up to as long again, so outages longer than about half the timeout may count as a lost node
+// (docs/launcher.md).
+TEST_F(MultiNodeFaultTest, AShortLinkOutageIsRiddenOut) {
+  ASSERT_NO_FATAL_FAILURE(start_training());
+  const std::string log = ordinal_log("train", 0, 0);
+  const auto progress = [&] {
+    const std::string text = read_file(log);
+    size_t n = 0;
+    for (size_t at = text.find(" samples/s ETA "); at != std::string::npos;
+         at = text.find(" samples/s ETA ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  cluster_->set_link(1, false);
+  std::this_thread::sleep_for(1500ms);
+  cluster_->set_link(1, true);
+  // Past the heartbeat timeout and the longest retransmission wait after the outage, the job
+  // still trains on both hosts.
+  const auto back = Clock::now();
+  std::this_thread::sleep_for(8s);
+  for (const pid_t launcher : launchers_) {
+    EXPECT_FALSE(wait_exit(launcher, 0ms).has_value())
+        << "a launcher ended after a 1.5 s outage:\n" << consoles("train", 2);
+  }
+  const size_t lines = progress();
+  EXPECT_TRUE(poll_until([&] { return progress() > lines; }, kJobDeadline))
+      << "no progress since the outage:\n" << consoles("train", 2);
+  std::cout << fmt::format("[ fault    ] training on {:.1f} s after a 1.5 s outage\n",
+                           seconds_between(back, Clock::now()));
+  ASSERT_EQ(::kill(launchers_[0], SIGINT), 0) << errno_message("kill", errno);
+  const std::vector<std::optional<Exit>> exits = wait_all(launchers_, kJobDeadline);
+  for (const auto& exit : exits) {
+    ASSERT_TRUE(exit.has_value()) << consoles("train", 2);
+    EXPECT_TRUE(WIFEXITED(exit->status) && WEXITSTATUS(exit->status) == 130)
+        << describe_status(exit->status);
+  }
+  EXPECT_EQ(read_file(console("train", 0)).find("lost"), std::string::npos)
+      << launcher_lines(read_file(console("train", 0)));
+  expect_nothing_left(*cluster_);
+}
+
 TEST_F(MultiNodeFaultTest, HostOnesLauncherStoppedStopsEveryNodeBeforeTheCollectiveDeadline) {
   ASSERT_NO_FATAL_FAILURE(start_training());
   const auto fault = Clock::now();
