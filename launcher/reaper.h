@@ -45,12 +45,13 @@ class Reaper final : public JobResources, public ReplicaObserver, public JobMoni
   void replica_reaped(pid_t pid) noexcept override;
   void trace_merged() noexcept override;
   std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
-  std::string call_report(std::span<const pid_t> pids_by_ordinal,
-                          int first_ordinal) noexcept override {
-    return monitor_ != nullptr ? monitor_->call_report(pids_by_ordinal, first_ordinal) : "";
+  std::string call_report(std::span<const pid_t> pids_by_ordinal, int first_ordinal,
+                          bool spans_nodes) noexcept override {
+    return monitor_ != nullptr ? monitor_->call_report(pids_by_ordinal, first_ordinal, spans_nodes)
+                               : "";
   }
-  std::string straggler_report(int first_ordinal) noexcept override {
-    return monitor_ != nullptr ? monitor_->straggler_report(first_ordinal) : "";
+  std::string straggler_report(int first_ordinal, bool spans_nodes) noexcept override {
+    return monitor_ != nullptr ? monitor_->straggler_report(first_ordinal, spans_nodes) : "";
   }
   bool timed_out() noexcept override { return monitor_ != nullptr && monitor_->timed_out(); }
   double longest_wait_s() noexcept override {

@@ -75,24 +75,24 @@ std::optional<std::string> SegmentMonitor::check(std::span<const pid_t> pids_by_
   return std::nullopt;
 }
 
-std::string SegmentMonitor::call_report(std::span<const pid_t> pids_by_ordinal,
-                                        int first_ordinal) noexcept {
+std::string SegmentMonitor::call_report(std::span<const pid_t> pids_by_ordinal, int first_ordinal,
+                                        bool spans_nodes) noexcept {
   if (!mapping_) return {};
   try {
     return format_calls(read_calls(mapping_->region.get_address(), mapping_->region.get_size(),
                                    mapping_->header.world_size, pids_by_ordinal),
-                        first_ordinal);
+                        first_ordinal, spans_nodes);
   } catch (const std::exception& e) {  // only allocation can throw here
     return fmt::format("  (no report: {})\n", e.what());
   }
 }
 
-std::string SegmentMonitor::straggler_report(int first_ordinal) noexcept {
+std::string SegmentMonitor::straggler_report(int first_ordinal, bool spans_nodes) noexcept {
   if (!mapping_) return {};
   try {
     return straggler_line(read_calls(mapping_->region.get_address(), mapping_->region.get_size(),
                                      mapping_->header.world_size, {}),
-                          first_ordinal)
+                          first_ordinal, spans_nodes)
         .value_or("");
   } catch (const std::exception&) {  // only allocation can throw here
     return {};

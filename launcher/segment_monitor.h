@@ -28,9 +28,9 @@ class SegmentMonitor final : public JobResources, public JobMonitor {
   std::vector<EnvVar> prepare(const std::string& job_id, int world_size, int attempt) override;
   void release() noexcept override;
   std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept override;
-  std::string call_report(std::span<const pid_t> pids_by_ordinal,
-                          int first_ordinal) noexcept override;
-  std::string straggler_report(int first_ordinal) noexcept override;
+  std::string call_report(std::span<const pid_t> pids_by_ordinal, int first_ordinal,
+                          bool spans_nodes) noexcept override;
+  std::string straggler_report(int first_ordinal, bool spans_nodes) noexcept override;
   bool timed_out() noexcept override;
   double longest_wait_s() noexcept override;
   std::optional<std::pair<int, std::string>> waits_for_departed(

@@ -56,15 +56,17 @@ class JobMonitor {
   virtual ~JobMonitor() = default;
   // pids_by_ordinal[k] is ordinal k's replica process.
   virtual std::optional<std::string> check(std::span<const pid_t> pids_by_ordinal) noexcept = 0;
-  // The hang report's lines (shm/call_report.h; ordinals offset by first_ordinal), empty when
-  // there is nothing to read.
+  // The hang report's lines (shm/call_report.h; ordinals offset by first_ordinal; spans_nodes
+  // in a multi-node job), empty when there is nothing to read.
   virtual std::string call_report(std::span<const pid_t> /*pids_by_ordinal*/,
-                                  int /*first_ordinal*/) noexcept {
+                                  int /*first_ordinal*/, bool /*spans_nodes*/) noexcept {
     return {};
   }
   // The straggler line (shm/call_report.h's straggler_line), empty when no ordinal was
   // markedly the last to arrive at collectives; read when an attempt's replicas have ended.
-  virtual std::string straggler_report(int /*first_ordinal*/) noexcept { return {}; }
+  virtual std::string straggler_report(int /*first_ordinal*/, bool /*spans_nodes*/) noexcept {
+    return {};
+  }
   // Whether the job's segment was poisoned by a collective that timed out.
   virtual bool timed_out() noexcept { return false; }
   // The longest any replica has now been inside one collective call (or one multi-node

@@ -111,7 +111,8 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
   return calls;
 }
 
-std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal) {
+std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal,
+                         bool spans_nodes) {
   // Who holds the job up: an ordinal some wait is for that is behind the waiter (an earlier
   // call) or in the same call without waiting itself, and that is not sleeping in a wait of
   // its own (stopped, gone, computing, stuck elsewhere). A wait for an ordinal already past
@@ -184,7 +185,9 @@ std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordina
                         state_name(c.state));
   }
   if (!held.empty()) out += fmt::format("  held up by ordinal(s) {}\n", held);
-  if (auto straggler = straggler_line(calls, first_ordinal)) out += "  " + *straggler + "\n";
+  if (auto straggler = straggler_line(calls, first_ordinal, spans_nodes)) {
+    out += "  " + *straggler + "\n";
+  }
   return out;
 }
 
@@ -204,7 +207,8 @@ double binomial_tail(uint64_t n, uint64_t k, double p) {
   return std::min(total, 1.0);
 }
 
-std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal) {
+std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal,
+                                          bool spans_nodes) {
   if (calls.size() < 2) return std::nullopt;
   const bool by_steps = std::any_of(calls.begin(), calls.end(), [](const OrdinalCall& c) {
     return c.steps.waited >= kStragglerMinCalls;
@@ -221,10 +225,11 @@ std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls,
     return fmt::format(
         "ordinal {} arrived last at {:.0f}% of the {} {} that waited (of {}), {:.2f} ms after the "
         "first on average{}: check what slows it (other work on its core, its core binding, its "
-        "data loading, a larger shard)",
+        "data loading, a larger shard{})",
         first_ordinal + c.ordinal, share * 100, a.waited,
         by_steps ? "training steps" : "collective calls", a.calls, late_ms,
-        by_steps && c.step_ms > 0 ? fmt::format(", in steps of {:.2f} ms", c.step_ms) : "");
+        by_steps && c.step_ms > 0 ? fmt::format(", in steps of {:.2f} ms", c.step_ms) : "",
+        spans_nodes ? ", its link to the other nodes" : "");
   }
   return std::nullopt;
 }

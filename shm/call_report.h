@@ -73,8 +73,10 @@ std::vector<OrdinalCall> read_calls(const void* base, size_t mapped_bytes, int w
 
 // The report's lines (each indented by two spaces), the last "held up by ..." when any
 // ordinal is waited for and not waiting itself. `first_ordinal` turns local ordinals into the
-// job's (multi-node jobs).
-std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal);
+// job's (multi-node jobs); `spans_nodes` (a multi-node job) adds the link to the other nodes
+// to what the straggler line asks to check.
+std::string format_calls(const std::vector<OrdinalCall>& calls, int first_ordinal,
+                         bool spans_nodes = false);
 
 // The straggler report: "ordinal 3 arrived last at 81% of the 420 training steps that waited
 // (of 500), 0.80 ms after the first on average, in steps of 4.1 ms: ..." when one ordinal
@@ -89,6 +91,9 @@ inline constexpr double kStragglerChance = 1e-3;
 inline constexpr double kStragglerMinShare = 0.1;
 // P(X >= k) for X ~ Binomial(n, p).
 double binomial_tail(uint64_t n, uint64_t k, double p);
-std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal);
+// Between nodes (`spans_nodes`) a replica's exchange with the other nodes delays its next
+// arrival too, so the line names its link among the things to check.
+std::optional<std::string> straggler_line(const std::vector<OrdinalCall>& calls, int first_ordinal,
+                                          bool spans_nodes = false);
 
 }  // namespace xs

@@ -111,7 +111,8 @@ AttemptResult Attempt::run(const std::vector<EnvVar>& extra_env) {
   // After a collective timed out, the hang report already ended with the straggler line
   // (format_calls) from the same counts: no collective completes in a poisoned segment.
   if (job_.options->monitor != nullptr && !hang_reported_) {
-    const std::string straggler = job_.options->monitor->straggler_report(job_.placement.first_ordinal);
+    const std::string straggler = job_.options->monitor->straggler_report(
+        job_.placement.first_ordinal, job_.placement.nnodes > 1);
     if (!straggler.empty()) job_.mux->message(straggler);
   }
   for (Replica& r : replicas_) {  // pipes a grandchild kept open: flush what we have
@@ -410,7 +411,8 @@ void Attempt::report_calls(const std::string& why, bool failing) {
   std::vector<pid_t> pids;
   for (const Replica& r : replicas_) pids.push_back(r.reaped ? 0 : r.pid);
   const std::string report =
-      job_.options->monitor->call_report(pids, job_.placement.first_ordinal);
+      job_.options->monitor->call_report(pids, job_.placement.first_ordinal,
+                                         job_.placement.nnodes > 1);
   if (report.empty()) return;
   job_.mux->message(fmt::format("hang report ({}):\n{}", why, report.substr(0, report.size() - 1)));
   if (!failing) return;

@@ -192,6 +192,19 @@ TEST(StragglerLine, LateByLittleAgainstItsStepsNamesNobody) {
       << *line;
 }
 
+// Between nodes a replica's exchange with the other nodes makes it late too (a lossy link
+// did, in an outside probe, and the line blamed only the replica's own host).
+TEST(StragglerLine, AMultiNodeJobsLineNamesTheLinkToTheOtherNodes) {
+  const std::vector<OrdinalCall> calls = {arrivals(0, 300, 60, 6'000), arrivals(1, 300, 240, 192'000)};
+  const auto one_node = straggler_line(calls, 0);
+  const auto spanning = straggler_line(calls, 4, true);
+  ASSERT_TRUE(one_node.has_value() && spanning.has_value());
+  EXPECT_TRUE(one_node->ends_with("its data loading, a larger shard)")) << *one_node;
+  EXPECT_TRUE(spanning->starts_with("ordinal 5 arrived last")) << *spanning;
+  EXPECT_TRUE(spanning->ends_with("a larger shard, its link to the other nodes)")) << *spanning;
+  EXPECT_NE(format_calls(calls, 4, true).find("its link to the other nodes"), std::string::npos);
+}
+
 TEST(StragglerLine, TrainingStepsDecideWhenThereAreEnoughOfThem) {
   // Ordinal 0 is last at the checkpoint's calls, ordinal 2 at the steps: the steps decide.
   std::vector<OrdinalCall> calls = {arrivals(0, 100, 10, 1'000), arrivals(1, 100, 10, 1'000),
