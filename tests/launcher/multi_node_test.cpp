@@ -70,15 +70,19 @@ class MultiNodeTest : public ::testing::Test {
   // was too short when the node had not run since its replica died (a signal then met the
   // attempt still ending).
   static void wait_until_waiting(const Launch& node, int attempt = 0) {
-    const std::string waits =
-        fmt::format("which waits for the other nodes to end attempt {}", attempt);
+    ask_until_said(node, fmt::format("which waits for the other nodes to end attempt {}", attempt),
+                   std::chrono::milliseconds(500), scaled(std::chrono::seconds(20)));
+  }
+  // Sends `node` SIGUSR1 every `each` (the master's rendezvous answers once a second) until
+  // it, or its rendezvous server, has printed `text`; at most for `total`.
+  static void ask_until_said(const Launch& node, const std::string& text,
+                             std::chrono::milliseconds each, std::chrono::milliseconds total) {
     ASSERT_TRUE(wait_until(
         [&] {
           ::kill(node.pid(), SIGUSR1);
-          return wait_until([&] { return node.err().find(waits) != std::string::npos; },
-                            std::chrono::milliseconds(500));
+          return wait_until([&] { return node.err().find(text) != std::string::npos; }, each);
         },
-        scaled(std::chrono::seconds(20))))
+        total))
         << node.err();
   }
   // Interrupts `node`, which waits for the other nodes, and once it has said so interrupts it
@@ -316,18 +320,9 @@ TEST_F(MultiNodeTest, SigusrOneDuringTheRendezvousKillsNeitherTheLauncherNorItsS
   ::kill(server, SIGUSR1);
   // The first may meet the server still starting (the launcher not yet knowing its pid, the
   // server not yet listening for the signal); asked again, the master answers.
-  EXPECT_TRUE(wait_until(
-      [&] {
-        ::kill(node0->pid(), SIGUSR1);
-        return wait_until(
-            [&] {
-              return node0->err().find("xla-spawn rendezvous: 1 of 2 nodes registered (0); "
-                                       "waiting for node(s) 1; ") != std::string::npos;
-            },
-            milliseconds(1200));  // the master answers once a second
-      },
-      scaled(seconds(4))))
-      << node0->err();
+  EXPECT_NO_FATAL_FAILURE(ask_until_said(
+      *node0, "xla-spawn rendezvous: 1 of 2 nodes registered (0); waiting for node(s) 1; ",
+      milliseconds(1200), scaled(seconds(4))));
   const int status = node0->wait_or_fail(scaled(seconds(30)));
   ASSERT_TRUE(WIFEXITED(status)) << status << node0->err();
   EXPECT_EQ(WEXITSTATUS(status), 1) << node0->err();
@@ -345,18 +340,9 @@ TEST_F(MultiNodeTest, CtrlCDuringTheRendezvousIsSaidAndTheMasterNamesTheNodeThat
   // SIGUSR1: node 1 says it waits; the master, asked until it says so, that node 1 has come.
   ASSERT_EQ(::kill(node1->pid(), SIGUSR1), 0);
   ASSERT_NO_FATAL_FAILURE(wait_for_err(*node1, "received SIGUSR1: waiting in the rendezvous"));
-  ASSERT_TRUE(wait_until(
-      [&] {
-        ::kill(node0->pid(), SIGUSR1);
-        return wait_until(
-            [&] {
-              return node0->err().find("xla-spawn rendezvous: 2 of 3 nodes registered (0-1); "
-                                       "waiting for node(s) 2; ") != std::string::npos;
-            },
-            milliseconds(1200));  // the master answers once a second
-      },
-      scaled(seconds(4))))
-      << node0->err();
+  ASSERT_NO_FATAL_FAILURE(ask_until_said(
+      *node0, "xla-spawn rendezvous: 2 of 3 nodes registered (0-1); waiting for node(s) 2; ",
+      milliseconds(1200), scaled(seconds(4))));
   ASSERT_EQ(::kill(node1->pid(), SIGINT), 0);
   const int status1 = node1->wait_or_fail(scaled(seconds(10)));
   EXPECT_TRUE(WIFSIGNALED(status1) && WTERMSIG(status1) == SIGINT) << status1;
