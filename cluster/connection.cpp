@@ -11,7 +11,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <thread>
+#include <ctime>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -153,7 +154,7 @@ SocketAddress resolve_by(const std::string& host, uint16_t port, Clock::time_poi
     const Clock::time_point now = Clock::now();
     if (now >= deadline) throw Timeout(error);
     if (first) on_first_failure(error);
-    std::this_thread::sleep_for(std::min<Clock::duration>(retry, deadline - now));
+    sleep_until(std::min(now + retry, deadline));
   }
 }
 
@@ -323,7 +324,16 @@ Connection connect_to(const std::string& host, uint16_t port, Clock::time_point 
     if (Clock::now() + retry >= deadline) {
       throw Timeout(fmt::format("cannot connect to {}: {}", address.text(), last_error));
     }
-    std::this_thread::sleep_for(retry);  // the listener may not be up yet: retry, bounded
+    sleep_until(Clock::now() + retry);  // the listener may not be up yet: retry, bounded
+  }
+}
+
+void sleep_until(Clock::time_point t) {
+  static_assert(std::is_same_v<Clock, std::chrono::steady_clock>);  // CLOCK_MONOTONIC
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  if (ns <= 0) return;
+  const timespec at{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, nullptr) == EINTR) {
   }
 }
 

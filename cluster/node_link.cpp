@@ -150,8 +150,10 @@ JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code, int wake_fd,
     send(AttemptDone{attempt, exit_code});
   } catch (const IoError&) {
   }
-  // The wake fd is read before an order is acted on: an interrupt that reached this node while
-  // the master's Next was on its way was still received while waiting.
+  // The wake fd is read before a restart is acted on: an interrupt that reached this node
+  // while the master's Next was on its way was still received while waiting. Not before End:
+  // the job's verdict is in hand, and signals pending with it (a scheduler's SIGTERM and a
+  // hangup as the job ends) must not make the node leave "without" it.
   const auto hear_wake = [&](bool readable) -> std::optional<JobOrder> {
     if (wake_fd < 0 || !on_wake) return std::nullopt;
     if (!readable) {
@@ -165,7 +167,9 @@ JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code, int wake_fd,
   for (;;) {
     for (const JobOrder& order : service()) {
       if (order.kind == JobOrder::Kind::kStop) continue;
-      if (std::optional<JobOrder> own = hear_wake(false)) return *own;
+      if (order.kind == JobOrder::Kind::kNext) {
+        if (std::optional<JobOrder> own = hear_wake(false)) return *own;
+      }
       return order;
     }
     pollfd p[2] = {

@@ -6,9 +6,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <iterator>
 #include <memory>
 #include <set>
@@ -36,10 +38,13 @@ namespace {
 // SIGQUIT end xla-spawn as they would by default, but say so first (a SIGHUP ignored under
 // nohup stays ignored). The master sees this node's connection close and names it as having
 // left. SIGUSR1 (the hang report) asks where the rendezvous stands: the master passes it on
-// to its rendezvous server, which knows; another node says that it waits.
+// to its rendezvous server, which knows (and answers at most once a second); another node
+// says that it waits, at most once a second too (a flood of signals must not flood the
+// console).
 class RendezvousInterrupt {
  public:
-  RendezvousInterrupt() {
+  explicit RendezvousInterrupt(bool master) {
+    g_master = master;
     struct sigaction action {};
     action.sa_handler = &RendezvousInterrupt::on_signal;
     sigemptyset(&action.sa_mask);
@@ -68,18 +73,30 @@ class RendezvousInterrupt {
     ::signal(signal, SIG_DFL);
     ::raise(signal);
   }
-  static void on_status(int) {  // async-signal-safe: an atomic load, kill or write
+  // Async-signal-safe: atomic loads and stores, clock_gettime, kill, write. The master has
+  // no server to ask for a moment as it starts and as it ends: it says nothing then.
+  static void on_status(int) {
     const int saved = errno;
     if (const pid_t server = xs::RendezvousProcess::status_target(); server > 0) {
       ::kill(server, SIGUSR1);
-    } else {
-      static constexpr char kMessage[] =
-          "xla-spawn: received SIGUSR1: waiting in the rendezvous for the job to form (node 0's "
-          "xla-spawn lists the nodes that have come: kill -USR1 it)\n";
-      [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+    } else if (!g_master) {
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      const int64_t now_ns = int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+      const int64_t last = g_last_said_ns.load();
+      if (last == 0 || now_ns - last >= 1'000'000'000) {
+        g_last_said_ns.store(now_ns);
+        static constexpr char kMessage[] =
+            "xla-spawn: received SIGUSR1: waiting in the rendezvous for the job to form (node "
+            "0's xla-spawn lists the nodes that have come: kill -USR1 it)\n";
+        [[maybe_unused]] const ssize_t n = ::write(2, kMessage, sizeof kMessage - 1);
+      }
     }
     errno = saved;
   }
+  static inline volatile sig_atomic_t g_master = 0;
+  static inline std::atomic<int64_t> g_last_said_ns{0};
+  static_assert(std::atomic<int64_t>::is_always_lock_free);
   struct sigaction previous_[std::size(kSignals)] = {};
   struct sigaction previous_status_ = {};
 };
@@ -109,7 +126,7 @@ int run(int argc, const char* const* argv) {
   // no replica.
   std::unique_ptr<xs::NodeSession> session;
   if (cl.nodes.multi_node()) {
-    const RendezvousInterrupt interrupt;
+    const RendezvousInterrupt interrupt(cl.nodes.node == 0);
     session = xs::NodeSession::join(cl.nodes, cl.nprocs, cl.supervisor.max_restarts, cl.command);
   }
   xs::SupervisorOptions options = cl.supervisor;

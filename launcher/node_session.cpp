@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <thread>
-
 #include <fmt/format.h>
 
 #include "xla_spawn/base/env.h"
@@ -43,26 +41,27 @@ std::string address_towards_master(const NodeOptions& o, cluster::Clock::time_po
     try {
       return cluster::local_address_towards(o.master_addr, o.master_port);
     } catch (const IoError& e) {
-      if (cluster::Clock::now() + kRetry >= deadline) {
+      const auto now = cluster::Clock::now();
+      if (now >= deadline) {
         throw Timeout(fmt::format(
             "{} (tried for {:.0f} s, the rendezvous timeout): is this host's network up, and "
             "is {} an address it can reach?",
-            e.what(), std::chrono::duration<double>(cluster::Clock::now() - start).count(),
-            o.master_addr_from));
+            e.what(), std::chrono::duration<double>(now - start).count(), o.master_addr_from));
       }
       if (!said) {
         write_all(2, fmt::format("xla-spawn: node {}: {}; trying again until the rendezvous "
                                  "timeout ({} s)\n",
                                  o.node, e.what(), o.rdzv_timeout.count() / 1000));
       }
+      cluster::sleep_until(std::min(now + kRetry, deadline));
     }
-    std::this_thread::sleep_for(kRetry);
   }
 }
 
 // Where this node's replicas listen: XLA_SPAWN_HOST_ADDR, checked here (a socket bound to it)
 // so that a wrong one fails before the job forms rather than in every replica's gloo set-up;
-// else the local address that routes to the master.
+// else the local address that routes to the master. Either way a route to the master is
+// waited for (and said to be missing).
 std::string node_address(const NodeOptions& o, cluster::Clock::time_point deadline) {
   const std::optional<std::string> given = env_string(env_names::kHostAddr);
   if (!given) return address_towards_master(o, deadline);
@@ -78,6 +77,7 @@ std::string node_address(const NodeOptions& o, cluster::Clock::time_point deadli
                                  "replicas listen",
                                  env_names::kHostAddr, *given, e.what()));
   }
+  address_towards_master(o, deadline);
   return *given;
 }
 

@@ -337,9 +337,16 @@ TEST_F(MultiNodeTest, CtrlCDuringTheRendezvousIsSaidAndTheMasterNamesTheNodeThat
   ASSERT_TRUE(wait_until([&] { return node1->err().find("joining the job") != std::string::npos; },
                          scaled(seconds(10))))
       << node1->err();
-  // SIGUSR1: node 1 says it waits; the master, asked until it says so, that node 1 has come.
-  ASSERT_EQ(::kill(node1->pid(), SIGUSR1), 0);
+  // SIGUSR1: node 1 says it waits, once a second at most however many come; the master,
+  // asked until it says so, that node 1 has come.
+  const auto flood = std::chrono::steady_clock::now();
+  for (int k = 0; k < 300; ++k) ASSERT_EQ(::kill(node1->pid(), SIGUSR1), 0);
+  const auto flooded = std::chrono::steady_clock::now() - flood;
   ASSERT_NO_FATAL_FAILURE(wait_for_err(*node1, "received SIGUSR1: waiting in the rendezvous"));
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_LE(lines_with(node1->err(), "xla-spawn: received SIGUSR1").size(),
+            2 + static_cast<size_t>(std::chrono::duration_cast<seconds>(flooded).count()))
+      << node1->err();
   ASSERT_NO_FATAL_FAILURE(ask_until_said(
       *node0, "xla-spawn rendezvous: 2 of 3 nodes registered (0-1); waiting for node(s) 2; ",
       milliseconds(1200), scaled(seconds(4))));
@@ -547,6 +554,24 @@ TEST_F(MultiNodeTest, AnInterruptTheMasterHearsTooLateStopsTheNextAttempt) {
   EXPECT_NE(node1->err().find("the job had decided to restart before it heard of the SIGINT"),
             std::string::npos)
       << node1->err();
+}
+
+// Signals pending on a waiting node when the job's verdict (End, status 0) arrives do not
+// undo it: two different ones (a scheduler's SIGTERM with a hangup) made it leave "without the
+// job's verdict" (143), one said it was stopping a job that had ended.
+TEST_F(MultiNodeTest, SignalsPendingAsTheVerdictArrivesDoNotUndoIt) {
+  auto node0 = start_node(0, 2, 1, {"--pid-dir", pids_.path(), "--do", "sleep:3"});
+  auto node1 = start_node(1, 2, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"});
+  ASSERT_EQ(wait_for_pids(pids_.path(), 2, scaled(seconds(30))).size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(wait_until_waiting(*node1));
+  ASSERT_EQ(::kill(node1->pid(), SIGSTOP), 0);
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 0) << node0->err();
+  ::kill(node1->pid(), SIGINT);
+  ::kill(node1->pid(), SIGTERM);
+  ASSERT_EQ(::kill(node1->pid(), SIGCONT), 0);
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 0) << node1->err();
+  EXPECT_EQ(node1->err().find("without the job's verdict"), std::string::npos) << node1->err();
+  EXPECT_EQ(node1->err().find("stopping the job on every node"), std::string::npos) << node1->err();
 }
 
 // A node whose replica failed (exit 3) leaves on a second interrupt with that failure's status
