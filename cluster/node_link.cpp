@@ -79,7 +79,7 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
                                 "timeout", master_text_));
     }
     if (now - last_heard_ >= options_.heartbeat_timeout) {
-      throw PeerFailure(lost("no heartbeat during the rendezvous").text);
+      throw MasterLost(lost("no heartbeat during the rendezvous").text);
     }
     if (now >= next_heartbeat_) send(Heartbeat{});
   }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "xla_spawn/base/error.h"
 #include "xla_spawn/cluster/connection.h"
 #include "xla_spawn/cluster/job_token.h"
 #include "xla_spawn/cluster/wire.h"
@@ -30,6 +31,13 @@ namespace xs::cluster {
 // How often a side with heartbeat timeout `timeout` beats: min(1 s, timeout / 4), four beats
 // per timeout, so that one lost or late beat never counts as silence.
 std::chrono::milliseconds heartbeat_interval_for(std::chrono::milliseconds timeout);
+
+// join()'s master fell silent (no heartbeat within the timeout): on node 0, whose master is
+// its own rendezvous server, the server's fate says why.
+class MasterLost : public PeerFailure {
+ public:
+  using PeerFailure::PeerFailure;
+};
 
 struct NodeLinkOptions {
   Register node;  // this node's registration

@@ -284,6 +284,26 @@ TEST_F(MultiNodeTest, TheMastersOwnServerDyingIsNamedOnTheMaster) {
   EXPECT_NE(node1->err().find("lost the master"), std::string::npos) << node1->err();
 }
 
+// The same while the job forms: node 0's server stopped, node 0 hears no heartbeat and names
+// its server (it said it had lost "the master (node 0 at ...)", itself), and does not wait
+// for the stopped process to exit.
+TEST_F(MultiNodeTest, TheMastersOwnServerStoppedDuringTheRendezvousIsNamed) {
+  ScopedEnv fast_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000");
+  auto node0 = start_node(0, 2, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "60"});
+  const pid_t server = rendezvous_server_of(*node0);
+  ASSERT_GT(server, 0) << "the rendezvous server never started";
+  ASSERT_NO_FATAL_FAILURE(ask_until_said(*node0, "1 of 2 nodes registered (0)", milliseconds(1200),
+                                         scaled(seconds(10))));
+  ASSERT_EQ(::kill(server, SIGSTOP), 0);
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(20)))), 1) << node0->err();
+  EXPECT_NE(node0->err().find(fmt::format("this node's rendezvous server (pid {}) is stopped by "
+                                          "SIGSTOP: the job cannot go on without it",
+                                          server)),
+            std::string::npos)
+      << node0->err();
+  EXPECT_TRUE(wait_until([&] { return !process_alive(server); }, scaled(seconds(5))));
+}
+
 TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
   auto node0 = start_node(0, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "3"});
   auto node2 = start_node(2, 3, 1, {"--do", "exit:0"}, {"--rdzv-timeout", "30"});
