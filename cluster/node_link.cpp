@@ -70,7 +70,10 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
     const auto now = Clock::now();
     if (m) {
       last_heard_ = now;
-      if (auto* world = std::get_if<World>(&*m)) return std::move(*world);
+      if (auto* world = std::get_if<World>(&*m)) {
+        look_past_world();
+        return std::move(*world);
+      }
       if (auto* refusal = std::get_if<ErrorReply>(&*m)) throw_refusal(*connection_, *refusal);
       if (auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
     }
@@ -85,12 +88,31 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
   }
 }
 
+// What came behind World, read before any replica starts: a node stopped while the job
+// formed finds there the master's word that it was counted lost (or End), and leaves without
+// starting its replicas (it used to start them, then stop them); anything else waits in
+// pending_ for service().
+void NodeLink::look_past_world() {
+  connection_->read_some();  // at the close, what came before it is still read below
+  while (std::optional<Message> m = connection_->next()) {
+    if (const auto* word = std::get_if<ErrorReply>(&*m)) throw PeerFailure(counted_lost(*word));
+    if (const auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
+    if (!std::holds_alternative<Heartbeat>(*m)) pending_.push_back(std::move(*m));
+  }
+}
+
+std::string NodeLink::counted_lost(const ErrorReply& word) const {
+  return fmt::format("xla-spawn: the master (node 0 at {}) counted this node lost: {}\n",
+                     master_text_, word.message);
+}
+
 int NodeLink::fd() const {
   return connection_ && !ended_ ? connection_->fd() : -1;
 }
 
 Clock::time_point NodeLink::service_deadline() const {
   if (ended_) return Clock::time_point::max();
+  if (!pending_.empty()) return Clock::time_point::min();
   return std::min(next_heartbeat_, last_heard_ + options_.heartbeat_timeout);
 }
 
@@ -99,7 +121,13 @@ std::vector<JobOrder> NodeLink::service() {
   if (ended_) return orders;
   try {
     const bool open = connection_->read_some();
-    while (std::optional<Message> m = connection_->next()) {
+    const auto next_message = [this]() -> std::optional<Message> {
+      if (pending_.empty()) return connection_->next();
+      Message m = std::move(pending_.front());
+      pending_.pop_front();
+      return m;
+    };
+    while (std::optional<Message> m = next_message()) {
       last_heard_ = Clock::now();
       if (const auto* stop = std::get_if<Stop>(&*m)) {
         orders.push_back({JobOrder::Kind::kStop, stop->attempt, 0, stop->reason});
@@ -113,9 +141,7 @@ std::vector<JobOrder> NodeLink::service() {
         // The master's last word before it closes: this node was the silent one (stopped, a
         // paused host), not the master.
         ended_ = true;
-        return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode,
-                 fmt::format("xla-spawn: the master (node 0 at {}) counted this node lost: {}\n",
-                             master_text_, word->message)}};
+        return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode, counted_lost(*word)}};
       } else if (!std::holds_alternative<Heartbeat>(*m)) {
         throw ProtocolError(fmt::format("the master sent {}", message_name(*m)));
       }

@@ -16,6 +16,7 @@
 //   next = link.finish_attempt(attempt, exit_code, signals.read_fd(), on_signal);
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -89,6 +90,8 @@ class NodeLink {
  private:
   JobOrder lost(const std::string& why);
   void send(const Message& m);
+  void look_past_world();
+  std::string counted_lost(const ErrorReply& word) const;
 
   std::string master_addr_;
   uint16_t port_;
@@ -99,6 +102,7 @@ class NodeLink {
   Clock::time_point last_heard_;
   Clock::time_point next_heartbeat_;
   bool ended_ = false;
+  std::deque<Message> pending_;  // read behind World by look_past_world(), for service()
 };
 
 }  // namespace xs::cluster

@@ -74,9 +74,11 @@ class MultiNodeTest : public ::testing::Test {
                    std::chrono::milliseconds(500), scaled(std::chrono::seconds(20)));
   }
   // Sends `node` SIGUSR1 every `each` (the master's rendezvous answers once a second) until
-  // it, or its rendezvous server, has printed `text`; at most for `total`.
+  // it, or its rendezvous server, has printed `text`; at most for `total`. Not before the
+  // launcher has printed its first line: until main() ignores it, SIGUSR1 kills.
   static void ask_until_said(const Launch& node, const std::string& text,
                              std::chrono::milliseconds each, std::chrono::milliseconds total) {
+    ASSERT_NO_FATAL_FAILURE(wait_for_err(node, "xla-spawn: "));
     ASSERT_TRUE(wait_until(
         [&] {
           ::kill(node.pid(), SIGUSR1);
@@ -302,6 +304,28 @@ TEST_F(MultiNodeTest, TheMastersOwnServerStoppedDuringTheRendezvousIsNamed) {
             std::string::npos)
       << node0->err();
   EXPECT_TRUE(wait_until([&] { return !process_alive(server); }, scaled(seconds(5))));
+}
+
+// A node stopped after it registered, while the job formed without it, is counted lost; run
+// again, it finds that behind World and leaves without starting its replicas (it used to say
+// the job formed, start them, and stop them).
+TEST_F(MultiNodeTest, ANodeStoppedWhileTheJobFormsLeavesWithoutStartingItsReplicas) {
+  ScopedEnv fast_heartbeat("XLA_SPAWN_HEARTBEAT_TIMEOUT_MS", "1000");
+  auto node0 = start_node(0, 3, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"});
+  auto node1 = start_node(1, 3, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"});
+  ASSERT_NO_FATAL_FAILURE(ask_until_said(*node0, "2 of 3 nodes registered (0-1)",
+                                         milliseconds(1200), scaled(seconds(10))));
+  ASSERT_EQ(::kill(node1->pid(), SIGSTOP), 0);
+  auto node2 = start_node(2, 3, 1, {"--pid-dir", pids_.path(), "--do", "exit:0"});
+  EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 1) << node0->err();
+  EXPECT_NE(node0->err().find("node 1 (host "), std::string::npos) << node0->err();
+  ASSERT_EQ(::kill(node1->pid(), SIGCONT), 0);
+  EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 1) << node1->err();
+  EXPECT_NE(node1->err().find(") counted this node lost: no heartbeat for "), std::string::npos)
+      << node1->err();
+  EXPECT_EQ(node1->err().find("formed"), std::string::npos) << node1->err();
+  EXPECT_FALSE(std::filesystem::exists(pids_ / "pid.1")) << "node 1 started its replica";
+  node2->wait_or_fail(scaled(seconds(30)));
 }
 
 TEST_F(MultiNodeTest, TheRendezvousTimeoutNamesTheNodesThatNeverCame) {
