@@ -59,6 +59,15 @@ class MultiNodeTest : public ::testing::Test {
     return server;
   }
 
+  // Node 0 said its own rendezvous server `server` `fate` ("is stopped by SIGSTOP").
+  static void expect_server_named(const Launch& node0, pid_t server, const std::string& fate) {
+    EXPECT_NE(node0.err().find(fmt::format("this node's rendezvous server (pid {}) {}: the job "
+                                           "cannot go on without it",
+                                           server, fate)),
+              std::string::npos)
+        << node0.err();
+  }
+
   // Waits until `node` has printed `text`.
   static void wait_for_err(const Launch& node, const std::string& text) {
     ASSERT_TRUE(wait_until([&] { return node.err().find(text) != std::string::npos; },
@@ -277,11 +286,7 @@ TEST_F(MultiNodeTest, TheMastersOwnServerDyingIsNamedOnTheMaster) {
   ASSERT_EQ(read_file("/proc/" + std::to_string(server) + "/comm"), "xla-spawn-rdzv\n");
   ::kill(server, SIGKILL);
   EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(30)))), 1) << node0->err();
-  EXPECT_NE(node0->err().find(fmt::format("this node's rendezvous server (pid {}) was killed by "
-                                          "signal 9 (SIGKILL): the job cannot go on without it",
-                                          server)),
-            std::string::npos)
-      << node0->err();
+  expect_server_named(*node0, server, "was killed by signal 9 (SIGKILL)");
   EXPECT_EQ(WEXITSTATUS(node1->wait_or_fail(scaled(seconds(30)))), 1) << node1->err();
   EXPECT_NE(node1->err().find("lost the master"), std::string::npos) << node1->err();
 }
@@ -298,11 +303,7 @@ TEST_F(MultiNodeTest, TheMastersOwnServerStoppedDuringTheRendezvousIsNamed) {
                                          scaled(seconds(10))));
   ASSERT_EQ(::kill(server, SIGSTOP), 0);
   EXPECT_EQ(WEXITSTATUS(node0->wait_or_fail(scaled(seconds(20)))), 1) << node0->err();
-  EXPECT_NE(node0->err().find(fmt::format("this node's rendezvous server (pid {}) is stopped by "
-                                          "SIGSTOP: the job cannot go on without it",
-                                          server)),
-            std::string::npos)
-      << node0->err();
+  expect_server_named(*node0, server, "is stopped by SIGSTOP");
   EXPECT_TRUE(wait_until([&] { return !process_alive(server); }, scaled(seconds(5))));
 }
 
