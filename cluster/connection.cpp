@@ -22,13 +22,6 @@ namespace {
 // Reads grow the input buffer by up to this much at a time.
 constexpr size_t kReadChunkBytes = 64 * 1024;
 
-void set_nonblocking(int fd) {
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    throw IoError(errno_message("fcntl(O_NONBLOCK)", errno));
-  }
-}
-
 // Control messages are small and latency-bound: send them at once.
 void set_nodelay(int fd) {
   const int one = 1;
@@ -325,6 +318,13 @@ Connection connect_to(const std::string& host, uint16_t port, Clock::time_point 
       throw Timeout(fmt::format("cannot connect to {}: {}", address.text(), last_error));
     }
     sleep_until(Clock::now() + retry);  // the listener may not be up yet: retry, bounded
+  }
+}
+
+void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    throw IoError(errno_message("fcntl(O_NONBLOCK)", errno));
   }
 }
 

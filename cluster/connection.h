@@ -124,6 +124,8 @@ Connection connect_to(const std::string& host, uint16_t port, Clock::time_point 
 
 // Milliseconds from now until `deadline`, clamped to [0, INT_MAX] for poll().
 int poll_timeout_ms(Clock::time_point deadline);
+// O_NONBLOCK on `fd`; IoError when fcntl fails.
+void set_nonblocking(int fd);
 // Sleeps until `t`, however many signals cut the sleep short: on an absolute deadline, since
 // the restart of a relative sleep (std::this_thread::sleep_for) from its remaining time let
 // a flood of SIGUSR1 stretch a 500 ms retry pause to seconds.

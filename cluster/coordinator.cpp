@@ -211,6 +211,7 @@ JobCoordinator::Absence JobCoordinator::absence() const {
         a.left += fmt::format("{}{}", a.left.empty() ? "" : "; ", n.left);
       }
     } else {
+      a.registered.push_back(k);
       a.present += fmt::format("{}node {} (host {}, {})", a.present.empty() ? "" : "; ", k,
                                n.info.hostname, n.info.host_addr);
     }
@@ -227,7 +228,7 @@ std::vector<Outgoing> JobCoordinator::on_tick(Clock::time_point now) {
   return end(kJobFailedExitCode,
              fmt::format("xla-spawn: rendezvous timed out after {:.3g} s: {} ({} of {} did{}{})\n",
                          config_.rdzv_timeout.count() / 1000.0, absent,
-                         config_.nnodes - static_cast<int>(a.missing.size()), config_.nnodes,
+                         a.registered.size(), config_.nnodes,
                          a.present.empty() ? "" : ": ", a.present));
 }
 
@@ -235,15 +236,11 @@ std::string JobCoordinator::status(Clock::time_point now) const {
   switch (phase_) {
     case Phase::kJoining: {
       const Absence a = absence();
-      std::vector<int> registered;
-      for (int k = 0; k < config_.nnodes; ++k) {
-        if (nodes_[static_cast<size_t>(k)].registered) registered.push_back(k);
-      }
       const double left_s =
           std::max(0.0, std::chrono::duration<double>(joining_deadline_ - now).count());
       return fmt::format("{} of {} nodes registered{}; waiting for node(s) {}{}; {:.0f} s left",
-                         registered.size(), config_.nnodes,
-                         registered.empty() ? "" : fmt::format(" ({})", format_int_ranges(registered)),
+                         a.registered.size(), config_.nnodes,
+                         a.registered.empty() ? "" : fmt::format(" ({})", format_int_ranges(a.registered)),
                          format_int_ranges(a.missing), a.left.empty() ? "" : fmt::format(" ({})", a.left),
                          left_s);
     }

@@ -100,9 +100,10 @@ class JobCoordinator {
     Failed failed;
   };
 
-  // While joining: the nodes not registered, those of them that never did ("node(s) 2-3
-  // never registered"), the ones that registered and left, and the registered ones.
+  // While joining: the registered nodes (and as text), the others, those of them that never
+  // registered ("node(s) 2-3 never registered"), and the ones that registered and left.
   struct Absence {
+    std::vector<int> registered;
     std::vector<int> missing;
     std::vector<int> never;
     std::string left;

@@ -1,6 +1,5 @@
 #include "xla_spawn/cluster/rendezvous_server.h"
 
-#include <fcntl.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -155,11 +154,7 @@ RendezvousServer::Impl::Impl(Fd listener, JobToken token, ServerConfig config)
     throw IoError(errno_message("epoll_ctl(listener)", errno));
   }
   if (config_.status_fd >= 0) {
-    // Drained until empty: it must not block.
-    const int flags = ::fcntl(config_.status_fd, F_GETFL);
-    if (flags < 0 || ::fcntl(config_.status_fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-      throw IoError(errno_message("fcntl(status)", errno));
-    }
+    set_nonblocking(config_.status_fd);  // drained until empty: it must not block
     ev.data.fd = config_.status_fd;
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, config_.status_fd, &ev) != 0) {
       throw IoError(errno_message("epoll_ctl(status)", errno));
