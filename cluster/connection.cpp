@@ -293,24 +293,21 @@ Message Connection::receive_blocking(Clock::time_point deadline) {
 
 Connection connect_to(const std::string& host, uint16_t port, Clock::time_point deadline,
                       std::chrono::milliseconds retry) {
-  const SocketAddress address = resolve(host, port);
+  return connect_to(resolve(host, port), deadline, retry);
+}
+
+Connection connect_to(const SocketAddress& address, Clock::time_point deadline,
+                      std::chrono::milliseconds retry) {
   std::string last_error = "no attempt";
   for (;;) {
-    Fd fd = new_socket(address.storage.ss_family, SOCK_STREAM);
-    set_nonblocking(fd.get());
-    int rc = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length);
-    int error = rc == 0 ? 0 : errno;
-    if (error == EINPROGRESS) {
+    int error = 0;
+    Fd fd = start_connect(address, error);
+    if (error == 0) {
       pollfd p{fd.get(), POLLOUT, 0};
       int ready;
       while ((ready = ::poll(&p, 1, poll_timeout_ms(deadline))) < 0 && errno == EINTR) {
       }
-      if (ready > 0) {
-        socklen_t length = sizeof error;
-        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-      } else {
-        error = ETIMEDOUT;
-      }
+      error = ready > 0 ? connect_error(fd.get()) : ETIMEDOUT;
     }
     if (error == 0) return Connection(std::move(fd), address.text());
     last_error = std::strerror(error);
@@ -319,6 +316,22 @@ Connection connect_to(const std::string& host, uint16_t port, Clock::time_point 
     }
     sleep_until(Clock::now() + retry);  // the listener may not be up yet: retry, bounded
   }
+}
+
+Fd start_connect(const SocketAddress& address, int& error) {
+  Fd fd = new_socket(address.storage.ss_family, SOCK_STREAM);
+  set_nonblocking(fd.get());
+  const int rc =
+      ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address.storage), address.length);
+  error = rc == 0 || errno == EINPROGRESS ? 0 : errno;
+  return fd;
+}
+
+int connect_error(int fd) {
+  int error = 0;
+  socklen_t length = sizeof error;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0) return errno;
+  return error;
 }
 
 void set_nonblocking(int fd) {

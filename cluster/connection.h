@@ -121,6 +121,13 @@ class Connection {
 // error; InvalidArgument when the address does not resolve.
 Connection connect_to(const std::string& host, uint16_t port, Clock::time_point deadline,
                       std::chrono::milliseconds retry = std::chrono::milliseconds(200));
+Connection connect_to(const SocketAddress& address, Clock::time_point deadline,
+                      std::chrono::milliseconds retry = std::chrono::milliseconds(200));
+// A non-blocking connect to `address`, started: the socket, and in `error` 0 (connected or
+// under way: poll for POLLOUT, then ask connect_error) or the errno of an immediate failure.
+Fd start_connect(const SocketAddress& address, int& error);
+// The outcome of a connect that was under way once its socket is writable: 0 or an errno.
+int connect_error(int fd);
 
 // Milliseconds from now until `deadline`, clamped to [0, INT_MAX] for poll().
 int poll_timeout_ms(Clock::time_point deadline);

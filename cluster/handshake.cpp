@@ -23,21 +23,32 @@ void throw_refusal(const Connection& connection, const ErrorReply& reply) {
   throw PeerFailure(fmt::format("the rendezvous at {} refused: {}", connection.peer(), reply.message));
 }
 
-void client_handshake(Connection& connection, const JobToken& token, Role role,
-                      Clock::time_point deadline) {
-  Hello hello;
-  hello.role = role;
-  hello.nonce = random_nonce();
-  connection.send_blocking(hello, deadline);
-  const Challenge challenge = expect<Challenge>(connection, deadline);
-  connection.send_blocking(Auth{token.mac(kClientProof, challenge.nonce, hello.nonce)}, deadline);
-  const Welcome welcome = expect<Welcome>(connection, deadline);
-  if (!mac_equal(welcome.mac, token.mac(kServerProof, hello.nonce, challenge.nonce))) {
+ClientProof::ClientProof(Role role) {
+  hello_.role = role;
+  hello_.nonce = random_nonce();
+}
+
+Auth ClientProof::answer(const JobToken& token, const Challenge& challenge) {
+  server_nonce_ = challenge.nonce;
+  return Auth{token.mac(kClientProof, challenge.nonce, hello_.nonce)};
+}
+
+void ClientProof::check(const JobToken& token, const Welcome& welcome,
+                        const std::string& peer) const {
+  if (!mac_equal(welcome.mac, token.mac(kServerProof, hello_.nonce, server_nonce_))) {
     throw PeerFailure(fmt::format(
         "the rendezvous at {} does not know this job's token (from {}): it belongs to another "
         "job or user",
-        connection.peer(), token.source()));
+        peer, token.source()));
   }
+}
+
+void client_handshake(Connection& connection, const JobToken& token, Role role,
+                      Clock::time_point deadline) {
+  ClientProof proof(role);
+  connection.send_blocking(proof.hello(), deadline);
+  connection.send_blocking(proof.answer(token, expect<Challenge>(connection, deadline)), deadline);
+  proof.check(token, expect<Welcome>(connection, deadline), connection.peer());
   connection.set_frame_limit(kMaxFrameBytes);
 }
 

@@ -19,6 +19,26 @@ namespace xs::cluster {
 inline constexpr const char* kClientProof = "xla-spawn rendezvous client";
 inline constexpr const char* kServerProof = "xla-spawn rendezvous server";
 
+// The same steps for a caller that cannot block (cluster/liveness_probe.h):
+//
+//   xs::cluster::ClientProof proof(xs::cluster::Role::kNode);
+//   connection.send(proof.hello());
+//   // on Challenge:
+//   connection.send(proof.answer(token, challenge));
+//   // on Welcome:
+//   proof.check(token, welcome, connection.peer());   // PeerFailure: another job's server
+class ClientProof {
+ public:
+  explicit ClientProof(Role role);
+  const Hello& hello() const { return hello_; }
+  Auth answer(const JobToken& token, const Challenge& challenge);
+  void check(const JobToken& token, const Welcome& welcome, const std::string& peer) const;
+
+ private:
+  Hello hello_;
+  Nonce server_nonce_{};
+};
+
 // Throws PeerFailure with the server's own words when it refuses (wrong token, version),
 // PeerFailure when the server cannot prove the token, Timeout/IoError from the connection.
 void client_handshake(Connection& connection, const JobToken& token, Role role,

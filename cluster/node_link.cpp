@@ -1,6 +1,7 @@
 #include "xla_spawn/cluster/node_link.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,11 @@ namespace {
 
 constexpr const char* kClosed =
     "connection closed (its xla-spawn exited or was killed, or the host went down)";
+
+// The probe starts after two heartbeat intervals of silence (one late beat is no sign), opens
+// a connection four times an interval and gives each an interval to be answered.
+constexpr int kProbeAfterBeats = 2;
+constexpr int kProbesPerBeat = 4;
 
 }  // namespace
 
@@ -29,7 +35,8 @@ NodeLink::NodeLink(std::string master_addr, uint16_t port, JobToken token, NodeL
 World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadline) {
   const auto start = Clock::now();
   try {
-    connection_ = connect_to(master_addr_, port_, deadline);
+    master_address_ = resolve(master_addr_, port_);
+    connection_ = connect_to(*master_address_, deadline);
   } catch (const Timeout& e) {
     throw Timeout(fmt::format(
         "{} (tried for {:.0f} s, the rendezvous timeout): is node 0's xla-spawn running, and "
@@ -56,20 +63,24 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
   }
   deadline = verdict_deadline;
   connection_->send_blocking(options_.node, deadline);
+  events_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (events_.get() < 0) throw IoError(errno_message("epoll_create1", errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = connection_->fd();
+  if (::epoll_ctl(events_.get(), EPOLL_CTL_ADD, connection_->fd(), &ev) != 0) {
+    throw IoError(errno_message("epoll_ctl(master)", errno));
+  }
   // The wait for the other nodes can be long: heartbeats flow meanwhile, so a master that
   // dies during it is noticed at once rather than at the rendezvous deadline.
   last_heard_ = Clock::now();
   next_heartbeat_ = last_heard_ + options_.heartbeat_interval;
   for (;;) {
-    std::optional<Message> m;
-    try {
-      m = connection_->receive_blocking(std::min(deadline, service_deadline()));
-    } catch (const Timeout&) {
-      // Only the deadlines below decide; a quiet moment is not an error.
-    }
+    const bool open = connection_->read_some();
     const auto now = Clock::now();
-    if (m) {
+    while (std::optional<Message> m = connection_->next()) {
       last_heard_ = now;
+      vouched_ = false;
       if (auto* world = std::get_if<World>(&*m)) {
         look_past_world();
         return std::move(*world);
@@ -77,14 +88,19 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
       if (auto* refusal = std::get_if<ErrorReply>(&*m)) throw_refusal(*connection_, *refusal);
       if (auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
     }
+    if (!open) throw ConnectionClosed(fmt::format("{} closed the connection", master_text_));
     if (now >= deadline) {
       throw Timeout(fmt::format("the master at {} did not form the job within the rendezvous "
                                 "timeout", master_text_));
+    }
+    if (std::optional<std::string> refusal = keep_alive(now)) {
+      throw PeerFailure(counted_lost(*refusal));
     }
     if (now - last_heard_ >= options_.heartbeat_timeout) {
       throw MasterLost(lost("no heartbeat during the rendezvous").text);
     }
     if (now >= next_heartbeat_) send(Heartbeat{});
+    wait(std::min(deadline, service_deadline()));
   }
 }
 
@@ -95,25 +111,64 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
 void NodeLink::look_past_world() {
   connection_->read_some();  // at the close, what came before it is still read below
   while (std::optional<Message> m = connection_->next()) {
-    if (const auto* word = std::get_if<ErrorReply>(&*m)) throw PeerFailure(counted_lost(*word));
+    if (const auto* word = std::get_if<ErrorReply>(&*m)) {
+      throw PeerFailure(counted_lost(word->message));
+    }
     if (const auto* end = std::get_if<End>(&*m)) throw PeerFailure(end->summary);
     if (!std::holds_alternative<Heartbeat>(*m)) pending_.push_back(std::move(*m));
   }
 }
 
-std::string NodeLink::counted_lost(const ErrorReply& word) const {
+std::string NodeLink::counted_lost(const std::string& why) const {
   return fmt::format("xla-spawn: the master (node 0 at {}) counted this node lost: {}\n",
-                     master_text_, word.message);
+                     master_text_, why);
+}
+
+std::optional<std::string> NodeLink::keep_alive(Clock::time_point now) {
+  if (now - last_heard_ < kProbeAfterBeats * options_.heartbeat_interval) {
+    probe_.reset();
+    return std::nullopt;
+  }
+  if (!probe_) {
+    probe_ = std::make_unique<LivenessProbe>(
+        *master_address_, token_, Alive{options_.node.node, options_.node.pid},
+        options_.heartbeat_interval / kProbesPerBeat, options_.heartbeat_interval, events_.get());
+  }
+  switch (probe_->step(now)) {
+    case LivenessProbe::Result::kWaiting:
+      return std::nullopt;
+    case LivenessProbe::Result::kAlive:
+      if (!vouched_ && options_.notice) {
+        options_.notice(fmt::format(
+            "the master (node 0 at {}) answered on a new connection; this node's own had been "
+            "silent for {:.1f} s (a network outage, or a slow link)",
+            master_text_, std::chrono::duration<double>(now - last_heard_).count()));
+      }
+      vouched_ = true;
+      last_heard_ = now;
+      probe_.reset();
+      return std::nullopt;
+    case LivenessProbe::Result::kRefused:
+      return probe_->refusal();
+  }
+  return std::nullopt;
+}
+
+void NodeLink::wait(Clock::time_point deadline) const {
+  pollfd p{events_.get(), POLLIN, 0};
+  ::poll(&p, 1, poll_timeout_ms(deadline));  // EINTR too: the caller looks at the time
 }
 
 int NodeLink::fd() const {
-  return connection_ && !ended_ ? connection_->fd() : -1;
+  return connection_ && !ended_ ? events_.get() : -1;
 }
 
 Clock::time_point NodeLink::service_deadline() const {
   if (ended_) return Clock::time_point::max();
   if (!pending_.empty()) return Clock::time_point::min();
-  return std::min(next_heartbeat_, last_heard_ + options_.heartbeat_timeout);
+  const Clock::time_point probe =
+      probe_ ? probe_->deadline() : last_heard_ + kProbeAfterBeats * options_.heartbeat_interval;
+  return std::min({next_heartbeat_, last_heard_ + options_.heartbeat_timeout, probe});
 }
 
 std::vector<JobOrder> NodeLink::service() {
@@ -129,6 +184,7 @@ std::vector<JobOrder> NodeLink::service() {
     };
     while (std::optional<Message> m = next_message()) {
       last_heard_ = Clock::now();
+      vouched_ = false;
       if (const auto* stop = std::get_if<Stop>(&*m)) {
         orders.push_back({JobOrder::Kind::kStop, stop->attempt, 0, stop->reason});
       } else if (const auto* next = std::get_if<Next>(&*m)) {
@@ -141,13 +197,17 @@ std::vector<JobOrder> NodeLink::service() {
         // The master's last word before it closes: this node was the silent one (stopped, a
         // paused host), not the master.
         ended_ = true;
-        return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode, counted_lost(*word)}};
+        return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode, counted_lost(word->message)}};
       } else if (!std::holds_alternative<Heartbeat>(*m)) {
         throw ProtocolError(fmt::format("the master sent {}", message_name(*m)));
       }
     }
     if (!open) return {lost(kClosed)};
     const auto now = Clock::now();
+    if (std::optional<std::string> refusal = keep_alive(now)) {
+      ended_ = true;
+      return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode, counted_lost(*refusal)}};
+    }
     if (now - last_heard_ >= options_.heartbeat_timeout) {
       return {lost(fmt::format("no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
                                std::chrono::duration<double>(now - last_heard_).count()))};
@@ -198,10 +258,10 @@ JobOrder NodeLink::finish_attempt(uint32_t attempt, int exit_code, int wake_fd,
       }
       return order;
     }
-    pollfd p[2] = {
-        {connection_->fd(), static_cast<short>(POLLIN | (connection_->wants_write() ? POLLOUT : 0)), 0},
-        {wake_fd, POLLIN, 0}};
-    ::poll(p, wake_fd >= 0 ? 2 : 1, poll_timeout_ms(service_deadline()));
+    pollfd p[3] = {{events_.get(), POLLIN, 0},
+                   {wake_fd, POLLIN, 0},
+                   {connection_->wants_write() ? connection_->fd() : -1, POLLOUT, 0}};
+    ::poll(p, 3, poll_timeout_ms(service_deadline()));
     if ((p[1].revents & POLLIN) != 0) {
       if (std::optional<JobOrder> own = hear_wake(true)) return *own;
     }

@@ -5,6 +5,9 @@
 // elsewhere: stop the replicas), Next (restart as attempt k) and End (exit with this status).
 // A master that closes the connection or falls silent for the heartbeat timeout is reported
 // as an End with kJobFailedExitCode, so every caller treats "the master is gone" like an order.
+// Silent for two heartbeat intervals, the link asks the master over new connections whether
+// it still counts this node (cluster/liveness_probe.h): a network outage shorter than the
+// timeout is ridden out even while TCP's retransmissions on the old connection back off.
 //
 //   xs::cluster::NodeLink link(addr, port, token, options);
 //   const xs::cluster::World world = link.join(deadline);   // throws if the job cannot form
@@ -18,6 +21,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +29,7 @@
 #include "xla_spawn/base/error.h"
 #include "xla_spawn/cluster/connection.h"
 #include "xla_spawn/cluster/job_token.h"
+#include "xla_spawn/cluster/liveness_probe.h"
 #include "xla_spawn/cluster/wire.h"
 
 namespace xs::cluster {
@@ -44,6 +49,8 @@ struct NodeLinkOptions {
   Register node;  // this node's registration
   std::chrono::milliseconds heartbeat_interval{1000};
   std::chrono::milliseconds heartbeat_timeout{5000};
+  // Hears, once a silence, that the master answered the liveness probe (for the console).
+  std::function<void(const std::string&)> notice;
 };
 
 struct JobOrder {
@@ -70,6 +77,7 @@ class NodeLink {
   // A master answers a connection at once; a listener silent this long is something else.
   static constexpr std::chrono::seconds kHandshakeTimeout{10};
 
+  // Poll it for input (an epoll set of the connection and the liveness probe's attempts).
   int fd() const;
   // When service() must run again at the latest (a heartbeat is due, or the master's
   // silence would reach the timeout).
@@ -91,14 +99,21 @@ class NodeLink {
   JobOrder lost(const std::string& why);
   void send(const Message& m);
   void look_past_world();
-  std::string counted_lost(const ErrorReply& word) const;
+  std::string counted_lost(const std::string& why) const;
+  // The liveness probe while the master is silent: the master's refusal, if it gave one.
+  std::optional<std::string> keep_alive(Clock::time_point now);
+  void wait(Clock::time_point deadline) const;
 
   std::string master_addr_;
   uint16_t port_;
   std::string master_text_;  // "198.18.0.1:29500"
   JobToken token_;
   NodeLinkOptions options_;
+  std::optional<SocketAddress> master_address_;  // resolved once: a probe must not wait on DNS
   std::optional<Connection> connection_;
+  Fd events_;  // epoll: the connection, and the probe's attempts
+  std::unique_ptr<LivenessProbe> probe_;  // while the master is silent
+  bool vouched_ = false;  // the probe answered since the connection last moved
   Clock::time_point last_heard_;
   Clock::time_point next_heartbeat_;
   bool ended_ = false;

@@ -92,6 +92,7 @@ class RendezvousServer::Impl {
     Clock::time_point next_heartbeat;
     std::optional<Pending> pending;
     bool closing = false;  // close once everything queued is written
+    bool vouched = false;  // a launcher heard through Alive since its last message here
   };
 
   void accept_all();
@@ -100,6 +101,7 @@ class RendezvousServer::Impl {
   void on_hello(Client& c, const Hello& hello);
   void on_auth(Client& c, const Auth& auth);
   void on_node_message(Client& c, Message m);
+  void on_alive(Client& c, const Alive& alive, Clock::time_point now);
   void on_store_message(Client& c, Message m);
   void answer_pending(Client& c, Clock::time_point now);
   void refuse(Client& c, const std::string& why);
@@ -123,6 +125,8 @@ class RendezvousServer::Impl {
   JobCoordinator job_;
   std::unordered_map<int, std::unique_ptr<Client>> clients_;  // by fd
   std::vector<int> node_fds_;                                 // by node; -1 when not connected
+  std::vector<int32_t> node_pids_;                            // by node; its launcher's pid
+  std::vector<std::string> lost_why_;                         // by node; why it was dropped
   StoreTable store_;
   detail::RateLimitedLog log_;
   std::optional<Clock::time_point> ended_at_;
@@ -144,6 +148,8 @@ RendezvousServer::Impl::Impl(Fd listener, JobToken token, ServerConfig config)
       config_(std::move(config)),
       job_(config_.job, Clock::now()),
       node_fds_(static_cast<size_t>(config_.job.nnodes), -1),
+      node_pids_(static_cast<size_t>(config_.job.nnodes), 0),
+      lost_why_(static_cast<size_t>(config_.job.nnodes)),
       store_(config_.max_store_bytes),
       log_(config_.log) {
   if (epoll_.get() < 0) throw IoError(errno_message("epoll_create1", errno));
@@ -248,6 +254,7 @@ void RendezvousServer::Impl::serve(Client& c, uint32_t events) {
         std::optional<Message> m = c.conn.next();
         if (!m) break;
         c.last_heard = Clock::now();
+        c.vouched = false;
         on_message(c, std::move(*m));
         if (!clients_.contains(fd)) return;  // dropped while handling
       }
@@ -308,6 +315,7 @@ void RendezvousServer::Impl::on_auth(Client& c, const Auth& auth) {
 void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
   const auto now = Clock::now();
   if (c.node < 0) {
+    if (const auto* alive = std::get_if<Alive>(&m)) return on_alive(c, *alive, now);
     const auto* reg = std::get_if<Register>(&m);
     if (reg == nullptr) return refuse(c, fmt::format("expected Register, got {}", message_name(m)));
     // Each side beats at its own pace: one whose timeout does not hold four of the other's
@@ -326,6 +334,8 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
     if (auto* refusal = std::get_if<std::string>(&result)) return refuse(c, *refusal);
     c.node = static_cast<int>(reg->node);
     node_fds_[reg->node] = c.conn.fd();
+    node_pids_[reg->node] = reg->pid;
+    lost_why_[reg->node].clear();
     return dispatch(std::get<std::vector<Outgoing>>(result));
   }
   if (std::holds_alternative<Heartbeat>(m)) return;
@@ -336,6 +346,38 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
     return;
   }
   refuse(c, fmt::format("node {} sent {}, which only the master sends", c.node, message_name(m)));
+}
+
+// A registered node's launcher, on a new connection while its own has fallen silent: that
+// connection counts as heard (TCP may hold back what it carries until its retransmission
+// timer fires), and the answer is the master's heartbeat. A node no longer in the job hears
+// why (what it would read on its old connection once that moves again).
+void RendezvousServer::Impl::on_alive(Client& c, const Alive& alive, Clock::time_point now) {
+  const size_t node = alive.node;
+  if (node >= node_pids_.size() || node_pids_[node] == 0 || node_pids_[node] != alive.pid) {
+    return refuse(c, fmt::format("Alive from node {} (pid {}), which is not a registered node of "
+                                 "this job",
+                                 alive.node, alive.pid));
+  }
+  c.closing = true;  // once the answer is written
+  const auto it = node_fds_[node] >= 0 ? clients_.find(node_fds_[node]) : clients_.end();
+  if (it == clients_.end()) {
+    const std::string& why = lost_why_[node];
+    return send(c, ErrorReply{why.empty() ? "it is no longer connected" : why});
+  }
+  Client& own = *it->second;
+  // Said once a silence, and only of one that beats would not have ended (the node probes
+  // when the master's beats stop coming; its own may still come through).
+  if (now - own.last_heard >= 2 * config_.heartbeat_interval) {
+    if (!own.vouched) {
+      log_.line(fmt::format("node {} answered on a new connection; its own had been silent for "
+                            "{:.1f} s (a network outage, or a slow link)",
+                            node, std::chrono::duration<double>(now - own.last_heard).count()));
+    }
+    own.vouched = true;
+  }
+  own.last_heard = now;
+  send(c, Heartbeat{});
 }
 
 void RendezvousServer::Impl::on_store_message(Client& c, Message m) {
@@ -400,6 +442,7 @@ void RendezvousServer::Impl::refuse(Client& c, const std::string& why) {
   if (c.node >= 0) {
     const int node = c.node;
     node_fds_[static_cast<size_t>(node)] = -1;
+    lost_why_[static_cast<size_t>(node)] = fmt::format("broke the protocol: {}", why);
     c.node = -1;
     dispatch(job_.on_lost(node, fmt::format("broke the protocol: {}", why), wall_ns_now(), Clock::now()));
   }
@@ -446,6 +489,7 @@ void RendezvousServer::Impl::drop(int fd, const std::string& reason) {
   if (node < 0) return;
   node_fds_[static_cast<size_t>(node)] = -1;
   if (ended_at_) return;
+  lost_why_[static_cast<size_t>(node)] = reason;
   log_.line(fmt::format("lost node {}: {}", node, reason));
   dispatch(job_.on_lost(node,
                         fmt::format("{} (its xla-spawn exited or was killed, or the host went down)",
@@ -491,6 +535,7 @@ void RendezvousServer::Impl::check_timers(Clock::time_point now) {
       // drop() words it as a closed connection; a silent node is its own finding.
       const int node = it->second->node;
       node_fds_[static_cast<size_t>(node)] = -1;
+      lost_why_[static_cast<size_t>(node)] = reason;
       it->second->node = -1;
       log_.line(fmt::format("lost node {}: {}", node, reason));
       dispatch(job_.on_lost(node, reason, wall_ns_now(), now));

@@ -224,11 +224,17 @@ void fields(A& a, StoreValue& m) {
 }
 template <typename A>
 void fields(A&, StoreOk&) {}
+template <typename A>
+void fields(A& a, Alive& m) {
+  a.integer(m.node, "Alive.node");
+  a.integer(m.pid, "Alive.pid");
+}
 
 constexpr std::string_view kNames[] = {
     "Hello",     "Challenge", "Auth", "Welcome",     "ErrorReply", "Register",
     "World",     "Heartbeat", "Failed", "Stop",      "AttemptDone", "Next",
-    "End",       "StoreSet",  "StoreGet", "StoreWait", "StoreValue", "StoreOk"};
+    "End",       "StoreSet",  "StoreGet", "StoreWait", "StoreValue", "StoreOk",
+    "Alive"};
 static_assert(std::size(kNames) == std::variant_size_v<Message>);
 
 // Builds the alternative with index I when I == index, else tries I + 1.

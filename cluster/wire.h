@@ -16,7 +16,10 @@
 // Welcome. A node's launcher then sends Register and receives World once every node has;
 // both sides send Heartbeat every second; Failed, Stop, AttemptDone, Next and End carry the
 // job's failures and restarts (cluster/coordinator.h). A replica's store client sends
-// StoreSet, StoreGet and StoreWait, answered by StoreValue, StoreOk or ErrorReply.
+// StoreSet, StoreGet and StoreWait, answered by StoreValue, StoreOk or ErrorReply. A node
+// whose connection has fallen silent proves it is alive on a new one: after the handshake it
+// sends Alive instead of Register, answered by Heartbeat or ErrorReply
+// (cluster/liveness_probe.h).
 
 #include <cstdint>
 #include <string>
@@ -32,7 +35,7 @@ namespace xs::cluster {
 // "XSRZ" (xla-spawn rendezvous), first word of every Hello.
 inline constexpr uint32_t kProtocolMagic = 0x5a525358;
 // Bumped on any change of the messages; a mismatch is refused at Hello with both numbers.
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 // A store value up to 1 MiB (gloo's per-rank address list for thousands of peers) plus its
 // key; every other message is far smaller.
 inline constexpr size_t kMaxValueBytes = size_t{1} << 20;
@@ -152,9 +155,15 @@ struct StoreValue {
 };
 struct StoreOk {};
 
+// On a new connection, from node `node`'s launcher (process `pid`, as registered).
+struct Alive {
+  uint32_t node = 0;
+  int32_t pid = 0;
+};
+
 using Message = std::variant<Hello, Challenge, Auth, Welcome, ErrorReply, Register, World,
                              Heartbeat, Failed, Stop, AttemptDone, Next, End, StoreSet, StoreGet,
-                             StoreWait, StoreValue, StoreOk>;
+                             StoreWait, StoreValue, StoreOk, Alive>;
 
 // The message's name, for errors ("Register").
 std::string_view message_name(const Message& message);

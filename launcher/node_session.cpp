@@ -193,6 +193,9 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
                        command_text(command)};
   link_options.heartbeat_interval = heartbeat_interval;
   link_options.heartbeat_timeout = heartbeat_timeout;
+  link_options.notice = [](const std::string& text) {
+    write_all(2, fmt::format("xla-spawn: {}\n", text));
+  };
   cluster::NodeLink link(o.master_addr, o.master_port, token, link_options);
   write_all(2, fmt::format("xla-spawn: node {} of {} ({}, {}), {} replica(s): joining the job at "
                            "{}:{} (nodes from {}; waiting up to {} s)\n",

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "xla_spawn/cluster/handshake.h"
+#include "xla_spawn/cluster/liveness_probe.h"
 #include "xla_spawn/cluster/node_link.h"
 #include "xla_spawn/cluster/rendezvous_server.h"
 #include "xla_spawn/cluster/store_client.h"
@@ -287,6 +289,92 @@ TEST_F(ServerTest, ANodeWithAnotherHeartbeatTimeoutIsRefusedNamingBoth) {
   }
   auto links = join_all(2);  // the rank was not taken
   finish_job(links);
+}
+
+// Steps a liveness probe for `node` (launcher `pid`) against the server at `port` until it
+// has a result or `timeout` passes: kWaiting then.
+LivenessProbe::Result probe_once(uint16_t port, uint32_t node, int32_t pid, milliseconds timeout) {
+  Fd events(::epoll_create1(EPOLL_CLOEXEC));
+  LivenessProbe probe(resolve("127.0.0.1", port), kToken, Alive{node, pid}, milliseconds(50),
+                      milliseconds(500), events.get());
+  const auto deadline = deadline_in(timeout);
+  for (;;) {
+    const LivenessProbe::Result result = probe.step(Clock::now());
+    if (result != LivenessProbe::Result::kWaiting || Clock::now() >= deadline) return result;
+    pollfd p{events.get(), POLLIN, 0};
+    ::poll(&p, 1, poll_timeout_ms(std::min(probe.deadline(), deadline)));
+  }
+}
+
+// A node whose connection has fallen silent (TCP backing off after an outage) stays in the
+// job while it answers on new connections; once it stops, it is lost at the timeout, and a
+// later probe hears why. A probe for a node rank that some other process holds is refused.
+TEST_F(ServerTest, ANodeSilentOnItsConnectionButAliveOnANewOneStaysInTheJob) {
+  config_.heartbeat_timeout = milliseconds(600);
+  std::unique_ptr<FILE, int (*)(FILE*)> log(std::tmpfile(), &std::fclose);
+  ASSERT_NE(log, nullptr);
+  start(2, 0, [&](ServerConfig& c) { c.log = log.get(); });
+  NodeLink node0 = link(0, 2);
+  auto world = std::async(std::launch::async, [&] {
+    return node0.join(deadline_in(seconds(10)), deadline_in(seconds(10)));
+  });
+  // Node 1 registers on a connection it never uses again.
+  Connection silent = raw();
+  client_handshake(silent, kToken, Role::kNode, deadline_in(seconds(5)));
+  Register reg = node_options(1, 2, milliseconds(3000)).node;
+  reg.heartbeat_timeout_ms = 600;
+  const int32_t pid = ::getpid() + 1;  // another process than node 0's launcher
+  reg.pid = pid;
+  silent.send_blocking(reg, deadline_in(seconds(5)));
+  ASSERT_EQ(world.get().nodes.size(), 2u);
+
+  // Three timeouts long, node 1 speaks only through probes, two a timeout.
+  const auto ride = Clock::now() + milliseconds(1800);
+  auto next_probe = Clock::now();
+  while (Clock::now() < ride) {
+    for (const JobOrder& order : node0.service()) {
+      FAIL() << "node 0 was told: " << order.text;
+      return;
+    }
+    if (Clock::now() >= next_probe) {
+      ASSERT_EQ(probe_once(port_, 1, pid, milliseconds(2000)), LivenessProbe::Result::kAlive);
+      next_probe = Clock::now() + milliseconds(300);
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(probe_once(port_, 1, pid + 1, milliseconds(2000)), LivenessProbe::Result::kRefused)
+      << "a probe with another pid was answered";
+  std::rewind(log.get());
+  std::string logged;
+  for (int ch; (ch = std::fgetc(log.get())) != EOF;) logged.push_back(static_cast<char>(ch));
+  std::fseek(log.get(), 0, SEEK_END);
+  EXPECT_NE(logged.find("node 1 answered on a new connection; its own had been silent for "),
+            std::string::npos)
+      << logged;
+
+  // Silent everywhere: lost within the timeout (and a poll loop's pace).
+  const auto quiet = Clock::now();
+  std::vector<JobOrder> orders;
+  while (orders.empty() && Clock::now() < quiet + testing::scaled(seconds(10))) {
+    orders = node0.service();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  ASSERT_FALSE(orders.empty());
+  EXPECT_NE(orders.front().text.find("node 1 (host host1, 127.0.0.1) lost: no heartbeat"),
+            std::string::npos)
+      << orders.front().text;
+  Fd events(::epoll_create1(EPOLL_CLOEXEC));
+  LivenessProbe late(resolve("127.0.0.1", port_), kToken, Alive{1, pid}, milliseconds(50),
+                     milliseconds(500), events.get());
+  LivenessProbe::Result result = LivenessProbe::Result::kWaiting;
+  for (int i = 0; i < 200 && result == LivenessProbe::Result::kWaiting; ++i) {
+    result = late.step(Clock::now());
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(result, LivenessProbe::Result::kRefused);
+  EXPECT_NE(late.refusal().find("no heartbeat for"), std::string::npos) << late.refusal();
+  EXPECT_EQ(node0.finish_attempt(0, 143).kind, JobOrder::Kind::kEnd);
+  EXPECT_EQ(server_.get(), kJobFailedExitCode);
 }
 
 TEST_F(ServerTest, AConnectionThatNeverAuthenticatesIsClosed) {

@@ -284,6 +284,10 @@ void NamespaceCluster::set_link(int host, bool up) {
   script_ok({"link", name_, host_arg(host), up ? "up" : "down"});
 }
 
+void NamespaceCluster::blackhole_link(int host) {
+  script_ok({"link", name_, host_arg(host), "blackhole"});
+}
+
 void NamespaceCluster::shape(int host, const std::string& rate) {
   script_ok({"shape", name_, host_arg(host), rate});
 }

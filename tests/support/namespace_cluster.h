@@ -69,6 +69,7 @@ class NamespaceCluster {
                     std::chrono::milliseconds timeout = std::chrono::seconds(30)) const;
 
   void set_link(int host, bool up);               // both ends of host's veth
+  void blackhole_link(int host);  // the switch's end only: set_link(host, true) restores it
   void shape(int host, const std::string& rate);  // tbf on eth0, e.g. "10mbit"; "none" removes it
   std::vector<pid_t> pids(int host) const;        // processes in the host's network namespace
   std::vector<std::string> shm_entries(int host) const;  // names in the host's /dev/shm
