@@ -123,13 +123,15 @@ void wait_for_master_name(const NodeOptions& o, cluster::Clock::time_point deadl
 }
 
 // Node 0's own rendezvous server, when it no longer runs (killed, exited, stopped): the cause
-// of whatever node 0 then sees as the master's silence or a closed connection.
-std::optional<std::string> server_fate(const RendezvousProcess& server) {
-  const std::optional<std::string> gone = server.gone(std::chrono::milliseconds(500));
-  if (!gone) return std::nullopt;
-  return fmt::format("xla-spawn: this node's rendezvous server (pid {}) {}: the job cannot go on "
-                     "without it\n",
-                     server.pid(), *gone);
+// of whatever node 0 then sees as the master's silence or a closed connection, in `text`.
+std::optional<RendezvousProcess::Fate> server_fate(const RendezvousProcess& server) {
+  std::optional<RendezvousProcess::Fate> gone = server.gone(std::chrono::milliseconds(500));
+  if (gone) {
+    gone->text = fmt::format("xla-spawn: this node's rendezvous server (pid {}) {}: the job "
+                             "cannot go on without it\n",
+                             server.pid(), gone->text);
+  }
+  return gone;
 }
 
 cluster::FailureKind wire_kind(LocalFailureKind kind) {
@@ -209,13 +211,13 @@ std::unique_ptr<NodeSession> NodeSession::join(const NodeOptions& o, int nprocs,
     // node's own server, stopped or killed. One that exited did so after its last word (a
     // refusal, the rendezvous timeout), which stands, unless it went without one.
     if (server == nullptr) throw;
-    const std::optional<std::string> fate = server_fate(*server);
+    const std::optional<RendezvousProcess::Fate> fate = server_fate(*server);
     if (!fate) throw;
     const bool without_a_word = dynamic_cast<const cluster::MasterLost*>(&e) != nullptr ||
                                 dynamic_cast<const IoError*>(&e) != nullptr;
-    if (fate->find(") exited with code ") != std::string::npos && !without_a_word) throw;
+    if (fate->kind == RendezvousProcess::Fate::Kind::kExited && !without_a_word) throw;
     server->leave_now();  // a stopped one would be waited for in vain
-    throw PeerFailure(*fate);
+    throw PeerFailure(fate->text);
   }
   std::unique_ptr<NodeSession> session(new NodeSession(o, std::move(link), std::move(server)));
   session->world_ = std::move(world);
@@ -343,7 +345,8 @@ PeerVerdict NodeSession::end_attempt(int attempt, int exit_code, int wake_fd,
 // On node 0 a lost master is this node's own server: its fate is the cause.
 std::string NodeSession::ended_text(const cluster::JobOrder& order) const {
   if (!order.lost || server_ == nullptr) return order.text;
-  return server_fate(*server_).value_or(order.text);
+  const std::optional<RendezvousProcess::Fate> fate = server_fate(*server_);
+  return fate ? fate->text : order.text;
 }
 
 }  // namespace xs

@@ -67,7 +67,8 @@ RendezvousProcess::RendezvousProcess(cluster::Fd listener, const cluster::JobTok
   ::_exit(code);
 }
 
-std::optional<std::string> RendezvousProcess::gone(std::chrono::milliseconds wait) const {
+std::optional<RendezvousProcess::Fate> RendezvousProcess::gone(
+    std::chrono::milliseconds wait) const {
   if (pid_ <= 0) return std::nullopt;
   siginfo_t info{};
   const auto look = [&] {
@@ -85,12 +86,15 @@ std::optional<std::string> RendezvousProcess::gone(std::chrono::milliseconds wai
     ::close(pidfd);
     if (!look()) return std::nullopt;
   }
+  using Kind = Fate::Kind;
   switch (info.si_code) {
-    case CLD_EXITED: return fmt::format("exited with code {}", info.si_status);
+    case CLD_EXITED: return Fate{Kind::kExited, fmt::format("exited with code {}", info.si_status)};
     case CLD_KILLED:
     case CLD_DUMPED:
-      return fmt::format("was killed by signal {} ({})", info.si_status, signal_name(info.si_status));
-    case CLD_STOPPED: return fmt::format("is stopped by {}", signal_name(info.si_status));
+      return Fate{Kind::kKilled, fmt::format("was killed by signal {} ({})", info.si_status,
+                                             signal_name(info.si_status))};
+    case CLD_STOPPED:
+      return Fate{Kind::kStopped, fmt::format("is stopped by {}", signal_name(info.si_status))};
     default: return std::nullopt;
   }
 }

@@ -38,11 +38,17 @@ class RendezvousProcess {
   // The master leaves without the job's verdict (a second interrupt): no waiting on exit, the
   // other nodes see the connection close and stop.
   void leave_now() { wait_ms_ = 0; }
-  // What became of the server when it no longer runs ("was killed by signal 9 (SIGKILL)",
-  // "exited with code 1", "is stopped by SIGSTOP"), waiting up to `wait` for its death to show
-  // (a killed process's sockets close before it becomes a zombie); nullopt while it runs.
+  // What became of the server when it no longer runs, waiting up to `wait` for its death to
+  // show (a killed process's sockets close before it becomes a zombie); nullopt while it runs.
   // Leaves the status for the destructor to reap.
-  std::optional<std::string> gone(std::chrono::milliseconds wait) const;
+  struct Fate {
+    // An exited server said its last word first (a refusal, the rendezvous timeout).
+    enum class Kind { kExited, kKilled, kStopped };
+    Kind kind = Kind::kExited;
+    // "exited with code 1", "was killed by signal 9 (SIGKILL)", "is stopped by SIGSTOP"
+    std::string text;
+  };
+  std::optional<Fate> gone(std::chrono::milliseconds wait) const;
 
  private:
   pid_t pid_ = -1;
