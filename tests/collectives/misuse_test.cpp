@@ -121,16 +121,23 @@ std::string misuse_checks(Communicator& comm) {
   return failures;
 }
 
-TEST(MisuseTest, NullOperandsOverflowingCountsAndBadCodesAreRefusedAndTheJobGoesOn) {
-  ForkJob job(2, kStagingBytes);
-  job.start([](Child& child) {
+// `checks` (what went wrong, or "") on every replica of a 2-replica job whose arena holds
+// `arena_bytes`, then on a LocalCommunicator.
+void expect_everywhere(std::string (*checks)(Communicator&),
+                       size_t arena_bytes = kDefaultArenaBytes) {
+  ForkJob job(2, kStagingBytes, arena_bytes);
+  job.start([checks](Child& child) {
     ShmCommunicator comm = child.communicator();
-    return misuse_checks(comm);
+    return checks(comm);
   });
   const JobResult result = job.wait(std::chrono::seconds(60));
   EXPECT_TRUE(result.all_ok()) << result.describe();
   LocalCommunicator alone;
-  EXPECT_EQ(misuse_checks(alone), "");
+  EXPECT_EQ(checks(alone), "");
+}
+
+TEST(MisuseTest, NullOperandsOverflowingCountsAndBadCodesAreRefusedAndTheJobGoesOn) {
+  expect_everywhere(misuse_checks);
 }
 
 // A request past any arena size used to round up to 0 bytes and "fit" anywhere, returning a
@@ -184,15 +191,7 @@ std::string bad_frees(Communicator& comm) {
 }
 
 TEST(MisuseTest, FreeingWhatAllocBufferDidNotGiveIsRefusedWhateverTheBlock) {
-  ForkJob job(2, kStagingBytes, /*arena_bytes=*/1 << 20);
-  job.start([](Child& child) -> std::string {
-    ShmCommunicator comm = child.communicator();
-    return bad_frees(comm);
-  });
-  const JobResult result = job.wait(std::chrono::seconds(60));
-  EXPECT_TRUE(result.all_ok()) << result.describe();
-  LocalCommunicator alone;
-  EXPECT_EQ(bad_frees(alone), "");
+  expect_everywhere(bad_frees, /*arena_bytes=*/1 << 20);
 }
 
 // Two threads of one replica calling at once would pair up with the peers' calls in any
