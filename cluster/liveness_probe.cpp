@@ -10,6 +10,12 @@
 #include "xla_spawn/cluster/handshake.h"
 
 namespace xs::cluster {
+namespace {
+
+// Sockets a probe holds at most (a slow link's attempts overlap).
+constexpr size_t kMaxAttempts = 16;
+
+}  // namespace
 
 struct LivenessProbe::Attempt {
   enum class Stage { kConnecting, kChallenge, kWelcome, kAnswer };
@@ -37,7 +43,7 @@ LivenessProbe::~LivenessProbe() = default;
 LivenessProbe::Result LivenessProbe::step(Clock::time_point now) {
   if (now >= next_attempt_) {
     next_attempt_ = now + every_;
-    start(now);
+    if (attempts_.size() < kMaxAttempts) start(now);
   }
   for (size_t i = 0; i < attempts_.size();) {
     Attempt& attempt = *attempts_[i];

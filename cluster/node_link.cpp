@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <sys/epoll.h>
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "xla_spawn/cluster/coordinator.h"
@@ -18,6 +20,14 @@ constexpr const char* kClosed =
 // a connection four times an interval and gives each an interval to be answered.
 constexpr int kProbeAfterBeats = 2;
 constexpr int kProbesPerBeat = 4;
+
+// How long one attempt may take: four round trips (connect, the handshake's two, Alive), so
+// half the timeout, at least an interval and at most 4 s; at most 16 attempts are under way.
+std::chrono::milliseconds probe_patience(std::chrono::milliseconds interval,
+                                         std::chrono::milliseconds timeout) {
+  return std::clamp<std::chrono::milliseconds>(timeout / 2, interval,
+                                               std::max(interval, std::chrono::milliseconds(4000)));
+}
 
 }  // namespace
 
@@ -73,13 +83,17 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
   }
   // The wait for the other nodes can be long: heartbeats flow meanwhile, so a master that
   // dies during it is noticed at once rather than at the rendezvous deadline.
-  last_heard_ = Clock::now();
+  last_heard_ = last_moved_ = Clock::now();
   next_heartbeat_ = last_heard_ + options_.heartbeat_interval;
+  // The probe waits for a word after Register: before the master has it, a probe would find
+  // this node unknown (Register may be held back by TCP as well).
+  bool heard = false;
   for (;;) {
     const bool open = connection_->read_some();
     const auto now = Clock::now();
     while (std::optional<Message> m = connection_->next()) {
-      last_heard_ = now;
+      last_heard_ = last_moved_ = now;
+      heard = true;
       vouched_ = false;
       if (auto* world = std::get_if<World>(&*m)) {
         look_past_world();
@@ -93,11 +107,16 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
       throw Timeout(fmt::format("the master at {} did not form the job within the rendezvous "
                                 "timeout", master_text_));
     }
-    if (std::optional<std::string> refusal = keep_alive(now)) {
-      throw PeerFailure(counted_lost(*refusal));
+    if (heard) {
+      if (std::optional<std::string> refusal = keep_alive(now)) {
+        throw PeerFailure(probe_refused(*refusal));
+      }
     }
     if (now - last_heard_ >= options_.heartbeat_timeout) {
       throw MasterLost(lost("no heartbeat during the rendezvous").text);
+    }
+    if (std::optional<std::string> stuck = stuck_connection(now)) {
+      throw MasterLost(lost(*stuck).text);
     }
     if (now >= next_heartbeat_) send(Heartbeat{});
     wait(std::min(deadline, service_deadline()));
@@ -124,6 +143,24 @@ std::string NodeLink::counted_lost(const std::string& why) const {
                      master_text_, why);
 }
 
+std::string NodeLink::probe_refused(const std::string& why) const {
+  return fmt::format("xla-spawn: the master (node 0 at {}) refused this node's liveness probe: "
+                     "{}\n",
+                     master_text_, why);
+}
+
+// The probe stands in for the connection's beats while TCP holds them back after an outage,
+// which ends within about twice the outage. A connection silent for two timeouts while the
+// master answers on new ones carries nothing any more (a firewall or NAT that forgot it): the
+// orders on it would never arrive.
+std::optional<std::string> NodeLink::stuck_connection(Clock::time_point now) const {
+  const auto silent = now - last_moved_;
+  if (silent < 2 * options_.heartbeat_timeout) return std::nullopt;
+  return fmt::format("the connection has carried nothing for {:.1f} s, though the master answers "
+                     "on new ones (a firewall or NAT that dropped it?)",
+                     std::chrono::duration<double>(silent).count());
+}
+
 std::optional<std::string> NodeLink::keep_alive(Clock::time_point now) {
   if (now - last_heard_ < kProbeAfterBeats * options_.heartbeat_interval) {
     probe_.reset();
@@ -132,7 +169,8 @@ std::optional<std::string> NodeLink::keep_alive(Clock::time_point now) {
   if (!probe_) {
     probe_ = std::make_unique<LivenessProbe>(
         *master_address_, token_, Alive{options_.node.node, options_.node.pid},
-        options_.heartbeat_interval / kProbesPerBeat, options_.heartbeat_interval, events_.get());
+        options_.heartbeat_interval / kProbesPerBeat,
+        probe_patience(options_.heartbeat_interval, options_.heartbeat_timeout), events_.get());
   }
   switch (probe_->step(now)) {
     case LivenessProbe::Result::kWaiting:
@@ -168,7 +206,8 @@ Clock::time_point NodeLink::service_deadline() const {
   if (!pending_.empty()) return Clock::time_point::min();
   const Clock::time_point probe =
       probe_ ? probe_->deadline() : last_heard_ + kProbeAfterBeats * options_.heartbeat_interval;
-  return std::min({next_heartbeat_, last_heard_ + options_.heartbeat_timeout, probe});
+  return std::min({next_heartbeat_, last_heard_ + options_.heartbeat_timeout,
+                   last_moved_ + 2 * options_.heartbeat_timeout, probe});
 }
 
 std::vector<JobOrder> NodeLink::service() {
@@ -183,7 +222,7 @@ std::vector<JobOrder> NodeLink::service() {
       return m;
     };
     while (std::optional<Message> m = next_message()) {
-      last_heard_ = Clock::now();
+      last_heard_ = last_moved_ = Clock::now();
       vouched_ = false;
       if (const auto* stop = std::get_if<Stop>(&*m)) {
         orders.push_back({JobOrder::Kind::kStop, stop->attempt, 0, stop->reason});
@@ -206,12 +245,13 @@ std::vector<JobOrder> NodeLink::service() {
     const auto now = Clock::now();
     if (std::optional<std::string> refusal = keep_alive(now)) {
       ended_ = true;
-      return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode, counted_lost(*refusal)}};
+      return {{JobOrder::Kind::kEnd, 0, kJobFailedExitCode, probe_refused(*refusal)}};
     }
     if (now - last_heard_ >= options_.heartbeat_timeout) {
       return {lost(fmt::format("no heartbeat for {:.1f} s (host frozen or stopped, or network down)",
                                std::chrono::duration<double>(now - last_heard_).count()))};
     }
+    if (std::optional<std::string> stuck = stuck_connection(now)) return {lost(*stuck)};
     if (now >= next_heartbeat_) send(Heartbeat{});
     connection_->flush();
   } catch (const ConnectionClosed&) {

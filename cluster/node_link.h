@@ -100,6 +100,8 @@ class NodeLink {
   void send(const Message& m);
   void look_past_world();
   std::string counted_lost(const std::string& why) const;
+  std::string probe_refused(const std::string& why) const;
+  std::optional<std::string> stuck_connection(Clock::time_point now) const;
   // The liveness probe while the master is silent: the master's refusal, if it gave one.
   std::optional<std::string> keep_alive(Clock::time_point now);
   void wait(Clock::time_point deadline) const;
@@ -114,7 +116,8 @@ class NodeLink {
   Fd events_;  // epoll: the connection, and the probe's attempts
   std::unique_ptr<LivenessProbe> probe_;  // while the master is silent
   bool vouched_ = false;  // the probe answered since the connection last moved
-  Clock::time_point last_heard_;
+  Clock::time_point last_heard_;  // on the connection, or through the probe
+  Clock::time_point last_moved_;  // on the connection
   Clock::time_point next_heartbeat_;
   bool ended_ = false;
   std::deque<Message> pending_;  // read behind World by look_past_world(), for service()

@@ -88,7 +88,8 @@ class RendezvousServer::Impl {
     Nonce server_nonce{};
     int node = -1;  // set once a launcher's Register is accepted
     Clock::time_point accepted;
-    Clock::time_point last_heard;
+    Clock::time_point last_heard;  // on this connection, or a launcher's through Alive
+    Clock::time_point last_moved;  // on this connection
     Clock::time_point next_heartbeat;
     std::optional<Pending> pending;
     bool closing = false;  // close once everything queued is written
@@ -232,7 +233,7 @@ void RendezvousServer::Impl::accept_all() {
       continue;
     }
     auto client = std::make_unique<Client>(Connection(Fd(fd), peer.text()));
-    client->accepted = client->last_heard = Clock::now();
+    client->accepted = client->last_heard = client->last_moved = Clock::now();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -253,7 +254,7 @@ void RendezvousServer::Impl::serve(Client& c, uint32_t events) {
       while (!c.closing) {
         std::optional<Message> m = c.conn.next();
         if (!m) break;
-        c.last_heard = Clock::now();
+        c.last_heard = c.last_moved = Clock::now();
         c.vouched = false;
         on_message(c, std::move(*m));
         if (!clients_.contains(fd)) return;  // dropped while handling
@@ -355,15 +356,15 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
 void RendezvousServer::Impl::on_alive(Client& c, const Alive& alive, Clock::time_point now) {
   const size_t node = alive.node;
   if (node >= node_pids_.size() || node_pids_[node] == 0 || node_pids_[node] != alive.pid) {
-    return refuse(c, fmt::format("Alive from node {} (pid {}), which is not a registered node of "
-                                 "this job",
+    return refuse(c, fmt::format("node {} (pid {}) is not a registered node of this job",
                                  alive.node, alive.pid));
   }
   c.closing = true;  // once the answer is written
   const auto it = node_fds_[node] >= 0 ? clients_.find(node_fds_[node]) : clients_.end();
   if (it == clients_.end()) {
     const std::string& why = lost_why_[node];
-    return send(c, ErrorReply{why.empty() ? "it is no longer connected" : why});
+    return send(c, ErrorReply{fmt::format("it counted node {} lost: {}", node,
+                                          why.empty() ? "its connection closed" : why)});
   }
   Client& own = *it->second;
   // Said once a silence, and only of one that beats would not have ended (the node probes
@@ -519,6 +520,16 @@ void RendezvousServer::Impl::check_timers(Clock::time_point now) {
                                            std::chrono::duration<double>(now - c->last_heard).count()));
       continue;
     }
+    // Alive stands in for the connection while TCP holds its beats back after an outage,
+    // which ends within about twice the outage; one silent for two timeouts carries nothing
+    // any more, and the orders on it would never arrive (cluster/node_link.cpp says the same).
+    if (now - c->last_moved >= 2 * config_.heartbeat_timeout) {
+      to_drop.emplace_back(
+          fd, fmt::format("its connection has carried nothing for {:.1f} s, though it answers on "
+                          "new ones (a firewall or NAT that dropped it?)",
+                          std::chrono::duration<double>(now - c->last_moved).count()));
+      continue;
+    }
     if (now >= c->next_heartbeat) {
       c->next_heartbeat = now + config_.heartbeat_interval;
       try {
@@ -559,7 +570,8 @@ Clock::time_point RendezvousServer::Impl::next_deadline() const {
     if (!settled(*c)) next = std::min(next, c->accepted + config_.auth_timeout);
     if (c->pending) next = std::min(next, c->pending->deadline);
     if (c->node >= 0) {
-      next = std::min(next, std::min(c->next_heartbeat, c->last_heard + config_.heartbeat_timeout));
+      next = std::min({next, c->next_heartbeat, c->last_heard + config_.heartbeat_timeout,
+                       c->last_moved + 2 * config_.heartbeat_timeout});
     }
   }
   return next;
