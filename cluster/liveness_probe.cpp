@@ -41,18 +41,15 @@ LivenessProbe::LivenessProbe(SocketAddress master, JobToken token, Alive alive,
 LivenessProbe::~LivenessProbe() = default;
 
 LivenessProbe::Result LivenessProbe::step(Clock::time_point now) {
-  if (now >= next_attempt_) {
-    next_attempt_ = now + every_;
-    if (attempts_.size() < kMaxAttempts) start(now);
-  }
   for (size_t i = 0; i < attempts_.size();) {
     Attempt& attempt = *attempts_[i];
     std::optional<Result> result;
     try {
-      result = now < attempt.give_up ? advance(attempt) : std::nullopt;
+      result = advance(attempt);  // an answer already in, however late, still counts
     } catch (const Error&) {
       // Closed, reset, a protocol error or another job's server: this attempt is over.
     }
+    if (result == Result::kWaiting && now >= attempt.give_up) result.reset();
     if (result == Result::kWaiting) {
       ++i;
       continue;
@@ -61,7 +58,12 @@ LivenessProbe::Result LivenessProbe::step(Clock::time_point now) {
       attempts_.clear();
       return *result;
     }
+    last_failure_ = now;
     attempts_.erase(attempts_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  if (now >= next_attempt_) {
+    next_attempt_ = now + every_;
+    if (attempts_.size() < kMaxAttempts) start(now);
   }
   return Result::kWaiting;
 }
@@ -75,7 +77,10 @@ Clock::time_point LivenessProbe::deadline() const {
 void LivenessProbe::start(Clock::time_point now) {
   int error = 0;
   Fd fd = start_connect(master_, error);
-  if (error != 0) return;  // no route yet: the next attempt tries again
+  if (error != 0) {  // no route yet: the next attempt tries again
+    last_failure_ = now;
+    return;
+  }
   attempts_.push_back(std::make_unique<Attempt>(std::move(fd), master_, now + patience_));
   const Attempt& attempt = *attempts_.back();
   epoll_event ev{};

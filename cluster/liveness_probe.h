@@ -48,6 +48,9 @@ class LivenessProbe {
   Clock::time_point deadline() const;
   // After kRefused: the master's words.
   const std::string& refusal() const { return refusal_; }
+  // When an attempt last failed (no route, refused, closed, unanswered in time): the link or
+  // the master was down then. Clock::time_point::min() when none has.
+  Clock::time_point last_failure() const { return last_failure_; }
 
  private:
   struct Attempt;
@@ -65,6 +68,7 @@ class LivenessProbe {
   std::vector<std::unique_ptr<Attempt>> attempts_;
   Clock::time_point next_attempt_ = Clock::time_point::min();
   std::string refusal_;
+  Clock::time_point last_failure_ = Clock::time_point::min();
 };
 
 }  // namespace xs::cluster

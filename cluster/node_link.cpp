@@ -83,7 +83,7 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
   }
   // The wait for the other nodes can be long: heartbeats flow meanwhile, so a master that
   // dies during it is noticed at once rather than at the rendezvous deadline.
-  last_heard_ = last_moved_ = Clock::now();
+  last_heard_ = last_moved_ = last_down_ = Clock::now();
   next_heartbeat_ = last_heard_ + options_.heartbeat_interval;
   // The probe waits for a word after Register: before the master has it, a probe would find
   // this node unknown (Register may be held back by TCP as well).
@@ -92,7 +92,7 @@ World NodeLink::join(Clock::time_point deadline, Clock::time_point verdict_deadl
     const bool open = connection_->read_some();
     const auto now = Clock::now();
     while (std::optional<Message> m = connection_->next()) {
-      last_heard_ = last_moved_ = now;
+      last_heard_ = last_moved_ = last_down_ = now;
       heard = true;
       vouched_ = false;
       if (auto* world = std::get_if<World>(&*m)) {
@@ -149,16 +149,39 @@ std::string NodeLink::probe_refused(const std::string& why) const {
                      master_text_, why);
 }
 
-// The probe stands in for the connection's beats while TCP holds them back after an outage,
-// which ends within about twice the outage. A connection silent for two timeouts while the
-// master answers on new ones carries nothing any more (a firewall or NAT that forgot it): the
-// orders on it would never arrive.
-std::optional<std::string> NodeLink::stuck_connection(Clock::time_point now) const {
-  const auto silent = now - last_moved_;
-  if (silent < 2 * options_.heartbeat_timeout) return std::nullopt;
-  return fmt::format("the connection has carried nothing for {:.1f} s, though the master answers "
-                     "on new ones (a firewall or NAT that dropped it?)",
-                     std::chrono::duration<double>(silent).count());
+// The probe stands in for the connection's beats while TCP holds them back after outages:
+// TCP resends by about twice the time since the connection last moved, and a resend has to
+// find the link up. So a connection may stay silent for two timeouts, plus twice as long as
+// the link was seen failing since it last moved (a flapping link). Silent longer while the
+// master answers on new connections, it carries nothing any more (a firewall or NAT that
+// forgot it): the orders on it would never arrive.
+Clock::time_point NodeLink::stuck_after() const {
+  return last_moved_ + 2 * options_.heartbeat_timeout + 2 * (last_down_ - last_moved_);
+}
+
+std::optional<std::string> NodeLink::stuck_connection(Clock::time_point now) {
+  if (now < stuck_after()) return std::nullopt;
+  const std::string why = fmt::format(
+      "the connection has carried nothing for {:.1f} s, though the master answers on new ones "
+      "(a firewall or NAT that dropped it?)",
+      std::chrono::duration<double>(now - last_moved_).count());
+  // The master hears it on a new connection (its own carries nothing): every node then names
+  // the same cause.
+  try {
+    const auto deadline =
+        now + probe_patience(options_.heartbeat_interval, options_.heartbeat_timeout);
+    Connection c = connect_to(*master_address_, deadline);
+    client_handshake(c, token_, Role::kNode, deadline);
+    c.send_blocking(Alive{options_.node.node, options_.node.pid,
+                          fmt::format("its connection to the master has carried nothing for "
+                                      "{:.1f} s, though both answer on new ones (a firewall or "
+                                      "NAT that dropped it?)",
+                                      std::chrono::duration<double>(now - last_moved_).count())},
+                    deadline);
+  } catch (const Error&) {
+    // It finds the node silent instead.
+  }
+  return why;
 }
 
 std::optional<std::string> NodeLink::keep_alive(Clock::time_point now) {
@@ -168,11 +191,13 @@ std::optional<std::string> NodeLink::keep_alive(Clock::time_point now) {
   }
   if (!probe_) {
     probe_ = std::make_unique<LivenessProbe>(
-        *master_address_, token_, Alive{options_.node.node, options_.node.pid},
+        *master_address_, token_, Alive{options_.node.node, options_.node.pid, ""},
         options_.heartbeat_interval / kProbesPerBeat,
         probe_patience(options_.heartbeat_interval, options_.heartbeat_timeout), events_.get());
   }
-  switch (probe_->step(now)) {
+  const LivenessProbe::Result result = probe_->step(now);
+  last_down_ = std::max(last_down_, probe_->last_failure());
+  switch (result) {
     case LivenessProbe::Result::kWaiting:
       return std::nullopt;
     case LivenessProbe::Result::kAlive:
@@ -206,8 +231,8 @@ Clock::time_point NodeLink::service_deadline() const {
   if (!pending_.empty()) return Clock::time_point::min();
   const Clock::time_point probe =
       probe_ ? probe_->deadline() : last_heard_ + kProbeAfterBeats * options_.heartbeat_interval;
-  return std::min({next_heartbeat_, last_heard_ + options_.heartbeat_timeout,
-                   last_moved_ + 2 * options_.heartbeat_timeout, probe});
+  return std::min(
+      {next_heartbeat_, last_heard_ + options_.heartbeat_timeout, stuck_after(), probe});
 }
 
 std::vector<JobOrder> NodeLink::service() {
@@ -222,7 +247,7 @@ std::vector<JobOrder> NodeLink::service() {
       return m;
     };
     while (std::optional<Message> m = next_message()) {
-      last_heard_ = last_moved_ = Clock::now();
+      last_heard_ = last_moved_ = last_down_ = Clock::now();
       vouched_ = false;
       if (const auto* stop = std::get_if<Stop>(&*m)) {
         orders.push_back({JobOrder::Kind::kStop, stop->attempt, 0, stop->reason});

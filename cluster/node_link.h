@@ -101,7 +101,8 @@ class NodeLink {
   void look_past_world();
   std::string counted_lost(const std::string& why) const;
   std::string probe_refused(const std::string& why) const;
-  std::optional<std::string> stuck_connection(Clock::time_point now) const;
+  Clock::time_point stuck_after() const;
+  std::optional<std::string> stuck_connection(Clock::time_point now);
   // The liveness probe while the master is silent: the master's refusal, if it gave one.
   std::optional<std::string> keep_alive(Clock::time_point now);
   void wait(Clock::time_point deadline) const;
@@ -118,6 +119,7 @@ class NodeLink {
   bool vouched_ = false;  // the probe answered since the connection last moved
   Clock::time_point last_heard_;  // on the connection, or through the probe
   Clock::time_point last_moved_;  // on the connection
+  Clock::time_point last_down_;   // the probe's last failed attempt since (or last_moved_)
   Clock::time_point next_heartbeat_;
   bool ended_ = false;
   std::deque<Message> pending_;  // read behind World by look_past_world(), for service()

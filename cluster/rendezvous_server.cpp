@@ -89,7 +89,6 @@ class RendezvousServer::Impl {
     int node = -1;  // set once a launcher's Register is accepted
     Clock::time_point accepted;
     Clock::time_point last_heard;  // on this connection, or a launcher's through Alive
-    Clock::time_point last_moved;  // on this connection
     Clock::time_point next_heartbeat;
     std::optional<Pending> pending;
     bool closing = false;  // close once everything queued is written
@@ -103,6 +102,7 @@ class RendezvousServer::Impl {
   void on_auth(Client& c, const Auth& auth);
   void on_node_message(Client& c, Message m);
   void on_alive(Client& c, const Alive& alive, Clock::time_point now);
+  void lose_node(int node, const std::string& reason, Clock::time_point now);
   void on_store_message(Client& c, Message m);
   void answer_pending(Client& c, Clock::time_point now);
   void refuse(Client& c, const std::string& why);
@@ -233,7 +233,7 @@ void RendezvousServer::Impl::accept_all() {
       continue;
     }
     auto client = std::make_unique<Client>(Connection(Fd(fd), peer.text()));
-    client->accepted = client->last_heard = client->last_moved = Clock::now();
+    client->accepted = client->last_heard = Clock::now();
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -254,7 +254,7 @@ void RendezvousServer::Impl::serve(Client& c, uint32_t events) {
       while (!c.closing) {
         std::optional<Message> m = c.conn.next();
         if (!m) break;
-        c.last_heard = c.last_moved = Clock::now();
+        c.last_heard = Clock::now();
         c.vouched = false;
         on_message(c, std::move(*m));
         if (!clients_.contains(fd)) return;  // dropped while handling
@@ -367,6 +367,7 @@ void RendezvousServer::Impl::on_alive(Client& c, const Alive& alive, Clock::time
                                           why.empty() ? "its connection closed" : why)});
   }
   Client& own = *it->second;
+  if (!alive.leaving.empty()) return lose_node(static_cast<int>(node), alive.leaving, now);
   // Said once a silence, and only of one that beats would not have ended (the node probes
   // when the master's beats stop coming; its own may still come through).
   if (now - own.last_heard >= 2 * config_.heartbeat_interval) {
@@ -520,16 +521,6 @@ void RendezvousServer::Impl::check_timers(Clock::time_point now) {
                                            std::chrono::duration<double>(now - c->last_heard).count()));
       continue;
     }
-    // Alive stands in for the connection while TCP holds its beats back after an outage,
-    // which ends within about twice the outage; one silent for two timeouts carries nothing
-    // any more, and the orders on it would never arrive (cluster/node_link.cpp says the same).
-    if (now - c->last_moved >= 2 * config_.heartbeat_timeout) {
-      to_drop.emplace_back(
-          fd, fmt::format("its connection has carried nothing for {:.1f} s, though it answers on "
-                          "new ones (a firewall or NAT that dropped it?)",
-                          std::chrono::duration<double>(now - c->last_moved).count()));
-      continue;
-    }
     if (now >= c->next_heartbeat) {
       c->next_heartbeat = now + config_.heartbeat_interval;
       try {
@@ -543,23 +534,31 @@ void RendezvousServer::Impl::check_timers(Clock::time_point now) {
     auto it = clients_.find(fd);
     if (it == clients_.end()) continue;
     if (it->second->node >= 0 && !reason.empty()) {
-      // drop() words it as a closed connection; a silent node is its own finding.
-      const int node = it->second->node;
-      node_fds_[static_cast<size_t>(node)] = -1;
-      lost_why_[static_cast<size_t>(node)] = reason;
-      it->second->node = -1;
-      log_.line(fmt::format("lost node {}: {}", node, reason));
-      dispatch(job_.on_lost(node, reason, wall_ns_now(), now));
-      // A node that was stopped reads this when it runs again, ahead of the close: the
-      // silence was its own, not the master's.
-      try {
-        it->second->conn.send(ErrorReply{reason});
-        it->second->conn.flush();
-      } catch (const IoError&) {
-      }
+      lose_node(it->second->node, reason, now);  // drop() would word it as a closed connection
+    } else {
+      drop(fd, reason);
     }
-    drop(fd, reason);
   }
+}
+
+// Node `node` is lost for `reason` (silent, or leaving by its own word): the job hears it, and
+// its connection gets the reason ahead of the close. A node that was stopped reads it when it
+// runs again: the silence was its own, not the master's.
+void RendezvousServer::Impl::lose_node(int node, const std::string& reason, Clock::time_point now) {
+  const int fd = node_fds_[static_cast<size_t>(node)];
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  node_fds_[static_cast<size_t>(node)] = -1;
+  lost_why_[static_cast<size_t>(node)] = reason;
+  it->second->node = -1;
+  log_.line(fmt::format("lost node {}: {}", node, reason));
+  dispatch(job_.on_lost(node, reason, wall_ns_now(), now));
+  try {
+    it->second->conn.send(ErrorReply{reason});
+    it->second->conn.flush();
+  } catch (const IoError&) {
+  }
+  drop(fd, reason);
 }
 
 Clock::time_point RendezvousServer::Impl::next_deadline() const {
@@ -570,8 +569,7 @@ Clock::time_point RendezvousServer::Impl::next_deadline() const {
     if (!settled(*c)) next = std::min(next, c->accepted + config_.auth_timeout);
     if (c->pending) next = std::min(next, c->pending->deadline);
     if (c->node >= 0) {
-      next = std::min({next, c->next_heartbeat, c->last_heard + config_.heartbeat_timeout,
-                       c->last_moved + 2 * config_.heartbeat_timeout});
+      next = std::min({next, c->next_heartbeat, c->last_heard + config_.heartbeat_timeout});
     }
   }
   return next;

@@ -228,6 +228,7 @@ template <typename A>
 void fields(A& a, Alive& m) {
   a.integer(m.node, "Alive.node");
   a.integer(m.pid, "Alive.pid");
+  text(a, m.leaving, kMaxTextBytes, "Alive.leaving");
 }
 
 constexpr std::string_view kNames[] = {

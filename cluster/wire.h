@@ -155,10 +155,13 @@ struct StoreValue {
 };
 struct StoreOk {};
 
-// On a new connection, from node `node`'s launcher (process `pid`, as registered).
+// On a new connection, from node `node`'s launcher (process `pid`, as registered). With
+// `leaving` set, the node's last word instead: it leaves the job for that reason (its own
+// connection carries nothing any more, so it cannot say so there).
 struct Alive {
   uint32_t node = 0;
   int32_t pid = 0;
+  std::string leaving;
 };
 
 using Message = std::variant<Hello, Challenge, Auth, Welcome, ErrorReply, Register, World,

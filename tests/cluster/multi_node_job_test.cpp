@@ -578,6 +578,36 @@ TEST_F(MultiNodeFaultTest, AnOutageThatTCPResendsTooLateForIsRiddenOutByTheProbe
       << launcher_lines(said);
 }
 
+// A firewall or NAT that forgets the launchers' connection while new ones still pass: the
+// liveness probe stands in for it for two heartbeat timeouts (10 s) and no longer, since the
+// orders on it would never arrive; then every node stops, naming the connection.
+TEST_F(MultiNodeFaultTest, AConnectionAFirewallDroppedStopsEveryNodeNamingIt) {
+  ASSERT_NO_FATAL_FAILURE(start_training());
+  // Node 1's launcher's end of its connection to the master.
+  const std::string sockets =
+      cluster_->run(1, {"/usr/bin/ss", "-tnpH", "dport = :" + kMasterPort}).out;
+  const std::string owner = fmt::format("pid={},", launchers_[1]);
+  std::optional<uint16_t> port;
+  for (const std::string& line : lines_of(sockets)) {
+    if (line.find(owner) == std::string::npos) continue;
+    const std::vector<std::string> fields = words(line);
+    ASSERT_GE(fields.size(), 4u) << line;
+    port = static_cast<uint16_t>(std::stoi(fields[3].substr(fields[3].rfind(':') + 1)));
+  }
+  ASSERT_TRUE(port.has_value()) << "no connection of pid " << launchers_[1] << ":\n" << sockets;
+  const auto fault = Clock::now();
+  if (!cluster_->hold_flow(1, *port)) GTEST_SKIP() << "this kernel has no htb qdisc (sch_htb)";
+  const std::string node0 = expect_stopped_within({0, 1}, fault, scaled(20s), 1,
+                                                  "a firewall holding node 1's connection");
+  expect_root_cause(node0,
+                    node1_name() + " lost: its connection to the master has carried nothing for ");
+  const std::string node1 = read_file(console("train", 1));
+  EXPECT_NE(node1.find("has carried nothing for "), std::string::npos) << launcher_lines(node1);
+  EXPECT_NE(node1.find("answered on a new connection"), std::string::npos)
+      << launcher_lines(node1);
+  expect_nothing_left(*cluster_);
+}
+
 TEST_F(MultiNodeFaultTest, HostOnesLauncherStoppedStopsEveryNodeBeforeTheCollectiveDeadline) {
   ASSERT_NO_FATAL_FAILURE(start_training());
   const auto fault = Clock::now();

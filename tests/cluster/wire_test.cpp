@@ -75,9 +75,10 @@ TEST(Wire, EveryMessageSurvivesARoundTrip) {
                                                               "./train 'a b'"}));
   EXPECT_EQ(reg.heartbeat_timeout_ms, 300u);
   EXPECT_EQ(reg.command, "./train 'a b'");
-  const Alive alive = std::get<Alive>(round_trip(Alive{3, -9}));
+  const Alive alive = std::get<Alive>(round_trip(Alive{3, -9, "why"}));
   EXPECT_EQ(alive.node, 3u);
   EXPECT_EQ(alive.pid, -9);
+  EXPECT_EQ(alive.leaving, "why");
   for (const Message& each : {Message(Heartbeat{}), Message(StoreOk{}), Message(Next{3, ""}),
                               Message(End{137, "summary"}), Message(Stop{1, "why"}),
                               Message(AttemptDone{1, 3}), Message(ErrorReply{"no"})}) {

@@ -288,6 +288,14 @@ void NamespaceCluster::blackhole_link(int host) {
   script_ok({"link", name_, host_arg(host), "blackhole"});
 }
 
+bool NamespaceCluster::hold_flow(int host, uint16_t port) {
+  const std::vector<std::string> args = {"hold", name_, host_arg(host), std::to_string(port)};
+  const CommandResult r = script(args, scaled(kQueryTimeout));
+  if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == 77) return false;
+  if (!r.ok()) throw IoError(describe_failure(args, r));
+  return true;
+}
+
 void NamespaceCluster::shape(int host, const std::string& rate) {
   script_ok({"shape", name_, host_arg(host), rate});
 }

@@ -70,6 +70,10 @@ class NamespaceCluster {
 
   void set_link(int host, bool up);               // both ends of host's veth
   void blackhole_link(int host);  // the switch's end only: set_link(host, true) restores it
+  // Holds back, both ways, the TCP flow whose end in `host` is local port `port` (8 bit/s:
+  // a firewall that forgot it); other flows pass. Lasts as long as the cluster. False when
+  // the kernel cannot (no sch_htb).
+  bool hold_flow(int host, uint16_t port);
   void shape(int host, const std::string& rate);  // tbf on eth0, e.g. "10mbit"; "none" removes it
   std::vector<pid_t> pids(int host) const;        // processes in the host's network namespace
   std::vector<std::string> shm_entries(int host) const;  // names in the host's /dev/shm
