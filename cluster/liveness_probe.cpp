@@ -25,6 +25,7 @@ struct LivenessProbe::Attempt {
   ClientProof proof;
   Stage stage = Stage::kConnecting;
   Clock::time_point give_up;
+  uint32_t watching = EPOLLOUT;  // its events in the epoll set
 };
 
 LivenessProbe::LivenessProbe(SocketAddress master, JobToken token, Alive alive,
@@ -91,7 +92,9 @@ void LivenessProbe::start(Clock::time_point now) {
   }
 }
 
-void LivenessProbe::watch(const Attempt& attempt, uint32_t events) {
+void LivenessProbe::watch(Attempt& attempt, uint32_t events) {
+  if (events == attempt.watching) return;
+  attempt.watching = events;
   epoll_event ev{};
   ev.events = events;
   ev.data.fd = attempt.connection.fd();

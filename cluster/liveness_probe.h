@@ -57,7 +57,7 @@ class LivenessProbe {
   void start(Clock::time_point now);
   // The attempt's result, or nullopt when it failed.
   std::optional<Result> advance(Attempt& attempt);
-  void watch(const Attempt& attempt, uint32_t events);
+  void watch(Attempt& attempt, uint32_t events);
 
   SocketAddress master_;
   JobToken token_;
