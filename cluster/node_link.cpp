@@ -16,8 +16,8 @@ namespace {
 constexpr const char* kClosed =
     "connection closed (its xla-spawn exited or was killed, or the host went down)";
 
-// The probe starts after two heartbeat intervals of silence (one late beat is no sign), opens
-// a connection four times an interval and gives each an interval to be answered.
+// The probe starts after two heartbeat intervals of silence (one late beat is no sign) and
+// opens a connection four times an interval, each given probe_patience() to be answered.
 constexpr int kProbeAfterBeats = 2;
 constexpr int kProbesPerBeat = 4;
 
