@@ -119,6 +119,10 @@ bool JobCoordinator::registered(int node) const {
   return nodes_.at(static_cast<size_t>(node)).registered;
 }
 
+int32_t JobCoordinator::registered_pid(int node) const {
+  return nodes_.at(static_cast<size_t>(node)).info.pid;
+}
+
 int JobCoordinator::finished_node() const {
   if (phase_ != Phase::kRunning) return -1;
   for (size_t k = 0; k < nodes_.size(); ++k) {

@@ -77,6 +77,8 @@ class JobCoordinator {
   Phase phase() const { return phase_; }
   int attempt() const { return attempt_; }
   bool registered(int node) const;
+  // The pid node `node`'s launcher last registered with (kept after it leaves); 0 if none.
+  int32_t registered_pid(int node) const;
   // A node whose replicas all exited 0 in the running attempt while other nodes run on, or -1.
   // Every store key a replica waits for needs every node (each gloo mesh spans them all), so
   // such a wait can no longer end: the store fails it at once, naming this node.

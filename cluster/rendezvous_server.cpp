@@ -126,7 +126,6 @@ class RendezvousServer::Impl {
   JobCoordinator job_;
   std::unordered_map<int, std::unique_ptr<Client>> clients_;  // by fd
   std::vector<int> node_fds_;                                 // by node; -1 when not connected
-  std::vector<int32_t> node_pids_;                            // by node; its launcher's pid
   std::vector<std::string> lost_why_;                         // by node; why it was dropped
   StoreTable store_;
   detail::RateLimitedLog log_;
@@ -149,7 +148,6 @@ RendezvousServer::Impl::Impl(Fd listener, JobToken token, ServerConfig config)
       config_(std::move(config)),
       job_(config_.job, Clock::now()),
       node_fds_(static_cast<size_t>(config_.job.nnodes), -1),
-      node_pids_(static_cast<size_t>(config_.job.nnodes), 0),
       lost_why_(static_cast<size_t>(config_.job.nnodes)),
       store_(config_.max_store_bytes),
       log_(config_.log) {
@@ -335,7 +333,6 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
     if (auto* refusal = std::get_if<std::string>(&result)) return refuse(c, *refusal);
     c.node = static_cast<int>(reg->node);
     node_fds_[reg->node] = c.conn.fd();
-    node_pids_[reg->node] = reg->pid;
     lost_why_[reg->node].clear();
     return dispatch(std::get<std::vector<Outgoing>>(result));
   }
@@ -355,7 +352,8 @@ void RendezvousServer::Impl::on_node_message(Client& c, Message m) {
 // why (what it would read on its old connection once that moves again).
 void RendezvousServer::Impl::on_alive(Client& c, const Alive& alive, Clock::time_point now) {
   const size_t node = alive.node;
-  if (node >= node_pids_.size() || node_pids_[node] == 0 || node_pids_[node] != alive.pid) {
+  if (node >= node_fds_.size() || job_.registered_pid(static_cast<int>(node)) == 0 ||
+      job_.registered_pid(static_cast<int>(node)) != alive.pid) {
     return refuse(c, fmt::format("node {} (pid {}) is not a registered node of this job",
                                  alive.node, alive.pid));
   }
